@@ -1,0 +1,48 @@
+# One entry point for everything: `make test` is what CI runs, `make sandbox` runs the
+# whole system locally, `make bench` prints performance figures.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
+
+.PHONY: test sandbox bench lint lock tools clean
+
+$(STAMP): pyproject.toml requirements.lock
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { \
+	  echo "python venv support is missing: installing Debian's python3-venv"; \
+	  apt-get update -qq && apt-get install -y -qq python3-venv; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+tools:
+	@command -v kubectl >/dev/null 2>&1 || { \
+	  echo "kubectl is required by the end-to-end tests and the sandbox quick start."; \
+	  echo "Install kubectl 1.28 or newer (the Kubernetes project's kubectl package or static binary),"; \
+	  echo "so that 'kubectl version --client' works, then run make again."; exit 1; }
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: $(STAMP) tools lint
+	$(BIN)/pytest
+
+sandbox: $(STAMP) tools
+	$(BIN)/python -m sandbox up
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+lock:
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^gpu-reservation' > requirements.lock.new
+	{ head -2 requirements.lock; cat requirements.lock.new; } > requirements.lock.tmp
+	mv requirements.lock.tmp requirements.lock; rm -f requirements.lock.new
+
+clean:
+	rm -rf $(VENV) .sandbox .pytest_cache .mypy_cache .ruff_cache

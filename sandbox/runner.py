@@ -1,0 +1,130 @@
+"""The sandbox runner: starts the selected components, writes how to reach them, waits.
+
+A component is anything with an async ``start(ctx)`` and ``stop()``. ``start`` records
+its URL in ``ctx.endpoints[<name>]`` (and whatever else it publishes on ``ctx``) once it
+is ready. Components start in ``ORDER`` and stop in reverse. When all have started the
+runner writes ``<state-dir>/kubeconfig`` (if the kube component wrote one into the
+context) and ``<state-dir>/endpoints.json``, and prints ``sandbox ready``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import secrets
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from shared import vocab
+from shared.clock import Clock, SystemClock
+
+#: Every component the sandbox knows, in start order, with where its class lives.
+#: A later issue adds its component here.
+ORDER: tuple[tuple[str, str], ...] = (("kube", "sandbox.kube.component:KubeComponent"),)
+
+#: The controller's namespace in the sandbox.
+CONTROLLER_NAMESPACE = vocab.PRODUCT_NAME
+
+
+@dataclass
+class SandboxContext:
+    """What components share: configuration in, endpoints and credentials out."""
+
+    state_dir: Path
+    scenario: dict[str, Any]
+    clock: Clock = field(default_factory=SystemClock)
+    namespace: str = CONTROLLER_NAMESPACE
+    endpoints: dict[str, str] = field(default_factory=dict)
+    #: ``read_write`` and ``read_only`` reservation-app keys.
+    app_keys: dict[str, str] = field(default_factory=dict)
+    inbound_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    #: Text of the admin kubeconfig, written to ``<state-dir>/kubeconfig``.
+    kubeconfig: str | None = None
+    #: Free-form handles components publish for later ones (e.g. the kube server).
+    handles: dict[str, Any] = field(default_factory=dict)
+
+
+class Component(Protocol):
+    """One part of the sandbox."""
+
+    name: str
+
+    async def start(self, ctx: SandboxContext) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def available() -> list[str]:
+    """Names of every component, in start order."""
+    return [name for name, _ in ORDER]
+
+
+def load(name: str) -> Component:
+    """Instantiate the component called ``name``."""
+    target = dict(ORDER)[name]
+    module_name, class_name = target.split(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    component: Component = cls()
+    return component
+
+
+class Sandbox:
+    """Starts and stops a set of components around one context."""
+
+    def __init__(self, ctx: SandboxContext, names: list[str]) -> None:
+        unknown = sorted(set(names) - set(available()))
+        if unknown:
+            raise ValueError(f"unknown component(s) {unknown}; known: {available()}")
+        self.ctx = ctx
+        self.components = [load(n) for n in available() if n in names]
+        self._started: list[Component] = []
+
+    async def start(self) -> None:
+        """Start every component in order, then write the state files."""
+        self.ctx.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for component in self.components:
+                await component.start(self.ctx)
+                self._started.append(component)
+        except BaseException:
+            await self.stop()
+            raise
+        self.write_state()
+
+    async def stop(self) -> None:
+        """Stop what was started, newest first."""
+        while self._started:
+            await self._started.pop().stop()
+
+    def write_state(self) -> None:
+        """Write ``kubeconfig`` and ``endpoints.json`` into the state directory."""
+        if self.ctx.kubeconfig is not None:
+            path = self.ctx.state_dir / "kubeconfig"
+            path.write_text(self.ctx.kubeconfig, encoding="utf-8")
+            path.chmod(0o600)
+        endpoints: dict[str, Any] = {
+            **self.ctx.endpoints,
+            "app_keys": self.ctx.app_keys,
+            "inbound_token": self.ctx.inbound_token,
+            "namespace": self.ctx.namespace,
+        }
+        (self.ctx.state_dir / "endpoints.json").write_text(
+            json.dumps(endpoints, indent=2) + "\n", encoding="utf-8"
+        )
+
+
+async def run_until_interrupted(sandbox: Sandbox) -> None:
+    """Start, print ``sandbox ready``, wait for SIGINT/SIGTERM, stop cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await sandbox.start()
+    try:
+        print("sandbox ready", flush=True)
+        await stop.wait()
+    finally:
+        await sandbox.stop()

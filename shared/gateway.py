@@ -1,0 +1,361 @@
+"""The one gateway to the Kubernetes API.
+
+The official client is synchronous; every call here runs on a worker thread with an
+explicit timeout and returns plain dicts (the client's generated models never leak
+out). Errors come back as our classes from ``shared.errors`` — nothing else escapes.
+The gateway speaks the REST API generically (any group/version/resource), using the
+client only for configuration (kubeconfig or in-cluster), authentication and TLS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlencode
+
+import kubernetes.client
+import kubernetes.config
+import urllib3
+
+from shared.errors import Gone, KubeError, ServerError, from_status
+from shared.resources import Resource
+
+PatchType = Literal["json", "merge", "strategic"]
+
+_PATCH_CONTENT_TYPES: dict[str, str] = {
+    "json": "application/json-patch+json",
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+
+#: Seconds a single non-watch call may take before it counts as failed.
+DEFAULT_TIMEOUT_S = 10.0
+#: Page size of LISTs.
+LIST_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One watch event: ``type`` is ADDED, MODIFIED, DELETED or BOOKMARK."""
+
+    type: str
+    object: dict[str, Any]
+
+
+@dataclass
+class ListResult:
+    """All items of a LIST and the resourceVersion to resume a watch from."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+@dataclass
+class Response:
+    """A decoded answer, with the apiserver's ``Warning`` header texts."""
+
+    body: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Configuration:
+    """Client configuration from a kubeconfig file, else in-cluster credentials."""
+    cfg = kubernetes.client.Configuration()
+    if kubeconfig:
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=cfg
+        )
+    else:
+        kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=cfg
+        )
+    return cfg
+
+
+class Gateway:
+    """Async access to the Kubernetes API, returning dicts and raising ``KubeError``s."""
+
+    def __init__(
+        self,
+        configuration: kubernetes.client.Configuration,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_workers: int = 16,
+    ) -> None:
+        self._api = kubernetes.client.ApiClient(configuration)
+        self._timeout_s = timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube")
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None, **kwargs: Any) -> Gateway:
+        """A gateway for ``kubeconfig`` (``None``: in-cluster credentials)."""
+        return cls(load_configuration(kubeconfig), **kwargs)
+
+    def close(self) -> None:
+        """Release the worker threads and connections."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._api.close()  # type: ignore[no-untyped-call]
+
+    # --- the verbs ------------------------------------------------------------------
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        """GET one object."""
+        return (await self.request("GET", res.path(namespace, name))).body
+
+    async def list_all(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ListResult:
+        """LIST every page of a collection (a consistent snapshot; 410 mid-way restarts)."""
+        query: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        for _attempt in range(3):
+            items: list[dict[str, Any]] = []
+            cont: str | None = None
+            try:
+                while True:
+                    page_query = dict(query, **({"continue": cont} if cont else {}))
+                    page = (await self.request("GET", res.path(namespace), page_query)).body
+                    items.extend(page.get("items") or [])
+                    meta = page.get("metadata") or {}
+                    cont = meta.get("continue") or None
+                    if not cont:
+                        return ListResult(items, str(meta.get("resourceVersion", "")))
+            except Gone:
+                continue  # the continue token expired: start the snapshot again
+        raise ServerError(0, "list kept expiring while paging")
+
+    async def create(
+        self,
+        res: Resource,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        dry_run: bool = False,
+    ) -> Response:
+        """POST a new object."""
+        query = {"dryRun": "All"} if dry_run else None
+        return await self.request("POST", res.path(namespace), query, body)
+
+    async def replace(
+        self,
+        res: Resource,
+        name: str,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """PUT an object (optimistic concurrency through ``metadata.resourceVersion``)."""
+        return (await self.request("PUT", res.path(namespace, name, subresource), None, body)).body
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: dict[str, Any] | list[dict[str, Any]],
+        namespace: str | None = None,
+        patch_type: PatchType = "json",
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """PATCH an object with a JSON Patch, merge patch or strategic merge patch."""
+        headers = {"Content-Type": _PATCH_CONTENT_TYPES[patch_type]}
+        path = res.path(namespace, name, subresource)
+        return (await self.request("PATCH", path, None, patch, headers)).body
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        grace_period_s: int | None = None,
+        uid: str | None = None,
+    ) -> dict[str, Any]:
+        """DELETE an object; ``uid`` is a precondition (409 if the name was reused)."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period_s is not None:
+            body["gracePeriodSeconds"] = grace_period_s
+        if uid is not None:
+            body["preconditions"] = {"uid": uid}
+        return (await self.request("DELETE", res.path(namespace, name), None, body)).body
+
+    async def watch(
+        self,
+        res: Resource,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_s: int = 270,
+    ) -> AsyncIterator[WatchEvent]:
+        """Stream watch events from ``resource_version`` until the server closes.
+
+        Bookmarks are requested and yielded (type BOOKMARK) so a caller can resume from
+        them. A 410 (as an HTTP status or an ERROR event) raises ``Gone``: relist.
+        """
+        query: dict[str, Any] = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_s,
+        }
+        if label_selector:
+            query["labelSelector"] = label_selector
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[WatchEvent | KubeError | None] = asyncio.Queue(maxsize=4096)
+        stop = threading.Event()
+        resp_box: list[urllib3.BaseHTTPResponse] = []
+
+        def pump() -> None:
+            try:
+                for event in self._stream(res.path(namespace), query, timeout_s, resp_box, stop):
+                    asyncio.run_coroutine_threadsafe(queue.put(event), loop).result()
+            except KubeError as exc:
+                asyncio.run_coroutine_threadsafe(queue.put(exc), loop).result()
+            except Exception:
+                pass
+            finally:
+                if not loop.is_closed():
+                    asyncio.run_coroutine_threadsafe(queue.put(None), loop)
+
+        thread = threading.Thread(target=pump, name="kube-watch", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, KubeError):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            for resp in resp_box:
+                resp.shutdown() if hasattr(resp, "shutdown") else resp.release_conn()
+
+    # --- plumbing -------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        """One HTTP call on a worker thread; JSON in and out."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(
+                loop.run_in_executor(self._pool, self._call, method, path, query, body, headers),
+                timeout=self._timeout_s + 1,
+            )
+        except TimeoutError as exc:
+            raise ServerError(0, f"{method} {path}: no answer within {self._timeout_s}s") from exc
+
+    def _url_and_headers(
+        self, method: str, path: str, query: dict[str, Any] | None, headers: dict[str, str] | None
+    ) -> tuple[str, dict[str, str]]:
+        hdrs = {"Accept": "application/json", **(headers or {})}
+        _, url, hdrs, _, _ = self._api.param_serialize(
+            method, path, header_params=hdrs, auth_settings=["BearerToken"]
+        )
+        if query:
+            url += "?" + urlencode(query)
+        return url, hdrs
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None,
+        body: Any,
+        headers: dict[str, str] | None,
+    ) -> Response:
+        url, hdrs = self._url_and_headers(method, path, query, headers)
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        try:
+            resp = self._api.rest_client.pool_manager.request(
+                method, url, body=data, headers=hdrs, timeout=self._timeout_s, retries=False
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ServerError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        if resp.status >= 300:
+            raise from_status(resp.status, resp.data)
+        try:
+            decoded = json.loads(resp.data) if resp.data else {}
+        except ValueError as exc:
+            raise ServerError(resp.status, f"{method} {path}: answer is not JSON") from exc
+        return Response(decoded, _warnings(resp.headers.getlist("Warning")))
+
+    def _stream(
+        self,
+        path: str,
+        query: dict[str, Any],
+        timeout_s: int,
+        resp_box: list[urllib3.BaseHTTPResponse],
+        stop: threading.Event,
+    ) -> Iterator[WatchEvent]:
+        url, hdrs = self._url_and_headers("GET", path, query, None)
+        try:
+            resp = self._api.rest_client.pool_manager.request(
+                "GET",
+                url,
+                headers=hdrs,
+                preload_content=False,
+                timeout=urllib3.Timeout(connect=self._timeout_s, read=timeout_s + 30),
+                retries=False,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ServerError(0, f"watch {path}: {type(exc).__name__}: {exc}") from exc
+        resp_box.append(resp)
+        if resp.status >= 300:
+            raise from_status(resp.status, resp.read())
+        buffer = b""
+        try:
+            for chunk in resp.stream(64 * 1024, decode_content=True):
+                if stop.is_set():
+                    return
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield _watch_event(line)
+        except urllib3.exceptions.HTTPError as exc:
+            if not stop.is_set():
+                raise ServerError(0, f"watch {path} broke: {type(exc).__name__}") from exc
+        finally:
+            resp.release_conn()
+
+
+def _watch_event(line: bytes) -> WatchEvent:
+    try:
+        raw = json.loads(line)
+    except ValueError as exc:
+        raise ServerError(0, "watch stream carried a line that is not JSON") from exc
+    kind = str(raw.get("type", ""))
+    obj = raw.get("object") or {}
+    if kind == "ERROR":
+        err = from_status(int(obj.get("code", 500) or 500), obj)
+        raise err
+    return WatchEvent(kind, obj)
+
+
+def _warnings(values: list[str]) -> list[str]:
+    """The texts of ``Warning: 299 - "<text>"`` headers."""
+    texts = []
+    for value in values:
+        parts = value.split(" ", 2)
+        text = parts[2] if len(parts) == 3 else value
+        texts.append(text.strip().strip('"'))
+    return texts
