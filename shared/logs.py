@@ -1,0 +1,71 @@
+"""Structured logs: one JSON object per line on stdout (a readable form on a tty).
+
+Every record has ``ts`` (UTC), ``level``, ``logger`` and ``event`` — a dotted name from
+the catalogue in ``docs/observability.md`` such as ``ledger.claim_conflict`` — plus the
+fields passed to ``log``. Request uids and object references go under fixed keys
+(``uid``, ``namespace``, ``pod``, ``reservation``) so they can be searched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+#: Client libraries whose chatter is kept at LIBRARY_LOG_LEVEL.
+LIBRARY_LOGGERS = ("httpx", "httpcore", "urllib3", "kubernetes", "uvicorn", "uvicorn.access")
+
+_FIELDS = "fields"
+
+
+class JsonFormatter(logging.Formatter):
+    """Renders a record as one JSON object."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        payload.update(getattr(record, _FIELDS, {}))
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str, ensure_ascii=False)
+
+
+class ConsoleFormatter(logging.Formatter):
+    """A one-line human form for terminals: ``HH:MM:SS LEVEL event key=value …``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S")
+        fields = " ".join(f"{k}={v}" for k, v in getattr(record, _FIELDS, {}).items())
+        line = f"{ts} {record.levelname:<7} {record.getMessage()} {fields}".rstrip()
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def configure(level: int = logging.INFO, library_level: int = logging.WARNING) -> None:
+    """Send every log record to stdout; libraries at the stricter of the two levels."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(ConsoleFormatter() if sys.stdout.isatty() else JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(max(level, library_level))
+
+
+def log(logger: logging.Logger, level: int, event: str, **fields: Any) -> None:
+    """Log ``event`` with structured ``fields`` (None values are dropped)."""
+    if logger.isEnabledFor(level):
+        clean = {k: v for k, v in fields.items() if v is not None}
+        logger.log(level, event, extra={_FIELDS: clean})
+
+
+def fields_of(record: logging.LogRecord) -> dict[str, Any]:
+    """The structured fields of a captured record (for tests that assert on logs)."""
+    return dict(getattr(record, _FIELDS, {}))

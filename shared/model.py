@@ -1,0 +1,296 @@
+"""The cluster-side model of a reservation: the ``GPUReservation`` object.
+
+``ReservationFacts`` is the object's spec — a mirror of the reservation app's row,
+written only by the reconciler's sync and push paths. ``Hold`` is one entry of the
+budget ledger in the object's status (DESIGN §3.2): a claim of GPUs made by an
+admission, bound to the pod that carries the claim id. ``GPUReservation`` is both,
+plus the resourceVersion that optimistic concurrency needs.
+
+Conversion to and from the Kubernetes object is strict: ``from_object`` raises
+``ValueError`` naming the bad field, so a malformed object is skipped with a clear
+log, never half-read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from shared import vocab
+from shared.clock import format_utc, parse_utc
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class Kind(StrEnum):
+    """The reservation app's reservation kinds (contract §3.6)."""
+
+    BOOKING = "booking"
+    ON_DEMAND = "on_demand"
+    BEST_EFFORT = "best_effort"
+
+
+class State(StrEnum):
+    """The app's reservation status."""
+
+    ACTIVE = "active"
+    CANCELLED = "cancelled"
+
+
+class Phase(StrEnum):
+    """Where a reservation stands in time, shown in ``kubectl get gpures``."""
+
+    UPCOMING = "Upcoming"
+    OPEN = "Open"
+    ENDED = "Ended"
+    CANCELLED = "Cancelled"
+
+
+@dataclass(frozen=True)
+class ReservationFacts:
+    """What the reservation app says about one reservation (the object's spec)."""
+
+    id: int
+    #: Username of the holder; pods in the namespace of that name may use it.
+    owner: str
+    gpu_class: str
+    gpu_class_name: str
+    gpu_count: int
+    kind: Kind
+    start: datetime
+    end: datetime
+    state: State
+    updated_at: datetime
+    owner_id: int | None = None
+    group: str | None = None
+    cancel_reason: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The object name and booking reference, ``res-<id>``."""
+        return reference(self.id)
+
+    def phase(self, now: datetime) -> Phase:
+        """Cancelled, else Upcoming / Open / Ended by the half-open window [start, end)."""
+        if self.state is State.CANCELLED:
+            return Phase.CANCELLED
+        if now < self.start:
+            return Phase.UPCOMING
+        if now < self.end:
+            return Phase.OPEN
+        return Phase.ENDED
+
+    def is_open(self, now: datetime) -> bool:
+        """Active and ``start <= now < end``."""
+        return self.phase(now) is Phase.OPEN
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One claim on a reservation's GPU budget."""
+
+    claim: str
+    gpus: int
+    at: datetime
+    #: Name of the pod carrying the claim, once known (a generateName pod has none at
+    #: admission time; the reconciler binds it later).
+    pod: str | None = None
+    pod_uid: str | None = None
+    #: True once the RuntimeGuaranteed Event for this admission was sent.
+    announced: bool = False
+
+    @property
+    def bound(self) -> bool:
+        """Whether the hold is tied to a concrete pod (by uid)."""
+        return self.pod_uid is not None
+
+
+@dataclass(frozen=True)
+class GPUReservation:
+    """A ``GPUReservation`` object: facts, ledger and concurrency token."""
+
+    facts: ReservationFacts
+    holds: tuple[Hold, ...] = ()
+    resource_version: str = ""
+    #: Extra status fields we do not model here (kept verbatim on status writes).
+    status_extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.facts.name
+
+    @property
+    def used_gpus(self) -> int:
+        """GPUs claimed by every hold."""
+        return sum(h.gpus for h in self.holds)
+
+
+def reference(reservation_id: int) -> str:
+    """``res-<id>``: the booking reference and the object name."""
+    return f"{vocab.RESERVATION_REF_PREFIX}{reservation_id}"
+
+
+def parse_reference(text: str) -> int | None:
+    """The id in ``res-<id>``; ``None`` when the text is not such a reference."""
+    prefix = vocab.RESERVATION_REF_PREFIX
+    if not text.startswith(prefix):
+        return None
+    digits = text[len(prefix) :]
+    if not digits.isdigit() or len(digits) > 18:
+        return None
+    return int(digits)
+
+
+# --- conversion to and from the Kubernetes object ------------------------------------
+
+
+def facts_to_spec(facts: ReservationFacts) -> dict[str, Any]:
+    """The object's ``spec`` for ``facts``."""
+    spec: dict[str, Any] = {
+        "reservationId": facts.id,
+        "owner": facts.owner,
+        "gpuClass": facts.gpu_class,
+        "gpuClassName": facts.gpu_class_name,
+        "gpuCount": facts.gpu_count,
+        "kind": facts.kind.value,
+        "start": format_utc(facts.start),
+        "end": format_utc(facts.end),
+        "state": facts.state.value,
+        "updatedAt": format_utc(facts.updated_at),
+    }
+    if facts.owner_id is not None:
+        spec["ownerId"] = facts.owner_id
+    if facts.group is not None:
+        spec["group"] = facts.group
+    if facts.cancel_reason is not None:
+        spec["cancelReason"] = facts.cancel_reason
+    return spec
+
+
+def hold_to_status(hold: Hold) -> dict[str, Any]:
+    """One entry of ``status.holds``."""
+    entry: dict[str, Any] = {"claim": hold.claim, "gpus": hold.gpus, "at": format_utc(hold.at)}
+    if hold.pod is not None:
+        entry["pod"] = hold.pod
+    if hold.pod_uid is not None:
+        entry["podUid"] = hold.pod_uid
+    if hold.announced:
+        entry["announced"] = True
+    return entry
+
+
+def status_of(res: GPUReservation, now: datetime) -> dict[str, Any]:
+    """The full ``status`` to write for ``res`` at ``now``."""
+    return {
+        **res.status_extra,
+        "holds": [hold_to_status(h) for h in res.holds],
+        "usedGpus": res.used_gpus,
+        "phase": res.facts.phase(now).value,
+    }
+
+
+def to_object(res: GPUReservation, namespace: str, now: datetime) -> dict[str, Any]:
+    """The whole object (spec and status), e.g. for a create."""
+    meta: dict[str, Any] = {"name": res.name, "namespace": namespace}
+    if res.resource_version:
+        meta["resourceVersion"] = res.resource_version
+    return {
+        "apiVersion": f"{vocab.CRD_GROUP}/{vocab.CRD_VERSION}",
+        "kind": vocab.CRD_KIND,
+        "metadata": meta,
+        "spec": facts_to_spec(res.facts),
+        "status": status_of(res, now),
+    }
+
+
+def from_object(obj: dict[str, Any]) -> GPUReservation:
+    """Read a GPUReservation object; ``ValueError`` names the first bad field."""
+    meta = _mapping(obj.get("metadata"), "metadata")
+    spec = _mapping(obj.get("spec"), "spec")
+    status = obj.get("status") or {}
+    if not isinstance(status, dict):
+        raise ValueError("status: not an object")
+    facts = _facts(spec)
+    holds = tuple(_hold(h, i) for i, h in enumerate(_list(status.get("holds"), "status.holds")))
+    extra = {k: v for k, v in status.items() if k not in {"holds", "usedGpus", "phase"}}
+    return GPUReservation(facts, holds, str(meta.get("resourceVersion", "")), extra)
+
+
+def _facts(spec: dict[str, Any]) -> ReservationFacts:
+    return ReservationFacts(
+        id=_int(spec, "reservationId", minimum=0),
+        owner=_str(spec, "owner"),
+        gpu_class=_str(spec, "gpuClass"),
+        gpu_class_name=_str(spec, "gpuClassName"),
+        gpu_count=_int(spec, "gpuCount", minimum=0),
+        kind=_enum(Kind, spec, "kind"),
+        start=_instant(spec, "start"),
+        end=_instant(spec, "end"),
+        state=_enum(State, spec, "state"),
+        updated_at=_instant(spec, "updatedAt"),
+        owner_id=_int(spec, "ownerId") if spec.get("ownerId") is not None else None,
+        group=_str(spec, "group") if spec.get("group") is not None else None,
+        cancel_reason=_str(spec, "cancelReason") if spec.get("cancelReason") else None,
+    )
+
+
+def _hold(raw: Any, index: int) -> Hold:
+    where = f"status.holds[{index}]"
+    entry = _mapping(raw, where)
+    return Hold(
+        claim=_str(entry, "claim", where),
+        gpus=_int(entry, "gpus", where, minimum=0),
+        at=_instant(entry, "at", where),
+        pod=_str(entry, "pod", where) if entry.get("pod") is not None else None,
+        pod_uid=_str(entry, "podUid", where) if entry.get("podUid") is not None else None,
+        announced=entry.get("announced") is True,
+    )
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: not an object")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: not a list")
+    return value
+
+
+def _str(data: dict[str, Any], key: str, where: str = "spec") -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{where}.{key}: expected a non-empty string, got {value!r:.40}")
+    return value
+
+
+def _int(data: dict[str, Any], key: str, where: str = "spec", minimum: int | None = None) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{where}.{key}: expected an integer, got {value!r:.40}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{where}.{key}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _instant(data: dict[str, Any], key: str, where: str = "spec") -> datetime:
+    text = _str(data, key, where)
+    try:
+        return parse_utc(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}.{key}: not a UTC instant: {text!r:.40}") from exc
+
+
+def _enum(cls: type[E], data: dict[str, Any], key: str) -> E:
+    text = _str(data, key)
+    try:
+        return cls(text)
+    except ValueError as exc:
+        choices = ", ".join(m.value for m in cls)
+        raise ValueError(f"spec.{key}: {text!r:.40} is not one of {choices}") from exc
