@@ -1,0 +1,354 @@
+"""The GPU budget ledger of a reservation (DESIGN §3.2).
+
+Every admission under a reservation — by any webhook replica or by the reconciler —
+claims GPUs on its ``GPUReservation`` object through ``claim``: read, check that the
+holds plus the request fit ``spec.gpuCount``, append a hold, write ``status`` with the
+resourceVersion that was read. A 409 means someone else wrote in between: re-read and
+decide again. Because every write is conditional on the version it was decided on,
+the sum of the holds never exceeds the budget, however many writers race.
+
+Terms:
+- *hold*: one entry of ``status.holds`` (``shared.model.Hold``): a claim id, GPUs, when
+  it was made, and the pod once known (*bound* once the pod's uid is recorded).
+- *used*: the sum of every hold's GPUs.
+
+The first half of this module is pure arithmetic on ``GPUReservation`` values (no side
+effects); the reconciler uses it to keep the ledger true (bind, drop, expire,
+rebuild). The second half is the I/O shell: ``claim`` and ``amend``, the only two
+functions that write a ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar
+
+from shared import model
+from shared.errors import Conflict, KubeError, NotFound
+from shared.logs import log
+from shared.model import GPUReservation, Hold
+from shared.resources import GPU_RESERVATIONS, Resource
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Safety bound on read-decide-write rounds inside one call (the deadline is the real one).
+MAX_ATTEMPTS = 64
+
+# --- pure arithmetic ------------------------------------------------------------------
+
+
+def used(res: GPUReservation) -> int:
+    """GPUs claimed by every hold."""
+    return sum(h.gpus for h in res.holds)
+
+
+def free(res: GPUReservation) -> int:
+    """GPUs left in the budget (negative when pods admitted elsewhere overran it)."""
+    return res.facts.gpu_count - used(res)
+
+
+def fits(res: GPUReservation, gpus: int) -> bool:
+    """Whether a new hold of ``gpus`` keeps the holds within ``gpuCount``."""
+    return gpus >= 0 and used(res) + gpus <= res.facts.gpu_count
+
+
+def verdict(res: GPUReservation, gpus: int, now: datetime) -> str:
+    """Why a claim of ``gpus`` at ``now`` would be refused, or ``"admitted"``.
+
+    Order: ``not_open`` (cancelled, or outside ``[start, end)``; a best-effort stub has a
+    zero-length window and only needs to be active), ``too_small`` (the request alone
+    exceeds the budget: waiting never helps), ``full`` (the holds leave too little).
+    """
+    facts = res.facts
+    if facts.state is model.State.CANCELLED:
+        return "not_open"
+    if facts.kind is not model.Kind.BEST_EFFORT and not facts.is_open(now):
+        return "not_open"
+    if gpus > facts.gpu_count:
+        return "too_small"
+    return "admitted" if fits(res, gpus) else "full"
+
+
+class LedgerFull(ValueError):
+    """A hold was added that does not fit the budget."""
+
+
+def add_hold(res: GPUReservation, hold: Hold) -> GPUReservation:
+    """``res`` with ``hold`` appended; ``LedgerFull`` when it does not fit."""
+    if not fits(res, hold.gpus):
+        raise LedgerFull(f"{res.name}: {hold.gpus} GPU(s) do not fit, {free(res)} free")
+    return replace(res, holds=(*res.holds, hold))
+
+
+def drop(res: GPUReservation, claims: Collection[str]) -> GPUReservation:
+    """``res`` without the holds whose claim id is in ``claims``."""
+    return replace(res, holds=tuple(h for h in res.holds if h.claim not in claims))
+
+
+def bind(res: GPUReservation, claim_id: str, pod: str, pod_uid: str) -> GPUReservation:
+    """``res`` with the hold ``claim_id`` tied to the pod (name and uid)."""
+    holds = tuple(
+        replace(h, pod=pod, pod_uid=pod_uid) if h.claim == claim_id else h for h in res.holds
+    )
+    return replace(res, holds=holds)
+
+
+def stale_claims(res: GPUReservation, now: datetime, ttl_s: float) -> list[str]:
+    """Claim ids of unbound holds made more than ``ttl_s`` seconds before ``now``."""
+    cutoff = now - timedelta(seconds=ttl_s)
+    return [h.claim for h in res.holds if not h.bound and h.at < cutoff]
+
+
+def expire(res: GPUReservation, now: datetime, ttl_s: float) -> GPUReservation:
+    """``res`` without unbound holds older than the TTL (a create that never happened)."""
+    return drop(res, set(stale_claims(res, now, ttl_s)))
+
+
+@dataclass(frozen=True)
+class PodUse:
+    """A live pod admitted under the reservation, as the reconciler sees it."""
+
+    name: str
+    uid: str
+    gpus: int
+    #: The pod's ``galends/admission-claim`` (None: admitted without one, e.g. legacy).
+    claim: str | None = None
+
+
+def rebuild(
+    res: GPUReservation, pods: Iterable[PodUse], now: datetime, ttl_s: float
+) -> GPUReservation:
+    """The ledger the live ``pods`` imply (self-healing; no side effects).
+
+    Each pod keeps the hold that matches it (by uid, else by claim id), bound to it and
+    sized by its request; a pod without a hold gets one (claim = its annotation, else
+    ``pod-<uid>``). Bound holds whose pod is gone are dropped; unbound holds are kept
+    while younger than the TTL (their pod may still be being created). The result may
+    exceed the budget when pods were admitted outside the ledger: it records the truth,
+    and further claims are refused until enough of them leave.
+    """
+    by_uid = {h.pod_uid: h for h in res.holds if h.pod_uid}
+    by_claim = {h.claim: h for h in res.holds}
+    kept: list[Hold] = []
+    for pod in pods:
+        match = by_uid.get(pod.uid) or (by_claim.get(pod.claim) if pod.claim else None)
+        claim_id = match.claim if match else (pod.claim or f"pod-{pod.uid}")
+        at = match.at if match else now
+        announced = match.announced if match else False
+        kept.append(Hold(claim_id, pod.gpus, at, pod.name, pod.uid, announced))
+    taken = {h.claim for h in kept}
+    cutoff = now - timedelta(seconds=ttl_s)
+    pending = [h for h in res.holds if not h.bound and h.claim not in taken and h.at >= cutoff]
+    return replace(res, holds=tuple(pending + kept))
+
+
+# --- the I/O shell --------------------------------------------------------------------
+
+
+class LedgerGateway(Protocol):
+    """What the ledger needs of ``shared.gateway.Gateway`` (which satisfies it)."""
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        """GET one object."""
+        ...
+
+    async def replace(
+        self,
+        res: Resource,
+        name: str,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """PUT an object or one of its subresources."""
+        ...
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """The outcome of one ``claim`` call."""
+
+    admitted: bool
+    #: The new hold's claim id when admitted (also for a dry run).
+    claim: str | None
+    #: The object as written (or, when refused, as last read; None if never read).
+    reservation: GPUReservation | None
+    #: "admitted" | "full" | "too_small" | "not_found" | "not_open" | "deadline" | "error"
+    reason: str
+    #: 409s met on the way.
+    conflicts: int
+
+
+class _Stop(Exception):
+    """Ends a read-decide-write loop with a reason (not_found, deadline, error)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+async def claim(
+    gateway: LedgerGateway,
+    namespace: str,
+    name: str,
+    gpus: int,
+    *,
+    pod: str | None,
+    now: datetime,
+    deadline: float,
+    dry_run: bool = False,
+    cached: dict[str, Any] | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> ClaimResult:
+    """Claim ``gpus`` of reservation ``name`` for ``pod``; the one admission path.
+
+    ``deadline`` is a ``monotonic()`` instant: no call starts after it and every call is
+    cut off at it (reason ``deadline``; a write cut off mid-flight may still land, and
+    then expires as an unbound hold after the TTL). ``cached`` (a watch cache's copy of
+    the object) is used for the first decision instead of a GET; every retry after a
+    409 GETs the object fresh. The hold is written to the ``/status`` subresource with
+    the resourceVersion that was read. ``dry_run`` decides the same way and writes
+    nothing. Never raises for API errors: they come back as reason ``error``.
+    """
+    conflicts = 0
+    raw = cached
+    last: GPUReservation | None = None
+    try:
+        for _ in range(MAX_ATTEMPTS):
+            raw = (
+                raw
+                if raw is not None
+                else await _read(gateway, namespace, name, deadline, monotonic)
+            )
+            last = _parse(raw, name)
+            reason = verdict(last, gpus, now)
+            if reason != "admitted":
+                return ClaimResult(False, None, last, reason, conflicts)
+            hold = Hold(str(uuid.uuid4()), gpus, now, pod=pod)
+            updated = add_hold(last, hold)
+            if dry_run:
+                return ClaimResult(True, hold.claim, updated, "admitted", conflicts)
+            written = await _write(gateway, namespace, raw, updated, now, deadline, monotonic)
+            if written is not None:
+                return ClaimResult(True, hold.claim, written, "admitted", conflicts)
+            conflicts += 1
+            raw = None
+        raise _Stop("deadline")
+    except _Stop as stop:
+        _log_stop("ledger.claim_failed", name, stop.reason, conflicts)
+        return ClaimResult(False, None, last, stop.reason, conflicts)
+
+
+async def amend(
+    gateway: LedgerGateway,
+    namespace: str,
+    name: str,
+    change: Callable[[GPUReservation], GPUReservation],
+    *,
+    now: datetime,
+    deadline: float,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> GPUReservation | None:
+    """Apply the pure ``change`` (drop, bind, expire, rebuild…) to the ledger by CAS.
+
+    Re-reads and re-applies on 409 until ``deadline``. Writes nothing when the change
+    leaves the holds as they were. Returns the object as written (or as read when
+    unchanged); ``None`` when it is gone, malformed, or the deadline passed.
+    """
+    try:
+        for _ in range(MAX_ATTEMPTS):
+            raw = await _read(gateway, namespace, name, deadline, monotonic)
+            current = _parse(raw, name)
+            updated = change(current)
+            if updated.holds == current.holds:
+                return current
+            written = await _write(gateway, namespace, raw, updated, now, deadline, monotonic)
+            if written is not None:
+                return written
+        raise _Stop("deadline")
+    except _Stop as stop:
+        _log_stop("ledger.amend_failed", name, stop.reason, None)
+        return None
+
+
+def status_body(raw: dict[str, Any], res: GPUReservation, now: datetime) -> dict[str, Any]:
+    """The ``/status`` PUT body: the object as read with ``res``'s ledger as status."""
+    body = dict(raw)
+    body["status"] = model.status_of(res, now)
+    return body
+
+
+async def _read(
+    gateway: LedgerGateway,
+    namespace: str,
+    name: str,
+    deadline: float,
+    monotonic: Callable[[], float],
+) -> dict[str, Any]:
+    try:
+        return await _within(gateway.get(GPU_RESERVATIONS, name, namespace), deadline, monotonic)
+    except NotFound as exc:
+        raise _Stop("not_found") from exc
+    except KubeError as exc:
+        log(_log, logging.WARNING, "ledger.read_failed", reservation=name, error=str(exc))
+        raise _Stop("error") from exc
+
+
+async def _write(
+    gateway: LedgerGateway,
+    namespace: str,
+    raw: dict[str, Any],
+    updated: GPUReservation,
+    now: datetime,
+    deadline: float,
+    monotonic: Callable[[], float],
+) -> GPUReservation | None:
+    """The object as written; ``None`` on a 409 (someone wrote first)."""
+    body = status_body(raw, updated, now)
+    call = gateway.replace(GPU_RESERVATIONS, updated.name, body, namespace, subresource="status")
+    try:
+        written = await _within(call, deadline, monotonic)
+    except Conflict:
+        log(_log, logging.DEBUG, "ledger.claim_conflict", reservation=updated.name)
+        return None
+    except NotFound as exc:
+        raise _Stop("not_found") from exc
+    except KubeError as exc:
+        log(_log, logging.WARNING, "ledger.write_failed", reservation=updated.name, error=str(exc))
+        raise _Stop("error") from exc
+    try:
+        return model.from_object(written)
+    except ValueError:
+        return updated  # the write succeeded; an odd echo does not undo it
+
+
+async def _within(call: Awaitable[T], deadline: float, monotonic: Callable[[], float]) -> T:
+    remaining = deadline - monotonic()
+    if remaining <= 0:
+        if asyncio.iscoroutine(call):
+            call.close()
+        raise _Stop("deadline")
+    try:
+        return await asyncio.wait_for(call, timeout=remaining)
+    except TimeoutError as exc:
+        raise _Stop("deadline") from exc
+
+
+def _parse(raw: dict[str, Any], name: str) -> GPUReservation:
+    try:
+        return model.from_object(raw)
+    except ValueError as exc:
+        log(_log, logging.WARNING, "ledger.malformed", reservation=name, error=str(exc))
+        raise _Stop("error") from exc
+
+
+def _log_stop(event: str, name: str, reason: str, conflicts: int | None) -> None:
+    level = logging.INFO if reason in {"not_found", "deadline"} else logging.WARNING
+    log(_log, level, event, reservation=name, reason=reason, conflicts=conflicts)

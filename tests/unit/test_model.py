@@ -1,0 +1,115 @@
+"""``shared.model``: the GPUReservation object round-trips, and bad fields are named."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from shared import model, vocab
+from shared.clock import utc
+from tests.ledger.fakes import NOW, facts
+
+
+def full() -> model.GPUReservation:
+    f = facts(rid=42, owner_id=3, group="lab", cancel_reason="no-show", state=model.State.CANCELLED)
+    holds = (
+        model.Hold("c1", 2, NOW, pod="p1", pod_uid="u1", announced=True),
+        model.Hold("c2", 1, NOW),
+    )
+    return model.GPUReservation(f, holds, "17", {"noShow": {"declared": True}})
+
+
+def test_round_trip_with_every_field() -> None:
+    res = full()
+    assert model.from_object(model.to_object(res, "ns", NOW)) == res
+
+
+def test_round_trip_with_only_required_fields() -> None:
+    res = model.GPUReservation(facts())
+    back = model.from_object(model.to_object(res, "ns", NOW))
+    assert back == res
+
+
+def test_object_envelope_and_derived_status() -> None:
+    obj = model.to_object(full(), "ns", NOW)
+    assert obj["apiVersion"] == f"{vocab.CRD_GROUP}/{vocab.CRD_VERSION}"
+    assert obj["kind"] == vocab.CRD_KIND
+    assert obj["metadata"] == {"name": "res-42", "namespace": "ns", "resourceVersion": "17"}
+    assert obj["status"]["usedGpus"] == 3
+    assert obj["status"]["phase"] == "Cancelled"
+
+
+@pytest.mark.parametrize(
+    ("at", "phase"),
+    [
+        (utc(2026, 1, 5, 8, 59, 59), model.Phase.UPCOMING),
+        (utc(2026, 1, 5, 9), model.Phase.OPEN),
+        (utc(2026, 1, 5, 11, 59, 59), model.Phase.OPEN),
+        (utc(2026, 1, 5, 12), model.Phase.ENDED),
+    ],
+)
+def test_phase_follows_the_half_open_window(at, phase) -> None:
+    assert facts().phase(at) is phase
+
+
+def test_reference_round_trip_and_rejects() -> None:
+    assert model.reference(7) == "res-7"
+    assert model.parse_reference("res-7") == 7
+    for bad in ("res-", "res-x", "rez-7", "res-7a", "res-" + "9" * 19):
+        assert model.parse_reference(bad) is None
+
+
+def _set(obj: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    node: Any = obj
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    key: Any = int(last) if last.isdigit() else last
+    if value is _DELETE:
+        del node[key]
+    else:
+        node[key] = value
+
+
+_DELETE = object()
+
+MALFORMED = [
+    ("spec.reservationId", "7", "spec.reservationId"),
+    ("spec.reservationId", -1, "spec.reservationId"),
+    ("spec.reservationId", True, "spec.reservationId"),
+    ("spec.owner", "", "spec.owner"),
+    ("spec.owner", _DELETE, "spec.owner"),
+    ("spec.gpuClass", 3, "spec.gpuClass"),
+    ("spec.gpuClassName", None, "spec.gpuClassName"),
+    ("spec.gpuCount", "8", "spec.gpuCount"),
+    ("spec.gpuCount", -2, "spec.gpuCount"),
+    ("spec.kind", "reclaim", "spec.kind"),
+    ("spec.start", "2026-01-05T09:00:00", "spec.start"),
+    ("spec.end", "tomorrow", "spec.end"),
+    ("spec.state", "gone", "spec.state"),
+    ("spec.updatedAt", _DELETE, "spec.updatedAt"),
+    ("spec.ownerId", "3", "spec.ownerId"),
+    ("spec.group", 5, "spec.group"),
+    ("spec.cancelReason", 5, "spec.cancelReason"),
+    ("status.holds", {"a": 1}, "status.holds"),
+    ("status.holds.0", "c1", "status.holds[0]"),
+    ("status.holds.0.claim", "", "status.holds[0].claim"),
+    ("status.holds.0.gpus", "2", "status.holds[0].gpus"),
+    ("status.holds.1.gpus", -1, "status.holds[1].gpus"),
+    ("status.holds.0.at", "noon", "status.holds[0].at"),
+    ("status.holds.0.pod", 7, "status.holds[0].pod"),
+    ("status.holds.0.podUid", "", "status.holds[0].podUid"),
+    ("spec", None, "spec"),
+    ("metadata", [], "metadata"),
+    ("status", "x", "status"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "named"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_field_is_named(path: str, value: Any, named: str) -> None:
+    obj = copy.deepcopy(model.to_object(full(), "ns", NOW))
+    _set(obj, path, value)
+    with pytest.raises(ValueError, match=r"^" + named.replace("[", r"\[").replace("]", r"\]")):
+        model.from_object(obj)
