@@ -1,0 +1,165 @@
+"""``matchConditions``: CEL expressions compiled and evaluated with cel-python (``celpy``).
+
+The apiserver binds ``object``, ``oldObject``, ``request`` and ``authorizer``; the
+sandbox binds the first three (no authorizer). A configuration is checked when it is
+written: an expression must parse, reference no variable but those three (comprehension
+variables of ``all``/``exists``/``exists_one``/``map``/``filter`` aside) and call only
+functions cel-python provides — the Kubernetes CEL extension libraries (``lowerAscii``,
+``quantity``, ``url``, …) are not available. Evaluation follows the apiserver's matcher:
+any ``false`` skips the webhook; otherwise errors resort to the failure policy.
+Source: kubernetes/apiserver ``pkg/admission/plugin/webhook/matchconditions/matcher.go``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import celpy
+import celpy.adapter
+import celpy.celparser
+import celpy.celtypes
+import celpy.evaluation
+import lark
+
+#: Variables bound for every evaluation.
+BOUND_VARIABLES = frozenset({"object", "oldObject", "request"})
+#: Macros: the first argument of the comprehension ones names a local variable.
+_COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_MACROS = _COMPREHENSIONS | {"has"}
+_FUNCTIONS = frozenset(celpy.evaluation.base_functions) | _MACROS | {"dyn"}
+
+_ENV = celpy.Environment()
+
+
+class CELError(ValueError):
+    """An expression that does not compile, or an evaluation that failed."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One compiled ``matchConditions`` entry."""
+
+    name: str
+    expression: str
+    program: Any
+
+
+@dataclass(frozen=True)
+class MatchOutcome:
+    """``matches`` False with ``error`` None means a condition said no."""
+
+    matches: bool
+    error: str | None = None
+
+
+def compile_condition(name: str, expression: str) -> Condition:
+    """Compile ``expression``; raises ``CELError`` for a parse error or unbound names."""
+    return Condition(name, expression, _compile(expression))
+
+
+@functools.lru_cache(maxsize=512)
+def _compile(expression: str) -> Any:
+    try:
+        tree = _ENV.compile(expression)
+    except celpy.celparser.CELParseError as exc:
+        raise CELError(f"compilation failed: {str(exc).splitlines()[0]}") from exc
+    unknown = sorted(free_variables(tree) - BOUND_VARIABLES)
+    if unknown:
+        raise CELError(f"undeclared reference to '{unknown[0]}'")
+    unknown_calls = sorted(called_functions(tree) - _FUNCTIONS)
+    if unknown_calls:
+        raise CELError(f"found no matching overload for '{unknown_calls[0]}'")
+    return _ENV.program(tree)
+
+
+def free_variables(tree: lark.Tree[Any], bound: frozenset[str] = frozenset()) -> set[str]:
+    """Root identifiers the expression reads that no comprehension binds."""
+    if tree.data == "ident":
+        return {str(tree.children[0])} - bound
+    if tree.data == "member_dot_arg" and str(tree.children[1]) in _COMPREHENSIONS:
+        target, _, args = tree.children
+        found = free_variables(_as_tree(target), bound)
+        exprs = _subtrees(_as_tree(args).children)
+        if not exprs:
+            return found
+        local = _comprehension_variable(exprs[0])
+        for expr in exprs[1:]:
+            found |= free_variables(expr, bound | {local})
+        return found
+    found = set()
+    for child in _subtrees(tree.children):
+        found |= free_variables(child, bound)
+    return found
+
+
+def called_functions(tree: lark.Tree[Any]) -> set[str]:
+    """Names of every global function and method the expression calls."""
+    found: set[str] = set()
+    for node in tree.iter_subtrees():
+        if node.data in ("ident_arg", "member_dot_arg"):
+            index = 0 if node.data == "ident_arg" else 1
+            found.add(str(node.children[index]))
+    return found
+
+
+def _comprehension_variable(expr: lark.Tree[Any]) -> str:
+    idents = [n for n in expr.iter_subtrees() if n.data == "ident"]
+    if len(idents) != 1:
+        raise CELError("the first argument of a comprehension must be a simple identifier")
+    return str(idents[0].children[0])
+
+
+def _subtrees(children: Iterable[Any]) -> list[lark.Tree[Any]]:
+    return [c for c in children if isinstance(c, lark.Tree)]
+
+
+def _as_tree(node: Any) -> lark.Tree[Any]:
+    if not isinstance(node, lark.Tree):
+        raise CELError("unexpected expression structure")
+    return node
+
+
+def evaluate(condition: Condition, activation: Mapping[str, Any]) -> bool:
+    """Run one condition; raises ``CELError`` on an error or a non-boolean result."""
+    try:
+        result = condition.program.evaluate(activation)
+    except (celpy.evaluation.CELEvalError, TypeError, ValueError, KeyError, ArithmeticError) as exc:
+        raise CELError(_eval_message(condition, exc)) from exc
+    if isinstance(result, celpy.evaluation.CELEvalError):
+        raise CELError(_eval_message(condition, result))
+    if not isinstance(result, celpy.celtypes.BoolType):
+        raise CELError(f"expression '{condition.expression}' must evaluate to bool")
+    return bool(result)
+
+
+def _eval_message(condition: Condition, exc: BaseException) -> str:
+    detail = exc.args[0] if exc.args else type(exc).__name__
+    return f"expression '{condition.expression}' resulted in error: {detail}"
+
+
+def activation(
+    obj: dict[str, Any] | None, old: dict[str, Any] | None, request: dict[str, Any]
+) -> dict[str, Any]:
+    """The CEL variables for one call."""
+    return {
+        "object": celpy.adapter.json_to_cel(obj),
+        "oldObject": celpy.adapter.json_to_cel(old),
+        "request": celpy.adapter.json_to_cel(request),
+    }
+
+
+def match(conditions: Iterable[Condition], variables: Mapping[str, Any]) -> MatchOutcome:
+    """The apiserver's rule: a ``false`` wins; else any error is reported; else a match."""
+    errors: list[str] = []
+    for condition in conditions:
+        try:
+            if not evaluate(condition, variables):
+                return MatchOutcome(False)
+        except CELError as exc:
+            errors.append(str(exc))
+    if errors:
+        return MatchOutcome(False, "; ".join(errors) if len(errors) > 1 else errors[0])
+    return MatchOutcome(True)

@@ -1,0 +1,204 @@
+"""The dispatcher over a mocked network: policies, denials, warnings, reinvocation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from sandbox.kube.admission import MemorySource, WebhookDispatcher
+from sandbox.kube.admission.hook import AdmissionError, AdmissionResult
+from tests.admission.builders import answer, attrs, configuration, pod, webhook
+
+pytestmark = pytest.mark.anyio
+
+Handler = Callable[[dict[str, Any]], dict[str, Any] | httpx.Response]
+GROUP = "admissionregistration.k8s.io"
+CONFIGS = "mutatingwebhookconfigurations"
+
+
+class FakeWebhooks:
+    """Answers per webhook host; records every review received."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, Handler] = {}
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.source = MemorySource()
+
+    def add(self, config: str, raw: dict[str, Any], handler: Handler) -> None:
+        existing = self.source.objects.get((GROUP, CONFIGS, "", config))
+        hooks = [*(existing or {}).get("webhooks", []), raw]
+        self.source.put(GROUP, CONFIGS, configuration(config, *hooks))
+        self.handlers[raw["name"]] = handler
+
+    def transport(self) -> httpx.MockTransport:
+        def handle(request: httpx.Request) -> httpx.Response:
+            review = json.loads(request.content)
+            self.calls.append((request.url.host, review))
+            result = self.handlers[request.url.host](review)
+            return (
+                result if isinstance(result, httpx.Response) else httpx.Response(200, json=result)
+            )
+
+        return httpx.MockTransport(handle)
+
+    async def admit(self, request: Any = None) -> AdmissionResult:
+        dispatcher = WebhookDispatcher(self.source, transport=self.transport())
+        return await dispatcher.admit(request or attrs(pod("p")))
+
+    def called(self) -> list[str]:
+        return [host for host, _ in self.calls]
+
+
+def add_annotation(key: str) -> Handler:
+    """A webhook adding one annotation unless present (idempotent)."""
+
+    def handle(review: dict[str, Any]) -> dict[str, Any]:
+        obj = review["request"]["object"]
+        annotations = obj["metadata"].get("annotations")
+        if annotations is None:
+            ops = [{"op": "add", "path": "/metadata/annotations", "value": {key: "1"}}]
+        elif key not in annotations:
+            ops = [{"op": "add", "path": f"/metadata/annotations/{key}", "value": "1"}]
+        else:
+            ops = []
+        return answer(review, patch=ops)
+
+    return handle
+
+
+def allow(review: dict[str, Any]) -> dict[str, Any]:
+    return answer(review)
+
+
+@pytest.fixture
+def hooks() -> FakeWebhooks:
+    return FakeWebhooks()
+
+
+async def test_patch_and_warnings_are_returned(hooks: FakeWebhooks) -> None:
+    def handle(review: dict[str, Any]) -> dict[str, Any]:
+        ops = [{"op": "add", "path": "/metadata/labels", "value": {"seen": "yes"}}]
+        return answer(review, patch=ops, warnings=["hello from the webhook"])
+
+    hooks.add("a", webhook("a.example.com"), handle)
+    result = await hooks.admit()
+    assert result.object is not None
+    assert result.object["metadata"]["labels"] == {"seen": "yes"}
+    assert result.warnings == ["hello from the webhook"]
+
+
+async def test_failure_policy(hooks: FakeWebhooks) -> None:
+    hooks.add("a", webhook("a.example.com", failurePolicy="Ignore"), lambda r: httpx.Response(500))
+    assert (await hooks.admit()).object == pod("p")
+    hooks.add("b", webhook("b.example.com"), lambda r: {"not": "a review"})
+    with pytest.raises(AdmissionError) as info:
+        await hooks.admit()
+    assert info.value.code == 500
+    assert info.value.status["message"].startswith(
+        'Internal error occurred: failed calling webhook "b.example.com": '
+        "received invalid webhook response"
+    )
+
+
+async def test_an_unappliable_patch_fails_even_under_ignore(hooks: FakeWebhooks) -> None:
+    bad = [{"op": "add", "path": "/metadata/annotations/x", "value": "1"}]
+    raw = webhook("a.example.com", failurePolicy="Ignore")
+    hooks.add("a", raw, lambda r: answer(r, patch=bad))
+    with pytest.raises(AdmissionError) as info:
+        await hooks.admit()
+    assert info.value.code == 500
+
+
+async def test_a_denial_carries_the_webhooks_code(hooks: FakeWebhooks) -> None:
+    status = {"code": 200, "message": "no GPUs for you"}
+    hooks.add("a", webhook("a.example.com"), lambda r: answer(r, allowed=False, status=status))
+    with pytest.raises(AdmissionError) as info:
+        await hooks.admit()
+    assert info.value.code == 400
+    assert info.value.status["message"] == (
+        'admission webhook "a.example.com" denied the request: no GPUs for you'
+    )
+
+
+async def test_dry_run_needs_side_effect_free_webhooks(hooks: FakeWebhooks) -> None:
+    hooks.add("a", webhook("a.example.com", sideEffects="Some"), allow)
+    with pytest.raises(AdmissionError) as info:
+        await hooks.admit(attrs(pod("p"), dry_run=True))
+    assert info.value.code == 400
+    assert (
+        info.value.status["message"] == 'admission webhook "a.example.com" does not support dry run'
+    )
+    assert hooks.calls == []
+
+
+async def test_condition_error_under_fail_is_forbidden(hooks: FakeWebhooks) -> None:
+    conditions = [{"name": "broken", "expression": "object.spec.missing == 1"}]
+    hooks.add("a", webhook("a.example.com", matchConditions=conditions), allow)
+    with pytest.raises(AdmissionError) as info:
+        await hooks.admit()
+    assert info.value.code == 403
+    assert info.value.status["message"].startswith('pods "p" is forbidden: expression')
+    ignored = webhook("a.example.com", matchConditions=conditions, failurePolicy="Ignore")
+    hooks.source.put(GROUP, CONFIGS, configuration("a", ignored))
+    assert (await hooks.admit()).object == pod("p")
+    assert hooks.calls == []
+
+
+async def test_configurations_run_by_name_then_list_order(hooks: FakeWebhooks) -> None:
+    hooks.add("b", webhook("b1.example.com"), allow)
+    hooks.add("a", webhook("a1.example.com"), allow)
+    hooks.add("a", webhook("a2.example.com"), allow)
+    await hooks.admit()
+    assert hooks.called() == ["a1.example.com", "a2.example.com", "b1.example.com"]
+
+
+async def test_reinvocation_calls_earlier_if_needed_webhooks_once_more(hooks: FakeWebhooks) -> None:
+    hooks.add("a", webhook("first.example.com", reinvocationPolicy="IfNeeded"), add_annotation("a"))
+    hooks.add(
+        "b", webhook("second.example.com", reinvocationPolicy="IfNeeded"), add_annotation("b")
+    )
+    hooks.add("c", webhook("never.example.com"), allow)
+    result = await hooks.admit()
+    # first changed, second changed after it; round 2 calls first (changed after its call)
+    # but not second (only its own change followed it) and never the Never webhook.
+    assert hooks.called() == [
+        "first.example.com",
+        "second.example.com",
+        "never.example.com",
+        "first.example.com",
+    ]
+    uids = {review["request"]["uid"] for _, review in hooks.calls}
+    assert len(uids) == 4
+    assert result.object is not None
+    assert result.object["metadata"]["annotations"] == {"a": "1", "b": "1"}
+
+
+async def test_no_reinvocation_without_a_change(hooks: FakeWebhooks) -> None:
+    hooks.add("a", webhook("first.example.com", reinvocationPolicy="IfNeeded"), allow)
+    await hooks.admit()
+    assert hooks.called() == ["first.example.com"]
+
+
+async def test_a_webhook_skipped_in_round_one_is_not_reinvoked(hooks: FakeWebhooks) -> None:
+    selector = {"matchLabels": {"late": "yes"}}
+    skipped = webhook("skip.example.com", reinvocationPolicy="IfNeeded", objectSelector=selector)
+    hooks.add("a", skipped, allow)
+
+    def label(review: dict[str, Any]) -> dict[str, Any]:
+        return answer(
+            review, patch=[{"op": "add", "path": "/metadata/labels", "value": {"late": "yes"}}]
+        )
+
+    hooks.add("b", webhook("labeller.example.com"), label)
+    await hooks.admit()
+    assert hooks.called() == ["labeller.example.com"]
+
+
+async def test_subresources_and_exempt_objects_skip_pod_webhooks(hooks: FakeWebhooks) -> None:
+    hooks.add("a", webhook("a.example.com"), allow)
+    await hooks.admit(attrs(pod("p"), "UPDATE", old=pod("p"), subresource="status"))
+    assert hooks.calls == []
