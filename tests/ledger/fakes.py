@@ -8,12 +8,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from shared import model
+from shared import model, vocab
 from shared.clock import utc
 from shared.errors import Conflict, Invalid, NotFound, ServerError
 from shared.resources import Resource
 
-NAMESPACE = "gpu-reservation"
+NAMESPACE = vocab.PRODUCT_NAME
 WINDOW_START = utc(2026, 1, 5, 9)
 WINDOW_END = utc(2026, 1, 5, 12)
 NOW = utc(2026, 1, 5, 10)

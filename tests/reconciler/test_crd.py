@@ -11,7 +11,7 @@ from shared import model, vocab
 from shared.clock import utc
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD_FILE = ROOT / "charts" / "gpu-reservation" / "crds" / f"{vocab.CRD_NAME}.yaml"
+CRD_FILE = ROOT / "charts" / vocab.PRODUCT_NAME / "crds" / f"{vocab.CRD_NAME}.yaml"
 
 
 def crd() -> dict[str, Any]:

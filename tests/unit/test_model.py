@@ -57,7 +57,8 @@ def test_phase_follows_the_half_open_window(at, phase) -> None:
 def test_reference_round_trip_and_rejects() -> None:
     assert model.reference(7) == "res-7"
     assert model.parse_reference("res-7") == 7
-    for bad in ("res-", "res-x", "rez-7", "res-7a", "res-" + "9" * 19):
+    prefix = vocab.RESERVATION_REF_PREFIX
+    for bad in (prefix, "res-x", "rez-7", "res-7a", prefix + "9" * 19):
         assert model.parse_reference(bad) is None
 
 

@@ -1,0 +1,69 @@
+"""``python -m reconciler``: read settings, run until SIGTERM/SIGINT, exit cleanly.
+
+Exit codes: 0 after a clean shutdown, 2 on invalid configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from reconciler import settings as settings_module
+from reconciler.process import Reconciler
+from reconciler.settings import ReconcilerSettings
+from shared import logs
+from shared.appclient import AppClient
+from shared.gateway import Gateway
+from shared.settings import EnvReader, SettingsError
+
+_log = logging.getLogger("reconciler")
+
+
+def main() -> int:
+    """Entry point."""
+    try:
+        settings, reader = settings_module.load()
+    except SettingsError as exc:
+        print(f"reconciler: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(settings.common.log_level, settings.common.library_log_level)
+    _log_notices(reader)
+    asyncio.run(run(settings))
+    return 0
+
+
+async def run(settings: ReconcilerSettings) -> None:
+    """Start the replica, wait for a stop signal, stop it."""
+    clock = settings.clock.build()
+    gateway = Gateway.from_kubeconfig(settings.common.kubeconfig)
+    client = AppClient(settings.api_url, settings.api_key.value, clock=clock)
+    reconciler = Reconciler(settings, gateway, client, clock)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await reconciler.start()
+        await stop.wait()
+    finally:
+        await reconciler.stop()
+        await client.aclose()
+        gateway.close()
+
+
+def _log_notices(reader: EnvReader) -> None:
+    for notice in reader.notices:
+        logs.log(
+            _log,
+            logging.WARNING,
+            "config.invalid",
+            variable=notice.variable,
+            reason=notice.reason,
+            value=notice.value,
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,258 @@
+"""Leader election on a coordination.k8s.io Lease (DESIGN §5).
+
+Every replica serves HTTP; only the leader runs the loops that act. The decision is a
+pure function of the Lease as read, this replica's identity and now:
+
+- no Lease → create it (acquire);
+- we hold it → renew;
+- nobody holds it, or its holder has not renewed for ``leaseDurationSeconds`` → take
+  over (``leaseTransitions`` + 1);
+- otherwise → stand by, and look again when it would expire (at the latest after
+  the renew period), so a standby takes over within the lease duration of the last
+  renewal.
+
+Every write carries the resourceVersion that was read, so two standbys racing for an
+expired Lease cannot both win. A leader that cannot renew for ``lease − renew``
+seconds steps down before anyone else may take over. On shutdown the leader releases
+the Lease (empty holder) so a standby takes over at its next look.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol
+
+from reconciler.settings import LeaderSettings
+from shared import vocab
+from shared.clock import Clock, parse_utc
+from shared.errors import Conflict, KubeError, NotFound
+from shared.logs import log
+from shared.resources import LEASES, Resource
+
+_log = logging.getLogger(__name__)
+
+
+class Action(StrEnum):
+    """What a replica does after reading the Lease."""
+
+    CREATE = "create"
+    RENEW = "renew"
+    TAKEOVER = "takeover"
+    STANDBY = "standby"
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """The parts of a Lease the decision reads."""
+
+    holder: str | None
+    renewed: datetime | None
+    duration_s: float
+    transitions: int = 0
+
+    def expires(self) -> datetime | None:
+        """When the holder's claim lapses (None: never renewed, already lapsed)."""
+        if self.renewed is None:
+            return None
+        return self.renewed + timedelta(seconds=self.duration_s)
+
+
+def decide(view: LeaseView | None, me: str, now: datetime) -> Action:
+    """The election rule (no side effects); expiry is strict: at ``expires`` it lapses."""
+    if view is None:
+        return Action.CREATE
+    if view.holder == me:
+        return Action.RENEW
+    expires = view.expires()
+    if not view.holder or expires is None or now >= expires:
+        return Action.TAKEOVER
+    return Action.STANDBY
+
+
+def wait_seconds(view: LeaseView | None, action: Action, now: datetime, renew_s: float) -> float:
+    """How long to wait before the next look: the renew period, or less for a standby
+    whose holder's lease lapses sooner."""
+    if action is not Action.STANDBY or view is None:
+        return renew_s
+    expires = view.expires()
+    if expires is None:
+        return renew_s
+    return max(0.01, min(renew_s, (expires - now).total_seconds() + 0.01))
+
+
+def format_micro(instant: datetime) -> str:
+    """metav1.MicroTime: RFC 3339 with exactly six fractional digits."""
+    return instant.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def view_of(obj: dict[str, Any]) -> LeaseView:
+    """Read a Lease object; unreadable times count as never renewed."""
+    spec = obj.get("spec") or {}
+    renewed = None
+    if isinstance(spec.get("renewTime"), str):
+        try:
+            renewed = parse_utc(spec["renewTime"])
+        except ValueError:
+            renewed = None
+    duration = spec.get("leaseDurationSeconds")
+    transitions = spec.get("leaseTransitions")
+    return LeaseView(
+        holder=spec.get("holderIdentity") or None,
+        renewed=renewed,
+        duration_s=float(duration) if isinstance(duration, int) and duration > 0 else 0.0,
+        transitions=transitions if isinstance(transitions, int) else 0,
+    )
+
+
+def lease_body(
+    raw: dict[str, Any] | None, me: str, now: datetime, action: Action, lease_s: float, ns: str
+) -> dict[str, Any]:
+    """The Lease to write for ``action`` (keeps the read metadata and resourceVersion)."""
+    view = view_of(raw) if raw is not None else None
+    spec = dict((raw or {}).get("spec") or {})
+    spec.update(
+        holderIdentity=me,
+        leaseDurationSeconds=max(1, math.ceil(lease_s)),
+        renewTime=format_micro(now),
+    )
+    if action is not Action.RENEW:
+        spec["acquireTime"] = format_micro(now)
+        spec["leaseTransitions"] = (view.transitions + 1) if view else 0
+    body = dict(raw) if raw is not None else _new_lease(ns)
+    body["spec"] = spec
+    return body
+
+
+def _new_lease(ns: str) -> dict[str, Any]:
+    return {
+        "apiVersion": LEASES.api_version,
+        "kind": LEASES.kind,
+        "metadata": {"name": vocab.LEADER_LEASE_NAME, "namespace": ns},
+    }
+
+
+class LeaseGateway(Protocol):
+    """The gateway calls the elector makes."""
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        """GET one object."""
+        ...
+
+    async def replace(
+        self,
+        res: Resource,
+        name: str,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """PUT one object."""
+        ...
+
+    async def create(
+        self, res: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> object:
+        """POST a new object."""
+        ...
+
+
+class Elector:
+    """Runs the election; calls ``on_change(True/False)`` when leadership changes."""
+
+    def __init__(
+        self,
+        gateway: LeaseGateway,
+        namespace: str,
+        identity: str,
+        clock: Clock,
+        settings: LeaderSettings,
+        on_change: Callable[[bool], None],
+    ) -> None:
+        self._gateway = gateway
+        self._ns = namespace
+        self.identity = identity
+        self._clock = clock
+        self._settings = settings
+        self._on_change = on_change
+        self.is_leader = False
+        self._last_renew: datetime | None = None
+        self._wait = settings.renew_s
+
+    async def run(self) -> None:
+        """Look, act, wait — until cancelled."""
+        while True:
+            await self.step()
+            await self._clock.sleep(self._wait)
+
+    async def step(self) -> None:
+        """One round of the election."""
+        now = self._clock.now()
+        try:
+            raw = await self._read()
+            view = view_of(raw) if raw is not None else None
+            action = decide(view, self.identity, now)
+            self._wait = wait_seconds(view, action, now, self._settings.renew_s)
+            if action is Action.STANDBY:
+                self._set(False, holder=view.holder if view else None)
+                return
+            await self._write(raw, action, now)
+        except Conflict:
+            self._wait = 0.05  # someone wrote first: look again at once
+            self._set(False)
+        except KubeError as exc:
+            log(_log, logging.WARNING, "leader.lease_error", error=str(exc))
+            self._wait = self._settings.renew_s
+            self._step_down_if_stale(now)
+
+    async def release(self) -> None:
+        """Give the Lease up (empty holder) if we hold it; best-effort."""
+        if not self.is_leader:
+            return
+        self._set(False)
+        try:
+            raw = await self._read()
+            if raw is None or view_of(raw).holder != self.identity:
+                return
+            body = dict(raw, spec={**raw.get("spec", {}), "holderIdentity": None})
+            await self._gateway.replace(LEASES, vocab.LEADER_LEASE_NAME, body, self._ns)
+            log(_log, logging.INFO, "leader.released", identity=self.identity)
+        except KubeError as exc:
+            log(_log, logging.WARNING, "leader.release_failed", error=str(exc))
+
+    async def _read(self) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = await self._gateway.get(LEASES, vocab.LEADER_LEASE_NAME, self._ns)
+        except NotFound:
+            return None
+        return obj
+
+    async def _write(self, raw: dict[str, Any] | None, action: Action, now: datetime) -> None:
+        body = lease_body(raw, self.identity, now, action, self._settings.lease_s, self._ns)
+        if raw is None:
+            await self._gateway.create(LEASES, body, self._ns)
+        else:
+            await self._gateway.replace(LEASES, vocab.LEADER_LEASE_NAME, body, self._ns)
+        self._last_renew = now
+        if action is not Action.RENEW or not self.is_leader:
+            log(_log, logging.INFO, "leader.acquired", identity=self.identity, how=action.value)
+        self._set(True)
+
+    def _step_down_if_stale(self, now: datetime) -> None:
+        if not self.is_leader or self._last_renew is None:
+            return
+        limit = self._settings.lease_s - self._settings.renew_s
+        if (now - self._last_renew).total_seconds() >= limit:
+            self._set(False)
+
+    def _set(self, leading: bool, holder: str | None = None) -> None:
+        if leading == self.is_leader:
+            return
+        self.is_leader = leading
+        if not leading:
+            log(_log, logging.WARNING, "leader.lost", identity=self.identity, holder=holder)
+        self._on_change(leading)

@@ -1,0 +1,224 @@
+"""The mirror: one ``GPUReservation`` object ``res-<id>`` per reservation of the app.
+
+``facts_from`` turns an app reservation into the object's spec (pure); ``plan`` decides
+what a full sync changes (pure); ``MirrorWriter`` performs the writes. Rules:
+
+- a reservation is mirrored only when its GPU class has a label value (otherwise no pod
+  can use it); the class map from ``GET /api/gpu-classes`` is the source of truth, the
+  label embedded in the reservation the fallback for a class missing from the map;
+- a spec is written only when it changed, and only when the app's ``updated_at`` is at
+  least the stored one, so a slow poll never undoes a newer push (checked again on
+  every retry: writes carry the resourceVersion they were decided on);
+- an object whose window has ended and that no live pod references is deleted; an
+  ended reservation is never (re)created unless a pod references it;
+- status (ledger) is never touched here except to refresh ``phase``/``usedGpus``,
+  always by a resourceVersion-checked write of the ledger as read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from reconciler.metrics import Metrics
+from shared import model
+from shared.appclient.models import GpuClass, Reservation
+from shared.errors import Conflict, KubeError, NotFound
+from shared.ledger import status_body
+from shared.logs import log
+from shared.resources import GPU_RESERVATIONS
+
+_log = logging.getLogger(__name__)
+_KINDS = {k.value: k for k in model.Kind}
+_STATES = {s.value: s for s in model.State}
+_RETRIES = 5
+
+
+def facts_from(r: Reservation, classes: Mapping[int, GpuClass]) -> model.ReservationFacts | None:
+    """The spec for ``r``; ``None`` when it cannot be mirrored (no label, no owner,
+    unknown status). An unknown kind is kept as a booking (protected, contract §3.6)."""
+    cls = classes.get(r.gpu_class_id)
+    label = cls.label_value if cls is not None else r.gpu_class.label_value
+    state = _STATES.get(r.status)
+    if not label or not r.username or state is None:
+        return None
+    return model.ReservationFacts(
+        id=r.id,
+        owner=r.username,
+        gpu_class=label,
+        gpu_class_name=cls.name if cls is not None else r.gpu_class.name,
+        gpu_count=r.gpu_count,
+        kind=_KINDS.get(r.kind, model.Kind.BOOKING),
+        start=r.start_utc,
+        end=r.end_utc,
+        state=state,
+        updated_at=r.updated_at,
+        owner_id=r.user_id,
+        group=r.group_name,
+        cancel_reason=r.cancel_reason,
+    )
+
+
+def newer_or_same(new: model.ReservationFacts, stored: model.ReservationFacts) -> bool:
+    """Whether ``new`` may replace ``stored`` (never move a mirror backwards)."""
+    return new.updated_at >= stored.updated_at
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one full sync writes."""
+
+    upserts: tuple[model.ReservationFacts, ...]
+    deletes: tuple[str, ...]
+    refresh: tuple[str, ...]
+
+
+def plan(
+    fetched: Iterable[model.ReservationFacts],
+    existing: Mapping[str, model.GPUReservation],
+    stored_phase: Mapping[str, str],
+    referenced: set[str],
+    now: datetime,
+) -> Plan:
+    """Decide a full sync (no side effects).
+
+    ``existing`` maps object names to what is stored; ``stored_phase`` the phase in
+    each object's status; ``referenced`` the names live pods carry.
+    """
+    upserts: list[model.ReservationFacts] = []
+    seen: set[str] = set()
+    for facts in fetched:
+        seen.add(facts.name)
+        current = existing.get(facts.name)
+        ended = facts.end <= now and facts.name not in referenced
+        if current is None:
+            if not ended:
+                upserts.append(facts)
+        elif current.facts != facts and newer_or_same(facts, current.facts):
+            upserts.append(facts)
+    planned = {f.name for f in upserts}
+    deletes = tuple(
+        name
+        for name, res in existing.items()
+        if res.facts.end <= now and name not in referenced and name not in planned
+    )
+    refresh = tuple(
+        name
+        for name, res in existing.items()
+        if name not in planned
+        and name not in deletes
+        and stored_phase.get(name) != res.facts.phase(now).value
+    )
+    return Plan(tuple(upserts), deletes, refresh)
+
+
+class MirrorWriter:
+    """Writes GPUReservation objects in one namespace (sync and push share it)."""
+
+    def __init__(self, gateway: Any, namespace: str, metrics: Metrics) -> None:
+        self._gateway = gateway
+        self._ns = namespace
+        self._metrics = metrics
+
+    async def upsert(self, facts: model.ReservationFacts, now: datetime) -> str:
+        """Create or update ``res-<id>``; returns created/updated/unchanged/stale/failed."""
+        for _ in range(_RETRIES):
+            try:
+                return await self._upsert_once(facts, now)
+            except Conflict:
+                continue  # a ledger write or a racing writer: re-read and decide again
+            except KubeError as exc:
+                return self._failed("upsert", facts.name, exc)
+        return self._failed("upsert", facts.name, KubeError(409, "kept conflicting"))
+
+    async def delete(self, name: str) -> bool:
+        """Delete the object; gone already counts as done."""
+        try:
+            await self._gateway.delete(GPU_RESERVATIONS, name, self._ns)
+        except NotFound:
+            return True
+        except KubeError as exc:
+            self._failed("delete", name, exc)
+            return False
+        self._wrote("deleted", name)
+        return True
+
+    async def refresh_status(self, name: str, now: datetime) -> None:
+        """Rewrite status so ``phase`` is current (the ledger as read, CAS-checked)."""
+        try:
+            raw = await self._gateway.get(GPU_RESERVATIONS, name, self._ns)
+            res = model.from_object(raw)
+            await self._put_status(raw, res, now)
+        except Conflict:
+            return  # someone wrote the ledger, and with it a fresh phase
+        except (KubeError, ValueError) as exc:
+            self._failed("status", name, exc)
+            return
+        self._wrote("status", name)
+
+    async def _upsert_once(self, facts: model.ReservationFacts, now: datetime) -> str:
+        try:
+            raw = await self._gateway.get(GPU_RESERVATIONS, facts.name, self._ns)
+        except NotFound:
+            return await self._create(facts, now)
+        try:
+            current: model.GPUReservation | None = model.from_object(raw)
+        except ValueError:
+            current = None  # a damaged object: the app's facts win
+        if current is not None and current.facts == facts:
+            return "unchanged"
+        if current is not None and not newer_or_same(facts, current.facts):
+            log(_log, logging.INFO, "mirror.stale_skipped", reservation=facts.name)
+            return "stale"
+        body = dict(raw, spec=model.facts_to_spec(facts))
+        written = await self._gateway.replace(GPU_RESERVATIONS, facts.name, body, self._ns)
+        await self._put_status(written, model.GPUReservation(facts), now, quiet=True)
+        self._wrote("updated", facts.name)
+        return "updated"
+
+    async def _create(self, facts: model.ReservationFacts, now: datetime) -> str:
+        res = model.GPUReservation(facts)
+        answer = await self._gateway.create(
+            GPU_RESERVATIONS, model.to_object(res, self._ns, now), self._ns
+        )
+        await self._put_status(answer.body, res, now, quiet=True)
+        self._wrote("created", facts.name)
+        return "created"
+
+    async def _put_status(
+        self, raw: dict[str, Any], res: model.GPUReservation, now: datetime, quiet: bool = False
+    ) -> None:
+        """Write status from the ledger in ``raw`` (``res`` supplies the facts)."""
+        try:
+            stored = model.from_object(raw)
+            holds = stored.holds
+            extra = stored.status_extra
+        except ValueError:
+            holds, extra = res.holds, res.status_extra
+        current = replace(res, holds=holds, status_extra=extra)
+        try:
+            await self._gateway.replace(
+                GPU_RESERVATIONS, res.name, status_body(raw, current, now), self._ns, "status"
+            )
+        except Conflict:
+            if not quiet:
+                raise
+
+    def _wrote(self, action: str, name: str) -> None:
+        self._metrics.mirror_writes.labels(action).inc()
+        log(_log, logging.INFO, f"mirror.{action}", reservation=name)
+
+    def _failed(self, action: str, name: str, exc: Exception) -> str:
+        self._metrics.mirror_errors.labels(action).inc()
+        log(
+            _log,
+            logging.WARNING,
+            "mirror.write_failed",
+            action=action,
+            reservation=name,
+            error=str(exc),
+        )
+        return "failed"

@@ -1,0 +1,140 @@
+"""The reconciler process: HTTP on every replica, the acting loops on the leader.
+
+Start order: the HTTP listener (every replica answers health, metrics and push at
+once), then leader election. When this replica becomes leader it runs one full sync
+and only then starts the leader's loops; when it loses the Lease the loops are
+cancelled. ``stop`` (SIGTERM) cancels everything, releases the Lease so a standby
+takes over at its next look, and closes the listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Generator
+
+import uvicorn
+
+from reconciler.http import HttpState, build_app
+from reconciler.leader import Elector
+from reconciler.metrics import Metrics
+from reconciler.settings import ReconcilerSettings
+from reconciler.sync import ReservationSource, Syncer
+from reconciler.tasks import Tasks
+from shared.clock import Clock
+from shared.gateway import Gateway
+from shared.logs import log
+
+_log = logging.getLogger(__name__)
+ELECTION_TASK = "leader-election"
+SYNC_TASK = "reservation-sync"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling (the process owns SIGTERM)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class Reconciler:
+    """One reconciler replica."""
+
+    def __init__(
+        self,
+        settings: ReconcilerSettings,
+        gateway: Gateway,
+        source: ReservationSource,
+        clock: Clock,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.metrics = Metrics()
+        self.tasks = Tasks()
+        ns = settings.common.namespace
+        self.syncer = Syncer(source, gateway, ns, clock, self.metrics, settings.lookahead_days)
+        self.elector = Elector(
+            gateway, ns, settings.identity, clock, settings.leader, self._on_leadership
+        )
+        self._leading = False
+        self._lead_task: asyncio.Task[None] | None = None
+        self._server: _Server | None = None
+        self._server_task: asyncio.Task[None] | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    def leader_loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """The loops only the leader runs (started after the startup sync)."""
+        interval = self.settings.fetch_interval_s
+        return [(SYNC_TASK, lambda: self.syncer.run(interval))]
+
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Serve HTTP, then join the election (or lead at once when it is disabled)."""
+        await self._serve(sock)
+        if self.settings.leader.enabled:
+            self.tasks.spawn(ELECTION_TASK, self.elector.run)
+        else:
+            self._on_leadership(True)
+        log(_log, logging.INFO, "startup.ready", identity=self.settings.identity)
+
+    async def stop(self) -> None:
+        """Cancel every loop, release the Lease, close the listener."""
+        log(_log, logging.INFO, "shutdown.start")
+        await self._stop_leading()
+        await self.tasks.cancel()
+        await self.elector.release()
+        if self._server is not None and self._server_task is not None:
+            self._server.should_exit = True
+            await self._server_task
+        log(_log, logging.INFO, "shutdown.complete")
+
+    def _on_leadership(self, leading: bool) -> None:
+        self._leading = leading
+        self.metrics.leader.set(1 if leading else 0)
+        if leading:
+            self._lead_task = asyncio.create_task(self._lead())
+        else:
+            asyncio.create_task(self._stop_leading())  # noqa: RUF006 - awaited in stop()
+
+    async def _lead(self) -> None:
+        await self.syncer.sync_once()
+        for name, loop in self.leader_loops():
+            self.tasks.spawn(name, loop)
+        log(_log, logging.INFO, "leader.loops_started", loops=[n for n, _ in self.leader_loops()])
+
+    async def _stop_leading(self) -> None:
+        if self._lead_task is not None:
+            self._lead_task.cancel()
+            await asyncio.gather(self._lead_task, return_exceptions=True)
+            self._lead_task = None
+        await self.tasks.cancel(*(n for n, _ in self.leader_loops()))
+
+    async def _serve(self, sock: socket.socket | None) -> None:
+        state = HttpState(
+            self.tasks,
+            self.metrics,
+            self.syncer,
+            self.settings.inbound_token,
+            lambda: self._leading,
+        )
+        config = uvicorn.Config(
+            build_app(state),
+            host=self.settings.http_host,
+            port=self.settings.http_port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+        )
+        self._server = _Server(config)
+        sockets = [sock] if sock is not None else None
+        self._server_task = asyncio.create_task(self._server.serve(sockets))
+        while not self._server.started:
+            if self._server_task.done():
+                await self._server_task
+                raise RuntimeError(f"HTTP listener on port {self.settings.http_port} failed")
+            await asyncio.sleep(0.01)

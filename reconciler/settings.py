@@ -1,0 +1,127 @@
+"""The reconciler's settings, read once from the environment at start (DESIGN §7).
+
+Variables the replaced controller had keep their names and its lenient behaviour (an
+invalid number falls back to the default with a ``config.invalid`` notice); variables
+this project adds are strict: a bad value stops the process with one message listing
+every problem. ``docs/configuration.md`` documents each variable.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
+from shared.settings import CommonSettings, EnvReader, SecretStr, read_common
+
+
+@dataclass(frozen=True)
+class LeaderSettings:
+    """Leader election on a coordination Lease (replaces the seed's singleton lease)."""
+
+    #: LEADER_ELECTION_ENABLED: off means this replica always leads (one replica only).
+    enabled: bool
+    #: LEADER_ELECTION_LEASE_SECONDS: a standby takes over this long after the last renew.
+    lease_s: float
+    #: LEADER_ELECTION_RENEW_SECONDS: how often the leader renews and a standby looks.
+    renew_s: float
+
+
+@dataclass(frozen=True)
+class ClockSettings:
+    """The process clock; only the sandbox sets these (scaled time for scenarios)."""
+
+    #: CLOCK_FACTOR: how many seconds of process time pass per wall second.
+    factor: float
+    #: CLOCK_EPOCH: the instant the scaled clock starts at (UTC).
+    epoch: datetime | None
+    #: CLOCK_STARTED_AT: the wall time (Unix seconds) at which ``epoch`` was now.
+    started_at: float | None
+
+    def build(self) -> Clock:
+        """A ``SystemClock`` unless scaling or an epoch is configured."""
+        if self.factor == 1.0 and self.epoch is None:
+            return SystemClock()
+        return ScaledClock(self.factor, self.epoch, self.started_at)
+
+
+@dataclass(frozen=True)
+class ReconcilerSettings:
+    """Everything the reconciler reads from the environment."""
+
+    common: CommonSettings
+    #: RESERVATION_API_URL (required): base URL of the reservation app, no trailing slash.
+    api_url: str
+    #: RESERVATION_API_KEY (required): a read_write service key.
+    api_key: SecretStr
+    #: RESERVATION_FETCH_INTERVAL (seed, s, >= 1): period of the full sync.
+    fetch_interval_s: int
+    #: RESERVATION_LOOKAHEAD_DAYS (seed, >= 1): days after today the sync mirrors.
+    lookahead_days: int
+    #: HTTP_PORT (seed, 1..65535): health, metrics and the inbound APIs.
+    http_port: int
+    #: HTTP_HOST: address the HTTP listener binds.
+    http_host: str
+    #: INBOUND_API_TOKEN (seed): bearer token of the inbound APIs; unset disables them.
+    inbound_token: SecretStr | None
+    #: POD_NAME (seed, else HOSTNAME, else the host name): this replica's identity.
+    identity: str
+    #: LEDGER_CLAIM_TTL_SECONDS: an unbound ledger hold older than this is dropped.
+    ledger_claim_ttl_s: int
+    leader: LeaderSettings
+    clock: ClockSettings
+
+
+def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvReader]:
+    """Read and validate; raises ``SettingsError`` listing every invalid variable.
+
+    The reader is returned too, so the caller can log its seed-style ``notices``.
+    """
+    reader = EnvReader(os.environ if env is None else env)
+    settings = ReconcilerSettings(
+        common=read_common(reader),
+        api_url=reader.required("RESERVATION_API_URL").rstrip("/"),
+        api_key=reader.secret("RESERVATION_API_KEY", required=True) or SecretStr(""),
+        fetch_interval_s=reader.integer("RESERVATION_FETCH_INTERVAL", 300, 1, strict=False),
+        lookahead_days=reader.integer("RESERVATION_LOOKAHEAD_DAYS", 7, 1, strict=False),
+        http_port=reader.integer("HTTP_PORT", 8000, 1, 65535, strict=False),
+        http_host=reader.string("HTTP_HOST", "0.0.0.0") or "0.0.0.0",
+        inbound_token=reader.secret("INBOUND_API_TOKEN"),
+        identity=_identity(reader),
+        ledger_claim_ttl_s=reader.integer("LEDGER_CLAIM_TTL_SECONDS", 120, 1, 86400),
+        leader=_leader(reader),
+        clock=_clock(reader),
+    )
+    reader.check()
+    return settings, reader
+
+
+def _identity(reader: EnvReader) -> str:
+    return reader.string("POD_NAME") or reader.string("HOSTNAME") or socket.gethostname()
+
+
+def _leader(reader: EnvReader) -> LeaderSettings:
+    lease_s = reader.number("LEADER_ELECTION_LEASE_SECONDS", 15.0, minimum=1.0)
+    renew_s = reader.number("LEADER_ELECTION_RENEW_SECONDS", 5.0, minimum=0.1)
+    if renew_s >= lease_s:
+        reader.problems.append(
+            f"LEADER_ELECTION_RENEW_SECONDS={renew_s} must be below "
+            f"LEADER_ELECTION_LEASE_SECONDS={lease_s}"
+        )
+    return LeaderSettings(reader.boolean("LEADER_ELECTION_ENABLED", True), lease_s, renew_s)
+
+
+def _clock(reader: EnvReader) -> ClockSettings:
+    factor = reader.number("CLOCK_FACTOR", 1.0, minimum=0.001)
+    epoch_text = reader.string("CLOCK_EPOCH")
+    epoch = None
+    if epoch_text is not None:
+        try:
+            epoch = parse_utc(epoch_text)
+        except ValueError:
+            reader.problems.append(f"CLOCK_EPOCH={epoch_text!r} is not a UTC instant")
+    started = reader.number("CLOCK_STARTED_AT", -1.0)
+    return ClockSettings(factor, epoch, started if started >= 0 else None)

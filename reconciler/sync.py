@@ -1,0 +1,175 @@
+"""The sync: app → GPUReservation objects, every RESERVATION_FETCH_INTERVAL.
+
+One pass fetches every reservation of ``[today − 1, today + LOOKAHEAD]`` (status=all,
+so cancellations are seen) and the GPU classes, lists the mirror and the pods that
+reference it, and applies ``mirror.plan``. A failed reservation fetch changes nothing
+(never replace state with a partial list): it is logged, counted, and the next pass
+tries again. A failed class fetch keeps the previous class map (contract §2.2). Sync
+and push in one process run under one lock so they never interleave; across replicas
+the resourceVersion-checked writes and the ``updated_at`` rule keep them apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from datetime import date
+from typing import Any, Protocol
+
+from reconciler.metrics import Metrics
+from reconciler.mirror import MirrorWriter, facts_from, plan
+from shared import model, vocab
+from shared.appclient import Failure, Fetched, GpuClass, Reservation, fetch_window
+from shared.clock import Clock
+from shared.errors import KubeError
+from shared.logs import log
+from shared.resources import GPU_RESERVATIONS, PODS
+
+_log = logging.getLogger(__name__)
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+class ReservationSource(Protocol):
+    """The reads the sync makes of the reservation app (``AppClient`` satisfies it)."""
+
+    async def list_reservations(
+        self, date_start: date, date_end: date
+    ) -> Fetched[tuple[Reservation, ...]] | Failure:
+        """Every reservation overlapping the days, or a failure (never a partial list)."""
+        ...
+
+    async def list_gpu_classes(self) -> Fetched[tuple[GpuClass, ...]] | Failure:
+        """Every GPU class, or a failure."""
+        ...
+
+
+class Syncer:
+    """Keeps the mirror equal to the app; shared by the sync loop and the push API."""
+
+    def __init__(
+        self,
+        source: ReservationSource,
+        gateway: Any,
+        namespace: str,
+        clock: Clock,
+        metrics: Metrics,
+        lookahead_days: int,
+    ) -> None:
+        self.source = source
+        self._gateway = gateway
+        self._ns = namespace
+        self.clock = clock
+        self._metrics = metrics
+        self._lookahead = lookahead_days
+        self.writer = MirrorWriter(gateway, namespace, metrics)
+        self.classes: dict[int, GpuClass] = {}
+        self.lock = asyncio.Lock()
+        self._failures = 0
+
+    async def run(self, interval_s: float) -> None:
+        """Sync every ``interval_s`` (the first pass already ran at startup)."""
+        while True:
+            await self.clock.sleep(interval_s)
+            await self.sync_once()
+
+    async def refresh_classes(self) -> None:
+        """Replace the class map; on failure keep the previous one (logged)."""
+        got = await self.source.list_gpu_classes()
+        if isinstance(got, Fetched):
+            self.classes = {c.id: c for c in got.value}
+        else:
+            log(_log, logging.WARNING, "api.gpu_classes_fetch_failed", error=_describe(got))
+
+    async def sync_once(self) -> bool:
+        """One full pass; ``False`` (and nothing changed) when the fetch failed."""
+        async with self.lock:
+            now = self.clock.now()
+            start, end = fetch_window(now.date(), self._lookahead)
+            got = await self.source.list_reservations(start, end)
+            if not isinstance(got, Fetched):
+                self._fetch_failed(_describe(got))
+                return False
+            await self.refresh_classes()
+            try:
+                await self._apply(got.value)
+            except KubeError as exc:
+                self._fetch_failed(f"kubernetes: {exc}")
+                return False
+            self._fetch_ok(len(got.value))
+            return True
+
+    async def mirror(self) -> dict[str, model.GPUReservation]:
+        """Every readable GPUReservation object, by name."""
+        items = (await self._gateway.list_all(GPU_RESERVATIONS, self._ns)).items
+        return dict(_parse_existing(items)[0])
+
+    async def _apply(self, rows: tuple[Reservation, ...]) -> None:
+        now = self.clock.now()
+        fetched = [f for f in (self._facts(r) for r in rows) if f is not None]
+        raw_objects = (await self._gateway.list_all(GPU_RESERVATIONS, self._ns)).items
+        existing, phases = _parse_existing(raw_objects)
+        referenced = await self._referenced()
+        decided = plan(fetched, existing, phases, referenced, now)
+        for facts in decided.upserts:
+            await self.writer.upsert(facts, now)
+        for name in decided.deletes:
+            await self.writer.delete(name)
+        for name in decided.refresh:
+            await self.writer.refresh_status(name, now)
+        self._metrics.mirrored.set(len(existing) + len(decided.upserts) - len(decided.deletes))
+
+    def _facts(self, row: Reservation) -> model.ReservationFacts | None:
+        facts = facts_from(row, self.classes)
+        if facts is None:
+            log(_log, logging.DEBUG, "mirror.skipped", reservation=model.reference(row.id))
+        return facts
+
+    async def _referenced(self) -> set[str]:
+        """Names of GPUReservations that live (unfinished) pods carry."""
+        pods = await self._gateway.list_all(PODS, label_selector=vocab.GPU_CLASS_LABEL)
+        refs = set()
+        for pod in pods.items:
+            if (pod.get("status") or {}).get("phase") in _FINISHED:
+                continue
+            ref = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+                vocab.BOOKING_REFERENCE
+            )
+            if isinstance(ref, str) and model.parse_reference(ref) is not None:
+                refs.add(ref)
+        return refs
+
+    def _fetch_failed(self, why: str) -> None:
+        self._failures += 1
+        self._metrics.fetches.labels("failed").inc()
+        self._metrics.fetch_failures_in_a_row.set(self._failures)
+        log(_log, logging.WARNING, "fetch.failed", error=why, consecutive=self._failures)
+
+    def _fetch_ok(self, count: int) -> None:
+        self._failures = 0
+        self._metrics.fetches.labels("ok").inc()
+        self._metrics.fetch_failures_in_a_row.set(0)
+        self._metrics.last_good_fetch.set(self.clock.now().timestamp())
+        log(_log, logging.INFO, "fetch.complete", reservations=count)
+
+
+def _parse_existing(
+    items: list[dict[str, Any]],
+) -> tuple[Mapping[str, model.GPUReservation], Mapping[str, str]]:
+    existing: dict[str, model.GPUReservation] = {}
+    phases: dict[str, str] = {}
+    for obj in items:
+        try:
+            res = model.from_object(obj)
+        except ValueError as exc:
+            name = (obj.get("metadata") or {}).get("name")
+            log(_log, logging.WARNING, "mirror.malformed", reservation=name, error=str(exc))
+            continue
+        existing[res.name] = res
+        phases[res.name] = str((obj.get("status") or {}).get("phase", ""))
+    return existing, phases
+
+
+def _describe(failure: Failure) -> str:
+    detail = getattr(failure, "detail", "")
+    return f"{type(failure).__name__}: {detail}"[:300]

@@ -1,0 +1,119 @@
+"""Guarded tasks flip /health; settings read from the environment."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from reconciler import settings as rs
+from reconciler.http import HttpState, build_app
+from reconciler.metrics import Metrics
+from reconciler.sync import Syncer
+from reconciler.tasks import Tasks
+from shared.clock import ManualClock, SystemClock
+from shared.settings import SettingsError
+from tests.reconciler.builders import NS, FakeSource
+from tests.reconciler.fakekube import FakeKube
+
+REQUIRED = {"RESERVATION_API_URL": "http://app/", "RESERVATION_API_KEY": "gpures_x"}
+
+
+async def get(app, path: str) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        return await client.get(path)
+
+
+def test_health_is_503_naming_a_crashed_or_exited_task() -> None:
+    async def scenario() -> None:
+        tasks, metrics = Tasks(), Metrics()
+        syncer = Syncer(FakeSource(), FakeKube(), NS, ManualClock(), metrics, 7)
+        app = build_app(HttpState(tasks, metrics, syncer, None, lambda: True))
+        assert (await get(app, "/health")).json() == {"status": "ok", "leader": True}
+
+        async def boom() -> None:
+            raise RuntimeError("kaput")
+
+        async def quits() -> None:
+            return None
+
+        forever = asyncio.Event()
+
+        async def waits() -> None:
+            await forever.wait()
+
+        tasks.spawn("fine", waits)
+        tasks.spawn("sync", boom)
+        tasks.spawn("queue", quits)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        answer = await get(app, "/health")
+        assert answer.status_code == 503
+        assert answer.json()["failed"] == {
+            "sync": "crashed: RuntimeError: kaput",
+            "queue": "exited",
+        }
+        text = (await get(app, "/metrics")).text
+        assert 'gpu_reservation_background_task_failed{task="sync"} 1.0' in text
+        await tasks.cancel()
+        assert tasks.running() == []
+
+    asyncio.run(scenario())
+
+
+def test_settings_defaults() -> None:
+    settings, reader = rs.load(REQUIRED)
+    assert settings.api_url == "http://app"
+    assert settings.api_key.value == "gpures_x"
+    assert "gpures_x" not in repr(settings)
+    assert (settings.fetch_interval_s, settings.lookahead_days, settings.http_port) == (
+        300,
+        7,
+        8000,
+    )
+    assert settings.inbound_token is None
+    assert settings.ledger_claim_ttl_s == 120
+    assert settings.leader == rs.LeaderSettings(True, 15.0, 5.0)
+    assert isinstance(settings.clock.build(), SystemClock)
+    assert reader.notices == []
+
+
+def test_seed_numbers_fall_back_with_a_notice() -> None:
+    env = {**REQUIRED, "RESERVATION_FETCH_INTERVAL": "often", "HTTP_PORT": "70000"}
+    settings, reader = rs.load(env)
+    assert (settings.fetch_interval_s, settings.http_port) == (300, 8000)
+    assert [(n.variable, n.reason) for n in reader.notices] == [
+        ("RESERVATION_FETCH_INTERVAL", "not_an_integer"),
+        ("HTTP_PORT", "out_of_range"),
+    ]
+
+
+def test_new_variables_are_strict_and_every_problem_is_listed() -> None:
+    env = {
+        "LEDGER_CLAIM_TTL_SECONDS": "0",
+        "LEADER_ELECTION_LEASE_SECONDS": "5",
+        "LEADER_ELECTION_RENEW_SECONDS": "6",
+        "LEADER_ELECTION_ENABLED": "maybe",
+        "CLOCK_EPOCH": "noon",
+    }
+    with pytest.raises(SettingsError) as err:
+        rs.load(env)
+    text = str(err.value)
+    for name in [
+        "RESERVATION_API_URL",
+        "RESERVATION_API_KEY",
+        "LEDGER_CLAIM_TTL_SECONDS",
+        "LEADER_ELECTION_RENEW_SECONDS",
+        "LEADER_ELECTION_ENABLED",
+        "CLOCK_EPOCH",
+    ]:
+        assert name in text
+
+
+def test_identity_falls_back_to_hostname() -> None:
+    settings, _ = rs.load({**REQUIRED, "HOSTNAME": "pod-xyz"})
+    assert settings.identity == "pod-xyz"
+    settings, _ = rs.load({**REQUIRED, "HOSTNAME": "pod-xyz", "POD_NAME": "rec-0"})
+    assert settings.identity == "rec-0"
