@@ -47,7 +47,9 @@ _FILES_FLAGS = ("namespace", "service", "renew_before_days", "validity_days", "c
 
 def parser() -> argparse.ArgumentParser:
     """The command line; each flag overrides one environment variable."""
-    top = argparse.ArgumentParser(prog="python -m certs", description=__doc__.split("\n")[0])
+    top = argparse.ArgumentParser(
+        prog="python -m certs", description="Put the webhook's certificates in place."
+    )
     commands = top.add_subparsers(dest="command", required=True)
     ensure_cmd = commands.add_parser("ensure", help="Secrets and caBundle in the cluster")
     files_cmd = commands.add_parser("write-files", help="CA and serving certificate files")
