@@ -1,0 +1,255 @@
+"""The pure decision: CREATE table and UPDATE rules (DESIGN §4)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shared import vocab
+from shared.model import GPUReservation, Hold
+from shared.policy.tolerations import granted_toleration
+from tests.policy.builders import HOUR, NOW, PodBuilder, gpu_pod, reservation
+from tests.webhook.helpers import CONTROLLER_SA, GATE, policy
+from webhook.decide import Context, Outcome, admit, decide_create, decide_update
+from webhook.patch import apply, diff
+from webhook.settings import DENY
+
+
+def ctx(**overrides: Any) -> Context:
+    return Context(policy(**overrides), NOW)
+
+
+def create(pod: PodBuilder, *res: GPUReservation, **overrides: Any):
+    return decide_create(pod.build(), "alice", res, ctx(**overrides))
+
+
+def test_an_open_booking_with_budget_is_a_candidate_with_its_chained_guarantee() -> None:
+    first = reservation(1, start=NOW - HOUR, end=NOW + HOUR)
+    follow = reservation(2, start=NOW + HOUR, end=NOW + 3 * HOUR)
+    verdict = create(gpu_pod(1), first, follow)
+    assert verdict.outcome is Outcome.ADMIT
+    assert [c.reservation.name for c in verdict.candidates] == ["res-1"]
+    assert verdict.candidates[0].guaranteed_until == NOW + 3 * HOUR
+    assert verdict.gpus == 1
+
+
+def test_admit_stamps_toleration_annotations_and_lifts_the_gate() -> None:
+    pod = gpu_pod(1).gate(GATE).gate("other").build()
+    verdict = decide_create(pod, "alice", [reservation(1)], ctx(gate_name=GATE))
+    stamped, text = admit(
+        verdict.edited or pod, verdict.candidates[0], "claim-1", ctx(gate_name=GATE)
+    )
+    assert stamped["spec"]["tolerations"] == [granted_toleration("h100")]
+    assert stamped["spec"]["schedulingGates"] == [{"name": "other"}]
+    notes = stamped["metadata"]["annotations"]
+    assert notes[vocab.BOOKING_REFERENCE] == "res-1"
+    assert notes[vocab.ADMISSION_CLAIM] == "claim-1"
+    assert notes[vocab.ADMITTED_AT] == "2026-01-05T10:00:00Z"
+    assert text.startswith(
+        "admitted under reservation res-1, guaranteed until 2026-01-05 12:00 UTC"
+    )
+    assert apply(pod, diff(pod, stamped)) == stamped
+
+
+def test_a_full_booking_queues_with_the_full_warning_and_the_gate() -> None:
+    verdict = create(gpu_pod(1), reservation(1, gpus=2, holds=(1, 1)), gate_name=GATE)
+    assert verdict.outcome is Outcome.QUEUED
+    assert verdict.edited is not None
+    assert verdict.edited["spec"]["schedulingGates"] == [{"name": GATE}]
+    assert "res-1 is full" in verdict.warnings[-1]
+
+
+def test_a_future_booking_queues_gated_only_when_a_gate_is_configured() -> None:
+    later = reservation(1, start=NOW + 2 * HOUR, end=NOW + 3 * HOUR)
+    gated = create(gpu_pod(1), later, gate_name=GATE)
+    plain = create(gpu_pod(1), later)
+    assert gated.edited
+    assert gated.edited["spec"]["schedulingGates"] == [{"name": GATE}]
+    assert plain.edited
+    assert "schedulingGates" not in plain.edited["spec"]
+    assert "queued for reservation res-1, opens at 2026-01-05 12:00 UTC" in plain.warnings[-1]
+    assert "scheduling gate" in gated.warnings[-1]
+
+
+def test_a_booking_too_small_is_never_gated() -> None:
+    verdict = create(gpu_pod(3), reservation(1, gpus=2), gate_name=GATE)
+    assert verdict.outcome is Outcome.QUEUED
+    assert verdict.edited
+    assert "schedulingGates" not in verdict.edited["spec"]
+    assert "holds 2 GPUs but the pod asks for 3" in verdict.warnings[-1]
+
+
+def test_the_gate_is_not_added_twice() -> None:
+    later = reservation(1, start=NOW + 2 * HOUR, end=NOW + 3 * HOUR)
+    verdict = create(gpu_pod(1).gate(GATE), later, gate_name=GATE)
+    assert verdict.edited
+    assert verdict.edited["spec"]["schedulingGates"] == [{"name": GATE}]
+
+
+def test_jit_eligible_pods_get_the_lease_warning_and_no_change() -> None:
+    pod = gpu_pod(1).annotate(vocab.MINIMUM_RUNTIME_SECONDS, "600").annotate(vocab.USAGE_GROUP, "g")
+    verdict = create(pod)
+    assert verdict.outcome is Outcome.JIT
+    assert verdict.edited == pod.build()
+    assert "on-demand lease" in verdict.warnings[-1]
+
+
+def test_no_match_says_why() -> None:
+    verdict = create(gpu_pod(1), reservation(1, gpu_class="a100"))
+    assert verdict.outcome is Outcome.NO_MATCH
+    assert verdict.warnings == ("no reservation matches: your bookings are for another GPU class",)
+
+
+@pytest.mark.parametrize(
+    "toleration",
+    [
+        pytest.param(granted_toleration("h100"), id="the exact reservation toleration"),
+        pytest.param({"operator": "Exists"}, id="operator Exists without a key"),
+        pytest.param(
+            {"key": vocab.RESERVATION_TAINT_KEY, "operator": "Exists"}, id="our key, Exists"
+        ),
+        pytest.param(granted_toleration("a100"), id="another class's toleration"),
+    ],
+)
+def test_self_declared_reservation_tolerations_are_stripped(toleration: dict[str, Any]) -> None:
+    keep = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+    pod = PodBuilder(namespace="bob").cls().gpus("1").tolerate(**keep).tolerate(**toleration)
+    verdict = decide_create(pod.build(), "bob", [reservation(1)], ctx())
+    assert verdict.edited
+    assert verdict.edited["spec"]["tolerations"] == [keep]
+    assert verdict.warnings[0].startswith("toleration removed")
+    assert verdict.notes == verdict.warnings[:1]
+
+
+def test_deny_policy_refuses_instead() -> None:
+    pod = PodBuilder(namespace="bob").cls().gpus("1").reservation_toleration()
+    verdict = decide_create(pod.build(), "bob", [], ctx(toleration_policy=DENY))
+    assert verdict.outcome is Outcome.DENIED
+    assert vocab.RESERVATION_TAINT_KEY in verdict.message
+
+
+def test_a_non_gpu_pod_keeps_its_tolerations_but_loses_forged_annotations() -> None:
+    pod = PodBuilder().tolerate(operator="Exists").annotate(vocab.BOOKING_REFERENCE, "res-1")
+    verdict = create(pod)
+    assert verdict.outcome is Outcome.PASS
+    assert verdict.edited
+    assert verdict.edited["spec"]["tolerations"] == [{"operator": "Exists"}]
+    assert verdict.edited["metadata"]["annotations"] == {}
+
+
+def test_forged_controller_annotations_are_removed_and_the_pod_still_routed() -> None:
+    pod = gpu_pod(1).annotate(vocab.BOOKING_REFERENCE, "res-9").annotate("team", "x")
+    verdict = create(pod, reservation(1))
+    assert verdict.outcome is Outcome.ADMIT
+    assert verdict.edited
+    assert verdict.edited["metadata"]["annotations"] == {"team": "x"}
+    assert vocab.BOOKING_REFERENCE in verdict.warnings[0]
+
+
+def own_hold(
+    res: GPUReservation, claim: str, pod: str | None = "p", age_s: int = 1
+) -> GPUReservation:
+    hold = Hold(claim, 1, NOW - timedelta(seconds=age_s), pod=pod)
+    return GPUReservation(res.facts, (hold,), "2")
+
+
+def admitted_pod(claim: str = "c1") -> PodBuilder:
+    return (
+        gpu_pod(1)
+        .reservation_toleration()
+        .annotate(vocab.BOOKING_REFERENCE, "res-1")
+        .annotate(vocab.ADMISSION_CLAIM, claim)
+    )
+
+
+def test_reinvocation_of_an_admitted_pod_changes_nothing() -> None:
+    verdict = create(admitted_pod(), own_hold(reservation(1), "c1"))
+    assert verdict.outcome is Outcome.ALREADY_ADMITTED
+    assert verdict.edited is None
+    assert verdict.warnings[0].startswith("admitted under reservation res-1")
+
+
+@pytest.mark.parametrize(
+    ("res", "pod"),
+    [
+        pytest.param(own_hold(reservation(1), "other"), admitted_pod("c1"), id="unknown claim"),
+        pytest.param(
+            own_hold(reservation(1), "c1", pod="q"), admitted_pod(), id="another pod's hold"
+        ),
+        pytest.param(own_hold(reservation(1), "c1", age_s=600), admitted_pod(), id="an old hold"),
+        pytest.param(
+            own_hold(reservation(1, owner="bob"), "c1"), admitted_pod(), id="bob's booking"
+        ),
+    ],
+)
+def test_copied_or_stale_claims_are_treated_as_forgeries(
+    res: GPUReservation, pod: PodBuilder
+) -> None:
+    verdict = create(pod, res)
+    assert verdict.outcome is not Outcome.ALREADY_ADMITTED
+    assert verdict.edited is not None
+    notes = verdict.edited["metadata"].get("annotations", {})
+    assert vocab.BOOKING_REFERENCE not in notes
+    assert verdict.edited["spec"]["tolerations"] == []
+
+
+# --- UPDATE ---------------------------------------------------------------------------
+
+
+def update(new: PodBuilder, old: PodBuilder, user: str = "alice", **overrides: Any):
+    return decide_update(new.build(), old.build(), user, ctx(**overrides))
+
+
+def test_adding_a_reservation_toleration_is_denied() -> None:
+    verdict = update(gpu_pod(1).reservation_toleration(), gpu_pod(1))
+    assert verdict.outcome is Outcome.DENIED
+    assert vocab.RESERVATION_TAINT_KEY in verdict.message
+
+
+def test_the_controller_may_add_it() -> None:
+    assert (
+        update(gpu_pod(1).reservation_toleration(), gpu_pod(1), CONTROLLER_SA).outcome
+        is Outcome.PASS
+    )
+
+
+def test_a_configured_account_list_replaces_the_namespace_rule() -> None:
+    accounts = frozenset({"system:serviceaccount:x:y"})
+    new, old = gpu_pod(1).reservation_toleration(), gpu_pod(1)
+    assert update(new, old, CONTROLLER_SA, controller_accounts=accounts).outcome is Outcome.DENIED
+    assert (
+        update(new, old, "system:serviceaccount:x:y", controller_accounts=accounts).outcome
+        is Outcome.PASS
+    )
+
+
+@pytest.mark.parametrize(
+    ("new", "old"),
+    [
+        pytest.param(gpu_pod().annotate(vocab.BOOKING_REFERENCE, "res-1"), gpu_pod(), id="adding"),
+        pytest.param(gpu_pod(), gpu_pod().annotate(vocab.GUARANTEED_UNTIL, "x"), id="removing"),
+        pytest.param(
+            gpu_pod().annotate(vocab.ADMISSION_CLAIM, "a"),
+            gpu_pod().annotate(vocab.ADMISSION_CLAIM, "b"),
+            id="changing",
+        ),
+    ],
+)
+def test_changing_controller_owned_annotations_is_denied(new: PodBuilder, old: PodBuilder) -> None:
+    verdict = update(new, old)
+    assert verdict.outcome is Outcome.DENIED
+    assert "reservation system only" in verdict.message
+
+
+def test_ordinary_updates_pass() -> None:
+    old = gpu_pod().reservation_toleration().annotate(vocab.BOOKING_REFERENCE, "res-1")
+    new = (
+        gpu_pod()
+        .reservation_toleration()
+        .annotate(vocab.BOOKING_REFERENCE, "res-1")
+        .annotate("a", "b")
+    )
+    assert update(new, old).outcome is Outcome.PASS
+    assert update(PodBuilder().tolerate(operator="Exists"), PodBuilder()).outcome is Outcome.PASS

@@ -1,0 +1,158 @@
+"""The shell: claim through the ledger, fail open, dry run, reinvocation, races."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from shared import ledger, model, vocab
+from shared.logs import fields_of
+from tests.ledger.fakes import server_error
+from tests.policy.builders import HOUR, NOW, gpu_pod, reservation
+from tests.webhook.helpers import call, patched, review, wired
+from webhook.decide import Outcome
+
+pytestmark = pytest.mark.anyio
+
+
+def outcome_count(admission: Any, outcome: str) -> float:
+    value = admission.metrics.registry.get_sample_value(
+        "gpu_reservation_webhook_requests_total", {"outcome": outcome}
+    )
+    return value or 0.0
+
+
+async def test_admission_claims_a_hold_then_stamps_the_pod() -> None:
+    admission, store = await wired(reservation(1, gpus=2))
+    pod = gpu_pod(1).build()
+    doc = await call(admission, review(pod))
+    result = patched(pod, doc)
+    claim = result["metadata"]["annotations"][vocab.ADMISSION_CLAIM]
+    holds = store.reservation("res-1").holds
+    assert [(h.claim, h.gpus, h.pod) for h in holds] == [(claim, 1, "p")]
+    assert doc["response"]["warnings"][0].startswith("admitted under reservation res-1")
+    assert outcome_count(admission, "admitted") == 1
+
+
+async def test_the_third_pod_finds_the_booking_full() -> None:
+    admission, store = await wired(reservation(1, gpus=2))
+    docs = [await call(admission, review(gpu_pod(1).build())) for _ in range(3)]
+    assert store.reservation("res-1").used_gpus == 2
+    third = docs[2]["response"]
+    assert "patch" not in third
+    assert "res-1 is full" in third["warnings"][0]
+
+
+async def test_a_refused_claim_moves_on_to_the_next_open_booking() -> None:
+    admission, store = await wired(reservation(1, gpus=1), reservation(2, gpus=1))
+    store.bump("res-1", lambda r: ledger.add_hold(r, model.Hold("x", 1, NOW)))  # cache is stale
+    pod = gpu_pod(1).build()
+    doc = await call(admission, review(pod))
+    assert patched(pod, doc)["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == "res-2"
+
+
+async def test_concurrent_creates_never_over_admit() -> None:
+    admission, store = await wired(reservation(1, gpus=6))
+    store.yields = lambda: 2
+    docs = await asyncio.gather(*(call(admission, review(gpu_pod(1).build())) for _ in range(20)))
+    admitted = [d for d in docs if "patch" in d["response"]]
+    assert len(admitted) == 6
+    assert store.reservation("res-1").used_gpus == 6
+
+
+async def test_dry_run_answers_the_same_and_writes_nothing() -> None:
+    admission, store = await wired(reservation(1))
+    pod = gpu_pod(1).build()
+    doc = await call(admission, review(pod, dry_run=True))
+    assert vocab.BOOKING_REFERENCE in patched(pod, doc)["metadata"]["annotations"]
+    assert store.writes == 0
+
+
+async def test_reinvocation_does_not_claim_twice() -> None:
+    admission, store = await wired(reservation(1, gpus=4))
+    pod = gpu_pod(1).build()
+    first = patched(pod, await call(admission, review(pod)))
+    again = await call(admission, review(first))
+    assert "patch" not in again["response"]
+    assert store.reservation("res-1").used_gpus == 1
+
+
+async def test_reinvocation_on_a_replica_whose_cache_lags_reads_the_reservation() -> None:
+    admission, store = await wired(reservation(1, gpus=4))
+    pod = gpu_pod(1).build()
+    first = patched(pod, await call(admission, review(pod)))
+    lagging, _ = await wired(reservation(1, gpus=4))
+    lagging.gateway = store
+    again = await call(lagging, review(first))
+    assert "patch" not in again["response"]
+    assert store.reservation("res-1").used_gpus == 1
+
+
+async def test_unsynced_cache_fails_open_but_still_strips(caplog: pytest.LogCaptureFixture) -> None:
+    admission, store = await wired(reservation(1), synced=False)
+    pod = gpu_pod(1).reservation_toleration().build()
+    with caplog.at_level(logging.WARNING):
+        doc = await call(admission, review(pod, uid="u-1"))
+    assert patched(pod, doc)["spec"]["tolerations"] == []
+    assert "not admitted now" in doc["response"]["warnings"][-1]
+    assert store.writes == 0
+    reasons = admission.metrics.registry.get_sample_value(
+        "gpu_reservation_webhook_fail_open_total", {"reason": "cache_not_synced"}
+    )
+    assert reasons == 1
+    assert any(fields_of(r).get("uid") == "u-1" for r in caplog.records)
+
+
+async def test_a_ledger_error_fails_open() -> None:
+    admission, store = await wired(reservation(1))
+    store.fail_next = [server_error()]  # the status write
+    doc = await call(admission, review(gpu_pod(1).build()))
+    assert doc["response"]["allowed"] is True
+    assert "patch" not in doc["response"]
+    assert "not admitted now" in doc["response"]["warnings"][-1]
+    assert store.writes == 0
+
+
+async def test_an_internal_error_fails_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    admission, _ = await wired(reservation(1))
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("secret detail")
+
+    monkeypatch.setattr("webhook.handler.decide_create", boom)
+    doc = await call(admission, review(gpu_pod(1).build()))
+    assert doc["response"]["allowed"] is True
+    assert "secret detail" not in json.dumps(doc)
+    assert outcome_count(admission, Outcome.FAIL_OPEN.value) == 1
+
+
+async def test_update_adding_the_toleration_is_refused_with_403() -> None:
+    admission, _ = await wired()
+    old = gpu_pod(1).build()
+    new = gpu_pod(1).reservation_toleration().build()
+    doc = await call(admission, review(new, operation="UPDATE", old=old))
+    assert doc["response"]["allowed"] is False
+    assert doc["response"]["status"]["code"] == 403
+
+
+async def test_non_pod_and_delete_requests_pass_untouched() -> None:
+    admission, _ = await wired()
+    doc = review(None, operation="DELETE", old=gpu_pod().build())
+    assert (await call(admission, doc))["response"] == {
+        "uid": doc["request"]["uid"],
+        "allowed": True,
+    }
+    status = review(gpu_pod().build())
+    status["request"]["subResource"] = "status"
+    assert "patch" not in (await call(admission, status))["response"]
+
+
+async def test_a_future_booking_within_reach_is_queued() -> None:
+    admission, store = await wired(reservation(1, start=NOW + HOUR, end=NOW + 2 * HOUR))
+    doc = await call(admission, review(gpu_pod(1).build()))
+    assert "queued for reservation res-1" in doc["response"]["warnings"][0]
+    assert store.writes == 0

@@ -1,0 +1,82 @@
+"""The two Starlette applications: ``POST /mutate`` (TLS) and health/metrics (plain).
+
+``/mutate`` reads at most ``max_body_bytes`` (a larger body is refused with 400 before
+it is read whole) and hands the bytes to ``Admission.review``. The health app answers
+``/healthz`` (the process is alive), ``/readyz`` (a certificate is loaded and the
+GPUReservation cache has synced — until then the apiserver's ``failurePolicy:
+Ignore`` lets pods through unadmitted) and ``/metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from webhook.handler import Admission
+
+CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class TooLarge(Exception):
+    """The request body is over the limit."""
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise TooLarge
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def mutate_app(admission: Admission, max_body_bytes: int) -> Starlette:
+    """The TLS-served app: ``POST /mutate``."""
+
+    async def mutate(request: Request) -> Response:
+        try:
+            body = await _read_limited(request, max_body_bytes)
+        except TooLarge:
+            admission.metrics.requests.labels("malformed").inc()
+            return JSONResponse({"error": "request body too large"}, status_code=400)
+        status, doc = await admission.review(body)
+        return JSONResponse(doc, status_code=status)
+
+    return Starlette(routes=[Route("/mutate", mutate, methods=["POST"])])
+
+
+def health_app(admission: Admission, tls_loaded: Callable[[], bool]) -> Starlette:
+    """The plain-HTTP app: ``/healthz``, ``/readyz``, ``/metrics``."""
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def readyz(request: Request) -> Response:
+        problems = []
+        if not tls_loaded():
+            problems.append("no certificate loaded")
+        if not admission.cache.synced:
+            problems.append("reservation cache not synced")
+        if problems:
+            return PlainTextResponse("; ".join(problems), status_code=503)
+        return PlainTextResponse("ready")
+
+    async def metrics(request: Request) -> Response:
+        admission.metrics.cache_age.set(admission.cache.age_s())
+        return Response(admission.metrics.render(), media_type=CONTENT_TYPE_METRICS)
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics),
+        ]
+    )

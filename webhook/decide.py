@@ -1,0 +1,305 @@
+"""The admission decision: a pure function of the request, the cache and the settings.
+
+``decide`` returns a ``Verdict``; it performs no I/O and reads no clock. The shell
+(``webhook.handler``) claims the budget through ``shared.ledger.claim`` when the
+verdict is ``ADMIT``, then calls ``admit`` to stamp the pod — only after the claim
+succeeded. DESIGN §4 is the table implemented here:
+
+CREATE, for a GPU pod (one with a ``gpu-class`` label or a GPU request):
+- forged controller-owned annotations are removed, self-declared reservation
+  tolerations stripped (or the create denied, ``RESERVATION_TOLERATION_POLICY=deny``);
+- a pod this webhook already admitted (reinvocation) is left exactly as it is;
+- then the route (``shared.policy.routing``): ADMIT under an open booking, QUEUED
+  (gated when a gate name is set, except for a booking too small to ever admit it),
+  JIT, or NO_MATCH with reasons.
+
+UPDATE by anyone but the controller's service accounts: denied when it adds a
+reservation toleration to a GPU pod or changes a controller-owned annotation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from shared import vocab
+from shared.model import GPUReservation, Hold, parse_reference
+from shared.policy import tolerations as tol
+from shared.policy.annotations import admission_annotations
+from shared.policy.matching import PodProfile, annotations_of, profile
+from shared.policy.routing import Path, Route, Wait, route
+from shared.policy.windows import guarantee_end
+from webhook import wording
+from webhook.patch import edit_copy
+from webhook.settings import DENY, PolicySettings
+
+#: An unbound hold younger than this may be our own from the first round.
+REINVOCATION_WINDOW = timedelta(minutes=2)
+
+
+class Outcome(StrEnum):
+    """What the webhook answered (also the ``outcome`` metric label)."""
+
+    ADMIT = "admit"
+    ADMITTED = "admitted"
+    ALREADY_ADMITTED = "already_admitted"
+    QUEUED = "queued"
+    JIT = "jit"
+    NO_MATCH = "no_match"
+    PASS = "pass"
+    DENIED = "denied"
+    FAIL_OPEN = "fail_open"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An open reservation to claim, with the guarantee admission under it gives."""
+
+    reservation: GPUReservation
+    guaranteed_until: datetime
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision. ``edited`` is the pod to diff against (None: no change)."""
+
+    outcome: Outcome
+    edited: dict[str, Any] | None = None
+    warnings: tuple[str, ...] = ()
+    candidates: tuple[Candidate, ...] = ()
+    gpus: int = 0
+    message: str = ""
+    #: Reservation the answer is about (logs and metrics).
+    reservation: str | None = None
+    #: The warnings about removed forgeries alone (kept when the answer fails open).
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything ``decide`` reads besides the pod."""
+
+    policy: PolicySettings
+    now: datetime
+    zone: ZoneInfo | None = None
+    #: Reservations whose claim was just refused (count them as full).
+    exclude: Set[str] = field(default_factory=frozenset)
+
+
+def is_gpu_pod(prof: PodProfile) -> bool:
+    """A pod the reservation system governs: labelled, asking for GPUs, or unreadable."""
+    return prof.gpu_class is not None or prof.gpus.count > 0 or not prof.gpus.readable
+
+
+# --- CREATE --------------------------------------------------------------------------
+
+
+def _forged(pod: Mapping[str, Any]) -> list[str]:
+    return sorted(k for k in annotations_of(pod) if k in vocab.CONTROLLER_OWNED_ANNOTATIONS)
+
+
+def _strip_annotations(edited: dict[str, Any], keys: Iterable[str]) -> None:
+    notes = edited["metadata"]["annotations"]
+    for key in keys:
+        notes.pop(key, None)
+
+
+def _strip_tolerations(edited: dict[str, Any], indexes: list[int]) -> None:
+    kept = [t for i, t in enumerate(edited["spec"]["tolerations"]) if i not in indexes]
+    edited["spec"]["tolerations"] = kept
+
+
+def own_admission(
+    pod: Mapping[str, Any], prof: PodProfile, reservations: Iterable[GPUReservation], now: datetime
+) -> GPUReservation | None:
+    """The reservation a first-round admission of this very pod claimed, if any.
+
+    Reinvocation sees our own toleration and annotations. They are ours when the
+    referenced reservation (the owner's) holds an unbound, recent hold with the pod's
+    claim id, the pod's GPUs and its name (if it had one) — a claim copied from another
+    pod fails one of these.
+    """
+    notes = annotations_of(pod)
+    ref, claim = notes.get(vocab.BOOKING_REFERENCE, ""), notes.get(vocab.ADMISSION_CLAIM)
+    if parse_reference(ref) is None or not claim or prof.gpu_class is None:
+        return None
+    res = next((r for r in reservations if r.name == ref and r.facts.owner == prof.owner), None)
+    if res is None or not any(tol.is_granted(t, prof.gpu_class) for t in tol.tolerations_of(pod)):
+        return None
+    name = _meta(pod).get("name") or None
+    own = [h for h in res.holds if _is_own(h, claim, prof.gpus.count, name, now)]
+    return res if own else None
+
+
+def _is_own(hold: Hold, claim: str, gpus: int, name: str | None, now: datetime) -> bool:
+    fresh = not hold.bound and now - hold.at <= REINVOCATION_WINDOW
+    return fresh and hold.claim == claim and hold.gpus == gpus and hold.pod in (None, name)
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _sanitise(
+    pod: dict[str, Any], prof: PodProfile, ctx: Context
+) -> tuple[dict[str, Any], list[str], str | None]:
+    """(edited copy, warnings, denial message): forged state removed or refused."""
+    edited, warnings = edit_copy(pod), []
+    forged = _forged(pod)
+    if forged:
+        _strip_annotations(edited, forged)
+        warnings.append(wording.annotations_removed(forged))
+    declared = tol.reservation_tolerations(pod) if is_gpu_pod(prof) else []
+    if declared and ctx.policy.toleration_policy == DENY:
+        return edited, warnings, wording.toleration_denied()
+    if declared:
+        _strip_tolerations(edited, declared)
+        warnings.append(wording.toleration_removed())
+    return edited, warnings, None
+
+
+def _add_gate(edited: dict[str, Any], gate: str) -> None:
+    gates = edited["spec"].setdefault("schedulingGates", [])
+    if isinstance(gates, list) and not any(
+        isinstance(g, Mapping) and g.get("name") == gate for g in gates
+    ):
+        gates.append({"name": gate})
+
+
+def _queued(
+    found: Route, gpus: int, edited: dict[str, Any], warnings: list[str], ctx: Context
+) -> Verdict:
+    res = found.reservation
+    assert res is not None
+    assert found.wait is not None
+    if found.wait is Wait.TOO_SMALL:
+        text = wording.too_small(res, gpus)
+        return Verdict(Outcome.QUEUED, edited, (*warnings, text), gpus=gpus, reservation=res.name)
+    gate = ctx.policy.gate_name
+    if gate:
+        _add_gate(edited, gate)
+    if found.wait is Wait.OPENS_LATER:
+        text = wording.opens_later(res, bool(gate), ctx.zone)
+    else:
+        text = wording.full(res, bool(gate))
+    return Verdict(Outcome.QUEUED, edited, (*warnings, text), gpus=gpus, reservation=res.name)
+
+
+def _candidates(found: Route, pool: list[GPUReservation], ctx: Context) -> tuple[Candidate, ...]:
+    facts = [r.facts for r in pool]
+    use_group = ctx.policy.rules.use_group
+    return tuple(
+        Candidate(r, guarantee_end(r.facts, facts, ctx.now, use_group=use_group))
+        for r in found.candidates
+    )
+
+
+def _routed(
+    prof: PodProfile,
+    pool: list[GPUReservation],
+    edited: dict[str, Any],
+    warnings: list[str],
+    ctx: Context,
+) -> Verdict:
+    found = route(prof, pool, ctx.now, ctx.policy.rules, exclude=ctx.exclude)
+    gpus = prof.gpus.count
+    if found.path is Path.ADMIT:
+        cands = _candidates(found, pool, ctx)
+        return Verdict(Outcome.ADMIT, edited, tuple(warnings), cands, gpus)
+    if found.path is Path.QUEUE:
+        return _queued(found, gpus, edited, warnings, ctx)
+    if found.path is Path.JIT:
+        return Verdict(Outcome.JIT, edited, (*warnings, wording.jit()), gpus=gpus)
+    return Verdict(Outcome.NO_MATCH, edited, (*warnings, wording.no_match(found.misses)), gpus=gpus)
+
+
+def decide_create(
+    pod: dict[str, Any], namespace: str, reservations: Iterable[GPUReservation], ctx: Context
+) -> Verdict:
+    """The CREATE verdict (module docstring); no side effects."""
+    prof = profile(pod, ctx.policy.rules, namespace or None)
+    pool = list(reservations)
+    mine = own_admission(pod, prof, pool, ctx.now)
+    if mine is not None:
+        text = wording.admitted(mine, _until(mine, pool, ctx), ctx.zone)
+        return Verdict(Outcome.ALREADY_ADMITTED, None, (text,), reservation=mine.name)
+    edited, warnings, denial = _sanitise(pod, prof, ctx)
+    if denial is not None:
+        return Verdict(Outcome.DENIED, None, tuple(warnings), message=denial)
+    if not is_gpu_pod(prof):
+        return Verdict(Outcome.PASS, edited, tuple(warnings), notes=tuple(warnings))
+    return replace(_routed(prof, pool, edited, warnings, ctx), notes=tuple(warnings))
+
+
+def _until(res: GPUReservation, pool: list[GPUReservation], ctx: Context) -> datetime:
+    facts = [r.facts for r in pool]
+    return guarantee_end(res.facts, facts, ctx.now, use_group=ctx.policy.rules.use_group)
+
+
+def admit(
+    edited: dict[str, Any], cand: Candidate, claim: str, ctx: Context
+) -> tuple[dict[str, Any], str]:
+    """The pod stamped as admitted under ``cand`` with ``claim``, and its warning.
+
+    Adds the granted toleration and every admission annotation, and removes the
+    scheduling gate if the pod carries it. Call only after the claim succeeded.
+    """
+    stamped = edit_copy(edited)
+    res = cand.reservation
+    spec = stamped["spec"]
+    _listed(spec, "tolerations").append(tol.granted_toleration(res.facts.gpu_class))
+    notes = admission_annotations(
+        res.facts,
+        claim=claim,
+        guaranteed_until=cand.guaranteed_until,
+        now=ctx.now,
+        admitted_at=ctx.now,
+    )
+    meta = stamped["metadata"]
+    if not isinstance(meta.get("annotations"), dict):
+        meta["annotations"] = {}
+    meta["annotations"].update(notes)
+    gate = ctx.policy.gate_name
+    if gate and isinstance(spec.get("schedulingGates"), list):
+        spec["schedulingGates"] = [
+            g
+            for g in spec["schedulingGates"]
+            if not (isinstance(g, Mapping) and g.get("name") == gate)
+        ]
+    return stamped, wording.admitted(res, cand.guaranteed_until, ctx.zone)
+
+
+def _listed(spec: dict[str, Any], key: str) -> list[Any]:
+    """``spec[key]`` as a list (a malformed value, which validation would refuse, replaced)."""
+    if not isinstance(spec.get(key), list):
+        spec[key] = []
+    items: list[Any] = spec[key]
+    return items
+
+
+# --- UPDATE --------------------------------------------------------------------------
+
+
+def changed_owned(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Controller-owned annotations added, removed or changed between two pods."""
+    before, after = annotations_of(old), annotations_of(new)
+    keys = vocab.CONTROLLER_OWNED_ANNOTATIONS
+    return sorted(k for k in keys if before.get(k) != after.get(k))
+
+
+def decide_update(new: dict[str, Any], old: dict[str, Any], username: str, ctx: Context) -> Verdict:
+    """The UPDATE verdict: deny forging admission after the fact; no side effects."""
+    if ctx.policy.is_controller(username):
+        return Verdict(Outcome.PASS)
+    changed = changed_owned(old, new)
+    if changed:
+        return Verdict(Outcome.DENIED, message=wording.annotation_change_denied(changed))
+    prof = profile(new, ctx.policy.rules)
+    if is_gpu_pod(prof) and tol.added_reservation_tolerations(old, new):
+        return Verdict(Outcome.DENIED, message=wording.toleration_denied())
+    return Verdict(Outcome.PASS)

@@ -1,0 +1,257 @@
+"""The imperative shell around ``decide``: parse, snapshot, decide, claim, answer.
+
+One ``Admission.review`` call per AdmissionReview. Two error channels (CONVENTIONS 6):
+a body that is not an AdmissionReview is HTTP 400; anything that goes wrong inside is
+answered *fail-open* — allowed, not admitted, keeping the removal of forged state when
+it was computed — counted by reason and logged with the request uid. Exception text
+never reaches a response.
+
+Admission order (DESIGN §3.2): decide → claim the budget through ``ledger.claim`` →
+only then stamp the pod (``decide.admit``). A refused claim (someone took the budget
+first) re-decides with that reservation counted as full, so the pod tries the next
+open booking or is queued with the "full" warning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from shared import ledger, model, vocab
+from shared.clock import Clock
+from shared.errors import KubeError
+from shared.ledger import ClaimResult, LedgerGateway
+from shared.logs import log
+from shared.model import GPUReservation
+from shared.policy.matching import annotations_of
+from shared.resources import GPU_RESERVATIONS
+from webhook import wording
+from webhook.cache import ReservationCache
+from webhook.decide import (
+    Candidate,
+    Context,
+    Outcome,
+    Verdict,
+    admit,
+    decide_create,
+    decide_update,
+)
+from webhook.metrics import Metrics
+from webhook.patch import diff
+from webhook.review import AdmissionRequest, Malformed, answer, parse
+from webhook.settings import PolicySettings
+
+_log = logging.getLogger(__name__)
+#: Claim refusals after which the pod is queued instead (each tries the next booking).
+MAX_CLAIM_ROUNDS = 4
+_FINAL = frozenset({Outcome.ALREADY_ADMITTED, Outcome.DENIED, Outcome.PASS})
+
+
+class Admission:
+    """Answers AdmissionReviews for pods."""
+
+    def __init__(
+        self,
+        policy: PolicySettings,
+        cache: ReservationCache,
+        gateway: LedgerGateway,
+        clock: Clock,
+        metrics: Metrics,
+        *,
+        ledger_deadline_s: float = 2.0,
+        zone: ZoneInfo | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.policy = policy
+        self.cache = cache
+        self.gateway = gateway
+        self.clock = clock
+        self.metrics = metrics
+        self.ledger_deadline_s = ledger_deadline_s
+        self.zone = zone
+        self.monotonic = monotonic
+
+    async def review(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON document) for one request body."""
+        started = self.monotonic()
+        try:
+            request = parse(body)
+        except Malformed as exc:
+            self.metrics.requests.labels("malformed").inc()
+            log(_log, logging.WARNING, "webhook.malformed_review", error=str(exc))
+            return 400, {"error": str(exc)}
+        verdict, doc = await self._answer(request, started + self.ledger_deadline_s)
+        elapsed = self.monotonic() - started
+        self.metrics.requests.labels(verdict.outcome.value).inc()
+        self.metrics.latency.observe(elapsed)
+        self._log_line(request, verdict, elapsed)
+        return 200, doc
+
+    async def _answer(
+        self, request: AdmissionRequest, deadline: float
+    ) -> tuple[Verdict, dict[str, Any]]:
+        try:
+            verdict = await self._decide(request, deadline)
+            return verdict, self._document(request, verdict)
+        except Exception:
+            log(_log, logging.ERROR, "webhook.internal_error", uid=request.uid, exc_info=True)
+            self.metrics.fail_open.labels("internal_error").inc()
+            text = wording.not_admitted("internal error")
+            return Verdict(Outcome.FAIL_OPEN), answer(request.uid, warnings=[text])
+
+    def _document(self, request: AdmissionRequest, verdict: Verdict) -> dict[str, Any]:
+        if verdict.outcome is Outcome.DENIED:
+            return answer(
+                request.uid, allowed=False, message=verdict.message, warnings=verdict.warnings
+            )
+        patch = diff(request.obj or {}, verdict.edited) if verdict.edited is not None else []
+        return answer(request.uid, patch=patch, warnings=verdict.warnings)
+
+    def _log_line(self, request: AdmissionRequest, verdict: Verdict, elapsed: float) -> None:
+        meta = (request.obj or {}).get("metadata") or {}
+        log(
+            _log,
+            logging.INFO,
+            "webhook.admission",
+            uid=request.uid,
+            operation=request.operation,
+            namespace=request.namespace,
+            pod=request.name or meta.get("generateName"),
+            outcome=verdict.outcome.value,
+            reservation=verdict.reservation,
+            dry_run=request.dry_run or None,
+            duration_ms=round(elapsed * 1000, 2),
+        )
+
+    # --- deciding ---------------------------------------------------------------------
+
+    def _context(self, now: datetime, exclude: frozenset[str] = frozenset()) -> Context:
+        return Context(self.policy, now, self.zone, exclude)
+
+    async def _decide(self, request: AdmissionRequest, deadline: float) -> Verdict:
+        pod, old = request.obj, request.old
+        if not request.is_pod or pod is None:
+            return Verdict(Outcome.PASS)
+        now = self.clock.now()
+        if request.operation == "UPDATE" and old is not None:
+            return decide_update(pod, old, request.username, self._context(now))
+        if request.operation != "CREATE":
+            return Verdict(Outcome.PASS)
+        return await self._create(request, pod, now, deadline)
+
+    async def _create(
+        self, request: AdmissionRequest, pod: dict[str, Any], now: datetime, deadline: float
+    ) -> Verdict:
+        ns = request.namespace
+        await self._catch_up(pod, deadline)
+        verdict = decide_create(pod, ns, self.cache.of_owner(ns), self._context(now))
+        if verdict.outcome in _FINAL:
+            return verdict
+        if not self.cache.synced:
+            blind = decide_create(pod, ns, [], self._context(now))
+            return self._fail_open(request, blind, "cache_not_synced", "reservations not loaded")
+        tried: set[str] = set()
+        for _ in range(MAX_CLAIM_ROUNDS):
+            if verdict.outcome is not Outcome.ADMIT:
+                return verdict
+            verdict = await self._claim(request, pod, verdict, now, deadline, tried)
+            if verdict.outcome is Outcome.ADMIT:
+                ctx = self._context(now, frozenset(tried))
+                verdict = decide_create(pod, ns, self.cache.of_owner(ns), ctx)
+        return verdict
+
+    async def _claim(
+        self,
+        request: AdmissionRequest,
+        pod: dict[str, Any],
+        verdict: Verdict,
+        now: datetime,
+        deadline: float,
+        tried: set[str],
+    ) -> Verdict:
+        """Claim the candidates in order; ADMIT back means "every one refused"."""
+        for cand in verdict.candidates:
+            result = await self._claim_one(request, pod, cand, verdict.gpus, now, deadline)
+            if result.admitted and result.claim:
+                edited = verdict.edited if verdict.edited is not None else pod
+                stamped, text = admit(edited, cand, result.claim, self._context(now))
+                warnings = (*verdict.notes, text)
+                return Verdict(
+                    Outcome.ADMITTED, stamped, warnings, reservation=cand.reservation.name
+                )
+            if result.reason in ("deadline", "error"):
+                return self._fail_open(request, verdict, f"ledger_{result.reason}", "ledger busy")
+            tried.add(cand.reservation.name)
+            self.metrics.ledger_retries.inc()
+        return verdict
+
+    async def _claim_one(
+        self,
+        request: AdmissionRequest,
+        pod: dict[str, Any],
+        cand: Candidate,
+        gpus: int,
+        now: datetime,
+        deadline: float,
+    ) -> ClaimResult:
+        name = cand.reservation.name
+        entry = self.cache.entry(name)
+        result = await ledger.claim(
+            self.gateway,
+            self.policy.namespace,
+            name,
+            gpus,
+            pod=((pod.get("metadata") or {}).get("name") or None),
+            now=now,
+            deadline=deadline,
+            dry_run=request.dry_run,
+            cached=entry.raw if entry else None,
+            monotonic=self.monotonic,
+        )
+        self.metrics.ledger_conflicts.inc(result.conflicts)
+        if result.reservation is not None and not request.dry_run:
+            self._remember(result.reservation, now)
+        return result
+
+    def _remember(self, res: GPUReservation, now: datetime) -> None:
+        """Put the ledger as last read or written into the cache (ahead of the watch)."""
+        entry = self.cache.entry(res.name)
+        if entry is None:
+            return
+        raw = dict(entry.raw)
+        raw["metadata"] = {**(raw.get("metadata") or {}), "resourceVersion": res.resource_version}
+        raw["status"] = model.status_of(res, now)
+        self.cache.upsert(raw)
+
+    def _fail_open(
+        self, request: AdmissionRequest, verdict: Verdict, reason: str, why: str
+    ) -> Verdict:
+        self.metrics.fail_open.labels(reason).inc()
+        log(_log, logging.WARNING, "webhook.fail_open", uid=request.uid, reason=reason)
+        warnings = (*verdict.notes, wording.not_admitted(why))
+        return Verdict(Outcome.FAIL_OPEN, verdict.edited, warnings)
+
+    async def _catch_up(self, pod: dict[str, Any], deadline: float) -> None:
+        """Re-read the reservation a pod references when the cache lacks its claim.
+
+        Such a pod may be our own first-round admission (reinvocation, possibly on
+        another replica) whose hold the watch has not delivered yet.
+        """
+        notes = annotations_of(pod)
+        ref, claim = notes.get(vocab.BOOKING_REFERENCE), notes.get(vocab.ADMISSION_CLAIM)
+        if not ref or not claim or model.parse_reference(ref) is None:
+            return
+        entry = self.cache.entry(ref)
+        if entry is not None and any(h.claim == claim for h in entry.reservation.holds):
+            return
+        timeout = deadline - self.monotonic()
+        call = self.gateway.get(GPU_RESERVATIONS, ref, self.policy.namespace)
+        try:
+            self.cache.upsert(await asyncio.wait_for(call, timeout=max(timeout, 0.001)))
+        except (KubeError, TimeoutError):
+            return

@@ -1,0 +1,133 @@
+"""AdmissionReview v1 in and out (kubernetes-facts §1.2, §1.4).
+
+``parse`` turns the request body into an ``AdmissionRequest`` or raises ``Malformed``
+— the channel for "the apiserver sent something that is not an AdmissionReview",
+answered with HTTP 400. ``answer`` builds the response document: the uid copied, the
+patch base64-encoded with ``patchType: JSONPatch`` (only when non-empty), warnings cut
+to what ``kubectl`` shows, a denial carrying a Status with a code and a message.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+#: kubectl prints each warning; longer ones may be cut by the apiserver.
+MAX_WARNING_CHARS = 120
+#: More warnings than this are noise.
+MAX_WARNINGS = 4
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+
+
+class Malformed(ValueError):
+    """The body is not an AdmissionReview v1 request (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """The parts of ``request`` the webhook uses."""
+
+    uid: str
+    operation: str
+    namespace: str
+    name: str
+    username: str
+    #: Whether this is the core/v1 Pod resource itself (not a subresource).
+    is_pod: bool
+    obj: dict[str, Any] | None
+    old: dict[str, Any] | None
+    dry_run: bool
+
+
+def _object(request: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    value = request.get(key)
+    if value is None or isinstance(value, dict):
+        return value
+    raise Malformed(f"request.{key} is not an object")
+
+
+def _text(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _is_pod(request: Mapping[str, Any]) -> bool:
+    kind = request.get("kind")
+    if not isinstance(kind, Mapping):
+        return False
+    core_pod = (_text(kind, "group"), _text(kind, "version"), _text(kind, "kind")) == (
+        "",
+        "v1",
+        "Pod",
+    )
+    return core_pod and not request.get("subResource")
+
+
+def _envelope(body: bytes) -> Mapping[str, Any]:
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Malformed("the body is not JSON") from exc
+    if not isinstance(doc, dict):
+        raise Malformed("the body is not a JSON object")
+    if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
+        raise Malformed(f"expected apiVersion {API_VERSION} and kind {KIND}")
+    request = doc.get("request")
+    if not isinstance(request, dict):
+        raise Malformed("request is missing")
+    return request
+
+
+def parse(body: bytes) -> AdmissionRequest:
+    """The request in ``body``; raises ``Malformed``."""
+    request = _envelope(body)
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid or len(uid) > 128:
+        raise Malformed("request.uid is missing")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        raise Malformed("request.operation is not CREATE, UPDATE, DELETE or CONNECT")
+    user = request.get("userInfo")
+    return AdmissionRequest(
+        uid=uid,
+        operation=str(operation),
+        namespace=_text(request, "namespace"),
+        name=_text(request, "name"),
+        username=_text(user, "username") if isinstance(user, Mapping) else "",
+        is_pod=_is_pod(request),
+        obj=_object(request, "object"),
+        old=_object(request, "oldObject"),
+        dry_run=request.get("dryRun") is True,
+    )
+
+
+def _warnings(texts: Sequence[str]) -> list[str]:
+    cut = [t if len(t) <= MAX_WARNING_CHARS else t[: MAX_WARNING_CHARS - 1] + "…" for t in texts]
+    return cut[:MAX_WARNINGS]
+
+
+def answer(
+    uid: str,
+    *,
+    allowed: bool = True,
+    patch: Sequence[Mapping[str, Any]] = (),
+    warnings: Sequence[str] = (),
+    code: int = 403,
+    message: str = "",
+) -> dict[str, Any]:
+    """The AdmissionReview response document."""
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if allowed and patch:
+        encoded = json.dumps(list(patch), separators=(",", ":")).encode()
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(encoded).decode("ascii")
+    if not allowed:
+        response["status"] = {"code": code, "message": message, "status": "Failure"}
+    if warnings:
+        response["warnings"] = _warnings(warnings)
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}

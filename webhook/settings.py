@@ -1,0 +1,143 @@
+"""The webhook's settings, read once from the environment at start (DESIGN §7).
+
+Seed variables (``POD_SCHEDULING_GATE_NAME``, ``REQUIRED_GROUP_LABEL``,
+``ONDEMAND_HORIZON_MINUTES``…) keep their names and lenient parsing; the variables
+this project adds are strict. ``docs/configuration.md`` ("webhook" table) documents
+every one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
+from shared.policy.matching import MatchRules
+from shared.settings import CommonSettings, EnvReader, read_common
+
+#: RESERVATION_TOLERATION_POLICY values.
+STRIP = "strip"
+DENY = "deny"
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """Where the webhook listens and with which certificate."""
+
+    #: WEBHOOK_HOST: address both listeners bind.
+    host: str
+    #: WEBHOOK_PORT: the TLS port of ``POST /mutate``.
+    port: int
+    #: WEBHOOK_HEALTH_PORT: the plain-HTTP port of /healthz, /readyz, /metrics.
+    health_port: int
+    #: TLS_CERT_FILE / TLS_KEY_FILE: the serving pair, reloaded when it changes.
+    cert_file: str
+    key_file: str
+    #: TLS_RELOAD_SECONDS: how often the files are looked at.
+    tls_reload_s: float
+    #: WEBHOOK_MAX_BODY_BYTES: larger AdmissionReviews are refused with 400.
+    max_body_bytes: int
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """What the decision needs (pure data, passed to ``decide``)."""
+
+    rules: MatchRules
+    #: POD_SCHEDULING_GATE_NAME: gate added to queued pods (None: no gate).
+    gate_name: str | None
+    #: RESERVATION_TOLERATION_POLICY: strip or deny a self-declared reservation toleration.
+    toleration_policy: str
+    #: CONTROLLER_SERVICE_ACCOUNTS: usernames allowed to change controller-owned state.
+    #: Empty means every service account of the controller namespace.
+    controller_accounts: frozenset[str]
+    #: The controller namespace (POD_NAMESPACE), where GPUReservations live.
+    namespace: str
+
+    def is_controller(self, username: str) -> bool:
+        """Whether ``username`` is one of the controller's service accounts."""
+        if self.controller_accounts:
+            return username in self.controller_accounts
+        return username.startswith(f"system:serviceaccount:{self.namespace}:")
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """Everything the webhook reads from the environment."""
+
+    common: CommonSettings
+    serving: ServingSettings
+    policy: PolicySettings
+    #: WEBHOOK_LEDGER_DEADLINE_MS: budget for the ledger claim inside one request.
+    ledger_deadline_s: float
+    clock: Clock
+
+
+def load(env: Mapping[str, str] | None = None) -> tuple[WebhookSettings, EnvReader]:
+    """Read and validate; raises ``SettingsError`` listing every invalid variable."""
+    reader = EnvReader(os.environ if env is None else env)
+    common = read_common(reader)
+    settings = WebhookSettings(
+        common=common,
+        serving=_serving(reader),
+        policy=_policy(reader, common.namespace),
+        ledger_deadline_s=reader.integer("WEBHOOK_LEDGER_DEADLINE_MS", 2000, 50, 29000) / 1000,
+        clock=_clock(reader),
+    )
+    reader.check()
+    return settings, reader
+
+
+def _serving(reader: EnvReader) -> ServingSettings:
+    return ServingSettings(
+        host=reader.string("WEBHOOK_HOST", "0.0.0.0") or "0.0.0.0",
+        port=reader.integer("WEBHOOK_PORT", 8443, 1, 65535),
+        health_port=reader.integer("WEBHOOK_HEALTH_PORT", 8080, 1, 65535),
+        cert_file=reader.required("TLS_CERT_FILE"),
+        key_file=reader.required("TLS_KEY_FILE"),
+        tls_reload_s=reader.number("TLS_RELOAD_SECONDS", 10.0, minimum=0.05),
+        max_body_bytes=reader.integer("WEBHOOK_MAX_BODY_BYTES", 3 * 1024 * 1024, 1024),
+    )
+
+
+def rules_from(reader: EnvReader) -> MatchRules:
+    """The seed's matching variables, with the seed's lenient parsing."""
+    return MatchRules(
+        required_group_label=reader.string("REQUIRED_GROUP_LABEL"),
+        default_usage_group=reader.string("DEFAULT_USAGE_GROUP"),
+        horizon=timedelta(minutes=reader.integer("ONDEMAND_HORIZON_MINUTES", 30, 0, strict=False)),
+        leases_enabled=reader.boolean("ONDEMAND_LEASE_ENABLED", True, strict=False),
+        best_effort_enabled=reader.boolean("BEST_EFFORT_ENABLED", False, strict=False),
+        default_minimum_runtime_s=reader.integer(
+            "DEFAULT_MINIMUM_RUNTIME_SECONDS", 0, 0, strict=False
+        ),
+    )
+
+
+def _policy(reader: EnvReader, namespace: str) -> PolicySettings:
+    accounts = reader.string("CONTROLLER_SERVICE_ACCOUNTS") or ""
+    return PolicySettings(
+        rules=rules_from(reader),
+        gate_name=reader.string("POD_SCHEDULING_GATE_NAME"),
+        toleration_policy=reader.choice("RESERVATION_TOLERATION_POLICY", STRIP, (STRIP, DENY)),
+        controller_accounts=frozenset(a.strip() for a in accounts.split(",") if a.strip()),
+        namespace=namespace,
+    )
+
+
+def _clock(reader: EnvReader) -> Clock:
+    """CLOCK_FACTOR / CLOCK_EPOCH / CLOCK_STARTED_AT, shared with the reconciler."""
+    factor = reader.number("CLOCK_FACTOR", 1.0, minimum=0.001)
+    epoch: datetime | None = None
+    epoch_text = reader.string("CLOCK_EPOCH")
+    if epoch_text is not None:
+        try:
+            epoch = parse_utc(epoch_text)
+        except ValueError:
+            reader.problems.append(f"CLOCK_EPOCH={epoch_text!r} is not a UTC instant")
+    started = reader.number("CLOCK_STARTED_AT", -1.0)
+    if factor == 1.0 and epoch is None:
+        return SystemClock()
+    return ScaledClock(factor, epoch, started if started >= 0 else None)
