@@ -1,0 +1,297 @@
+"""The real reconciler process against the sandbox's Kubernetes and app emulators.
+
+Each test starts the kube and app components, installs the CRD, and runs one or two
+``python -m reconciler`` replicas (``sandbox.reconciler_component``). Skipped until
+the Kubernetes emulator's component exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sandbox.runner import Sandbox, SandboxContext
+from sandbox.scenario import load_scenario
+from shared import ledger, model
+from shared.errors import NotFound
+from shared.gateway import Gateway
+from shared.resources import GPU_RESERVATIONS
+
+pytest.importorskip("sandbox.kube.component")
+from sandbox.reconciler_component import ReconcilerProcess, install
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
+
+
+class World:
+    def __init__(self, ctx: SandboxContext, gateway: Gateway, http: httpx.AsyncClient) -> None:
+        self.ctx, self.gateway, self.http = ctx, gateway, http
+        self.replicas: list[ReconcilerProcess] = []
+
+    @property
+    def app(self) -> str:
+        return self.ctx.endpoints["app"]
+
+    async def replica(self, name: str, push: bool = True, **env: str) -> ReconcilerProcess:
+        proc = ReconcilerProcess(self.ctx, name, env)
+        await proc.start()
+        self.replicas.append(proc)
+        if push:
+            self.ctx.endpoints["reconciler"] = proc.url
+        return proc
+
+    async def book(self, gpus: int = 2, start: str = "+0s", end: str = "+1h") -> int:
+        body = {
+            "username": "alice",
+            "group": "lab",
+            "gpu_class": "a100",
+            "gpu_count": gpus,
+            "start": start,
+            "end": end,
+        }
+        answer = await self.http.post(f"{self.app}/_sandbox/bookings", json=body)
+        assert answer.status_code == 201, answer.text
+        rid: int = answer.json()["id"]
+        return rid
+
+    async def cancel(self, rid: int) -> None:
+        answer = await self.http.post(f"{self.app}/_sandbox/bookings/{rid}/cancel")
+        assert answer.status_code == 200, answer.text
+
+    async def get(self, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.gateway.get(GPU_RESERVATIONS, name, self.ctx.namespace)
+        except NotFound:
+            return None
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], within_s: float) -> Any:
+    """Poll ``check`` until it returns a truthy value; fail after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        value = await check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"not within {within_s}s"
+        await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario())
+    sandbox = Sandbox(ctx, ["kube", "app"])
+    await sandbox.start()
+    try:
+        assert ctx.kubeconfig is not None
+        kubeconfig = tmp_path / "reconciler.kubeconfig"
+        kubeconfig.write_text(ctx.kubeconfig, encoding="utf-8")
+        await install(kubeconfig, ctx.namespace)
+        gateway = Gateway.from_kubeconfig(str(kubeconfig))
+        async with httpx.AsyncClient(timeout=5) as http:
+            w = World(ctx, gateway, http)
+            try:
+                yield w
+            finally:
+                for proc in w.replicas:
+                    await proc.stop()
+                gateway.close()
+    finally:
+        await sandbox.stop()
+
+
+def phase_of(obj: dict[str, Any] | None) -> str | None:
+    return None if obj is None else (obj.get("status") or {}).get("phase")
+
+
+def test_booking_and_cancellation_arrive_by_push_within_2s(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with world(tmp_path) as w:
+            await w.replica("r0", RESERVATION_FETCH_INTERVAL="3600")
+            rid = await w.book(gpus=2)
+            obj = await eventually(lambda: w.get(f"res-{rid}"), 2.0)
+            await eventually(lambda: _phase_is(w, rid, "Open"), 2.0)
+            obj = await w.get(f"res-{rid}")
+            assert obj is not None
+            spec, status = obj["spec"], obj["status"]
+            assert (spec["owner"], spec["gpuClass"], spec["gpuCount"]) == ("alice", "a100", 2)
+            assert spec["start"]
+            assert spec["end"]
+            assert (status["usedGpus"], status["phase"]) == (0, "Open")
+            await w.cancel(rid)
+            await eventually(lambda: _phase_is(w, rid, "Cancelled"), 2.0)
+
+    asyncio.run(scenario())
+
+
+def test_without_pushes_the_poll_brings_both(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with world(tmp_path) as w:
+            await w.replica("r0", push=False, RESERVATION_FETCH_INTERVAL="1")
+            rid = await w.book(gpus=1)
+            await eventually(lambda: _phase_is(w, rid, "Open"), 3.0)
+            await w.cancel(rid)
+            await eventually(lambda: _phase_is(w, rid, "Cancelled"), 3.0)
+
+    asyncio.run(scenario())
+
+
+async def _phase_is(w: World, rid: int, phase: str) -> bool:
+    return phase_of(await w.get(f"res-{rid}")) == phase
+
+
+def test_concurrent_claimers_never_exceed_the_budget(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with world(tmp_path) as w:
+            await w.replica("r0")
+            rid = await w.book(gpus=8)
+            name = f"res-{rid}"
+            await eventually(lambda: _phase_is(w, rid, "Open"), 3.0)
+            kubeconfig = str(tmp_path / "reconciler.kubeconfig")
+            results: list[tuple[int, ledger.ClaimResult]] = []
+            lock = threading.Lock()
+
+            def claimer(seed: int) -> None:
+                asyncio.run(_claims(kubeconfig, w.ctx.namespace, name, seed, results, lock))
+
+            threads = [threading.Thread(target=claimer, args=(s,)) for s in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                await asyncio.to_thread(thread.join)
+            assert len(results) == 200
+            final = model.from_object(await w.gateway.get(GPU_RESERVATIONS, name, w.ctx.namespace))
+            assert ledger.used(final) <= 8
+            refused = [(g, r) for g, r in results if not r.admitted]
+            assert refused, "the reservation never filled up"
+            for gpus, result in refused:
+                assert result.reason == "full", result
+                assert result.reservation is not None
+                assert ledger.used(result.reservation) + gpus > 8
+
+    asyncio.run(scenario())
+
+
+async def _claims(kubeconfig, namespace, name, seed, results, lock) -> None:
+    rng = random.Random(seed)
+    gateway = Gateway.from_kubeconfig(kubeconfig)
+    mine: list[str] = []
+    count = 67 if seed < 2 else 66
+    try:
+        for _ in range(count):
+            gpus = rng.randint(1, 3)
+            result = await ledger.claim(
+                gateway,
+                namespace,
+                name,
+                gpus,
+                pod=None,
+                now=datetime.now(UTC),
+                deadline=time.monotonic() + 10,
+            )
+            with lock:
+                results.append((gpus, result))
+            if result.admitted and result.claim:
+                mine.append(result.claim)
+            if mine and rng.random() < 0.3:
+                drop = {mine.pop(0)}
+                await ledger.amend(
+                    gateway,
+                    namespace,
+                    name,
+                    functools.partial(_drop, gone=drop),
+                    now=datetime.now(UTC),
+                    deadline=time.monotonic() + 10,
+                )
+    finally:
+        gateway.close()
+
+
+def test_two_replicas_one_leads_and_the_other_takes_over(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with world(tmp_path) as w:
+            a = await w.replica("ra")
+            b = await w.replica("rb")
+
+            async def leaders() -> list[str]:
+                names = []
+                for proc in (a, b):
+                    if proc.proc is not None and proc.proc.returncode is None:
+                        health = (await w.http.get(f"{proc.url}/health")).json()
+                        if health["leader"]:
+                            names.append(proc.name)
+                return names
+
+            first = await eventually(leaders, 6.0)
+            assert len(first) == 1
+            token = {"Authorization": f"Bearer {w.ctx.inbound_token}"}
+            for proc in (a, b):
+                assert (await w.http.get(f"{proc.url}/health")).status_code == 200
+                push = await w.http.post(
+                    f"{proc.url}/api/reservations/push", json={"reservations": []}, headers=token
+                )
+                assert push.status_code == 200
+            leader, standby = (a, b) if first == ["ra"] else (b, a)
+            leader.signal(signal.SIGKILL)
+            killed = time.monotonic()
+            await eventually(lambda: _is_leader(w, standby), 4.0 + 1.5)
+            assert time.monotonic() - killed <= 4.0 + 1.5
+
+    asyncio.run(scenario())
+
+
+async def _is_leader(w: World, proc: ReconcilerProcess) -> bool:
+    return bool((await w.http.get(f"{proc.url}/health")).json()["leader"])
+
+
+def test_app_outage_leaves_the_mirror_untouched_and_is_visible(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with world(tmp_path) as w:
+            proc = await w.replica("r0", push=False, RESERVATION_FETCH_INTERVAL="1")
+            rid = await w.book(gpus=1)
+            await eventually(lambda: _phase_is(w, rid, "Open"), 3.0)
+            before = (await w.gateway.list_all(GPU_RESERVATIONS, w.ctx.namespace)).items
+            for fault in ({"path": "/api/reservations", "status": 503, "count": None},):
+                await w.http.post(f"{w.app}/_sandbox/faults", json=fault)
+            await w.cancel(rid)  # a change the outage hides
+            await eventually(lambda: _metric(w, proc, "fetch_consecutive_failures", 2.0), 5.0)
+            after = (await w.gateway.list_all(GPU_RESERVATIONS, w.ctx.namespace)).items
+            assert _versions(after) == _versions(before)
+            assert any(e.get("event") == "fetch.failed" for e in proc.logs())
+            await w.http.delete(f"{w.app}/_sandbox/faults")
+            await eventually(lambda: _phase_is(w, rid, "Cancelled"), 3.0)
+            await eventually(
+                lambda: _metric(w, proc, "fetch_consecutive_failures", 0.0, eq=True), 3.0
+            )
+
+    asyncio.run(scenario())
+
+
+async def _metric(
+    w: World, proc: ReconcilerProcess, name: str, value: float, eq: bool = False
+) -> bool:
+    text = (await w.http.get(f"{proc.url}/metrics")).text
+    for line in text.splitlines():
+        if line.startswith(f"gpu_reservation_reservation_{name} "):
+            got = float(line.split()[1])
+            return got == value if eq else got >= value
+    return False
+
+
+def _versions(items: list[dict[str, Any]]) -> dict[str, str]:
+    return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in items}
+
+
+def _drop(res: model.GPUReservation, gone: set[str]) -> model.GPUReservation:
+    return ledger.drop(res, gone)
