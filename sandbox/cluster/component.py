@@ -1,0 +1,91 @@
+"""``cluster``: the scheduler and kubelet emulation as a sandbox component.
+
+Starts after ``kube`` and talks to it over HTTP with the admin kubeconfig the kube
+component published (``ctx.kubeconfig``), through ``shared.gateway.Gateway`` — the
+same path every other client takes. Leave it out of ``--components`` to run the
+emulator without scheduling (pods then stay Pending, as on a cluster with no scheduler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from sandbox.cluster.informer import Informer
+from sandbox.cluster.kubelet import Kubelet
+from sandbox.cluster.scheduler import Scheduler
+from sandbox.runner import SandboxContext
+from shared.clock import Clock
+from shared.gateway import Gateway
+from shared.resources import NODES, PODS
+
+#: Seconds to wait for the first LIST of pods and nodes before giving up on start.
+SYNC_TIMEOUT_S = 10.0
+
+
+class Cluster:
+    """Scheduler and kubelet over one gateway, sharing pod and node informers."""
+
+    def __init__(self, gateway: Gateway, clock: Clock) -> None:
+        self.gateway = gateway
+        self.pods = Informer(gateway, PODS)
+        self.nodes = Informer(gateway, NODES)
+        self.scheduler = Scheduler(gateway, clock, self.pods, self.nodes)
+        self.kubelet = Kubelet(gateway, clock, self.pods, self.nodes)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Start the informers and both loops; returns once the caches are filled."""
+        loops = (self.pods.run(), self.nodes.run(), self.scheduler.run(), self.kubelet.run())
+        self._tasks = [asyncio.create_task(loop) for loop in loops]
+        await asyncio.wait_for(self._synced(), SYNC_TIMEOUT_S)
+
+    async def _synced(self) -> None:
+        await self.pods.synced.wait()
+        await self.nodes.synced.wait()
+
+    async def stop(self) -> None:
+        """Cancel every loop and close the gateway."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        self.gateway.close()
+
+
+def write_kubeconfig(ctx: SandboxContext) -> Path:
+    """The admin kubeconfig as a file this component's gateway can load."""
+    if ctx.kubeconfig is None:
+        raise RuntimeError("the cluster component needs the kube component (no kubeconfig)")
+    path = ctx.state_dir / "cluster.kubeconfig"
+    path.write_text(ctx.kubeconfig, encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+class ClusterComponent:
+    """The ``cluster`` component: scheduler and kubelet against ``ctx.endpoints["kube"]``."""
+
+    name = "cluster"
+
+    def __init__(self) -> None:
+        self.cluster: Cluster | None = None
+
+    async def start(self, ctx: SandboxContext) -> None:
+        ctx.state_dir.mkdir(parents=True, exist_ok=True)
+        gateway = Gateway.from_kubeconfig(str(write_kubeconfig(ctx)))
+        self.cluster = Cluster(gateway, ctx.clock)
+        try:
+            await self.cluster.start()
+        except BaseException:
+            await self.stop()
+            raise
+        ctx.handles[self.name] = self.cluster
+
+    async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()
+            self.cluster = None

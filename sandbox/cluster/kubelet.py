@@ -1,0 +1,190 @@
+"""The kubelet emulation: one kubelet for every node, an HTTP client of the emulator.
+
+- A node without a Ready condition gets ``Ready=True`` (reason KubeletReady), as a
+  kubelet registering it would post; nodes whose Ready condition is set are left alone
+  (a scenario may declare a node NotReady).
+- A bound Pending pod is started at once: phase Running, Ready, container statuses,
+  a 127.x pod IP.
+- A running pod annotated ``vocab.SANDBOX_RUN_SECONDS`` finishes with Succeeded that
+  many seconds (sandbox clock) after its ``startTime``.
+- A terminating pod is removed (DELETE, grace 0, uid precondition) at its
+  ``deletionTimestamp`` if it is bound and still running, at once otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sandbox.cluster.informer import Informer, object_key
+from sandbox.cluster.podstatus import pod_ip, running_status, succeeded_status
+from sandbox.cluster.scheduler import with_condition
+from sandbox.cluster.scheduling import TERMINAL_PHASES
+from shared import vocab
+from shared.clock import Clock, format_utc, parse_utc
+from shared.errors import Conflict, KubeError, NotFound
+from shared.gateway import Gateway
+from shared.resources import NODES, PODS
+
+log = logging.getLogger(__name__)
+
+#: Wall seconds between passes when nothing changes.
+RESYNC_S = 5.0
+
+
+def run_seconds(pod: dict[str, Any]) -> float | None:
+    """The pod's run duration annotation, when it is a number >= 0."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        value = float(annotations[vocab.SANDBOX_RUN_SECONDS])
+    except (KeyError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def has_ready_condition(node: dict[str, Any]) -> bool:
+    """Whether anyone has reported the node's readiness yet."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" for c in conditions)
+
+
+class Kubelet:
+    """Runs pods on every node; see the module docstring."""
+
+    def __init__(self, gateway: Gateway, clock: Clock, pods: Informer, nodes: Informer) -> None:
+        self._gateway = gateway
+        self._clock = clock
+        self._pods = pods
+        self._nodes = nodes
+        self._wake = asyncio.Event()
+        pods.subscribe_to(self._wake)
+        nodes.subscribe_to(self._wake)
+        self._timers: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        self._ips = itertools.count()
+        self._started: set[str] = set()
+
+    async def run(self) -> None:
+        """Run pods until cancelled."""
+        await self._pods.synced.wait()
+        await self._nodes.synced.wait()
+        try:
+            while True:
+                self._wake.clear()
+                try:
+                    await self.run_once()
+                except KubeError as exc:
+                    log.warning("kubelet pass failed: %s", exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), RESYNC_S)
+        finally:
+            for _, task in self._timers.values():
+                task.cancel()
+
+    async def run_once(self) -> None:
+        """Register nodes, then bring every pod one step towards its goal."""
+        for node in self._nodes.snapshot():
+            if not has_ready_condition(node):
+                await self._report_ready(node)
+        live = set()
+        for pod in self._pods.snapshot():
+            live.add(str(pod["metadata"].get("uid", "")))
+            await self._sync(pod)
+        for uid in set(self._timers) - live:
+            self._timers.pop(uid)[1].cancel()
+        self._started &= live
+
+    async def _report_ready(self, node: dict[str, Any]) -> None:
+        now = format_utc(self._clock.now())
+        ready = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        patch = {"status": {"conditions": with_condition(node, ready)}}
+        with contextlib.suppress(NotFound):
+            await self._gateway.patch(
+                NODES, node["metadata"]["name"], patch, None, "merge", subresource="status"
+            )
+
+    async def _sync(self, pod: dict[str, Any]) -> None:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        bound = bool(spec.get("nodeName"))
+        if meta.get("deletionTimestamp"):
+            if not bound or phase in TERMINAL_PHASES:
+                await self._remove(pod)
+            else:
+                self._at(pod, "remove", parse_utc(meta["deletionTimestamp"]), self._remove)
+        elif bound and phase == "Pending":
+            await self._start(pod)
+        elif phase == "Running" and run_seconds(pod) is not None:
+            started = parse_utc(
+                (pod.get("status") or {}).get("startTime") or meta["creationTimestamp"]
+            )
+            deadline = started + timedelta(seconds=run_seconds(pod) or 0)
+            self._at(pod, "finish", deadline, self._finish)
+
+    def _at(
+        self,
+        pod: dict[str, Any],
+        purpose: str,
+        when: datetime,
+        action: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> None:
+        """Run ``action`` on the pod's latest state at ``when`` (once per purpose)."""
+        uid = str(pod["metadata"].get("uid", ""))
+        existing = self._timers.get(uid)
+        if existing is not None and existing[0] == purpose:
+            return
+        if existing is not None:
+            existing[1].cancel()
+        task = asyncio.create_task(self._after(object_key(pod), when, action))
+        self._timers[uid] = (purpose, task)
+
+    async def _after(
+        self, key: str, when: datetime, action: Callable[[dict[str, Any]], Awaitable[None]]
+    ) -> None:
+        await self._clock.sleep((when - self._clock.now()).total_seconds())
+        pod = self._pods.objects.get(key)
+        if pod is None:
+            return
+        try:
+            await action(pod)
+        except KubeError as exc:
+            log.warning("kubelet action on %s failed: %s", key, exc)
+        self._wake.set()
+
+    async def _start(self, pod: dict[str, Any]) -> None:
+        uid = str(pod["metadata"].get("uid", ""))
+        if uid in self._started:
+            return
+        self._started.add(uid)
+        status = running_status(pod, format_utc(self._clock.now()), pod_ip(next(self._ips)))
+        await self._write_status(pod, status)
+
+    async def _finish(self, pod: dict[str, Any]) -> None:
+        if (pod.get("status") or {}).get("phase") != "Running":
+            return
+        await self._write_status(pod, succeeded_status(pod, format_utc(self._clock.now())))
+
+    async def _write_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        with contextlib.suppress(NotFound):
+            await self._gateway.patch(
+                PODS, meta["name"], {"status": status}, meta["namespace"], "merge", "status"
+            )
+
+    async def _remove(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        with contextlib.suppress(NotFound, Conflict):
+            await self._gateway.delete(
+                PODS, meta["name"], meta["namespace"], grace_period_s=0, uid=meta.get("uid")
+            )

@@ -1,0 +1,88 @@
+"""The pod statuses the sandbox kubelet writes: running, finished. No side effects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandbox.cluster.scheduler import pod_scheduled
+
+HOST_IP = "127.0.0.1"
+
+
+def _condition(kind: str, status: str, now: str, reason: str = "") -> dict[str, Any]:
+    condition: dict[str, Any] = {
+        "type": kind,
+        "status": status,
+        "lastProbeTime": None,
+        "lastTransitionTime": now,
+    }
+    if reason:
+        condition["reason"] = reason
+    return condition
+
+
+def pod_ip(index: int) -> str:
+    """The ``index``-th pod address: 127.1.0.2, 127.1.0.3, … (never 127.0.0.1)."""
+    return f"127.1.{(index // 250) % 250}.{index % 250 + 2}"
+
+
+def running_status(pod: dict[str, Any], now: str, ip: str) -> dict[str, Any]:
+    """Every container started and ready; conditions as a kubelet reports them."""
+    scheduled = pod_scheduled(pod) or _condition("PodScheduled", "True", now)
+    conditions = [
+        _condition("PodReadyToStartContainers", "True", now),
+        _condition("Initialized", "True", now),
+        _condition("Ready", "True", now),
+        _condition("ContainersReady", "True", now),
+        scheduled,
+    ]
+    statuses = [
+        {
+            "name": c.get("name", ""),
+            "image": c.get("image", ""),
+            "imageID": "",
+            "containerID": f"sandbox://{c.get('name', '')}",
+            "ready": True,
+            "started": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": now}},
+        }
+        for c in (pod.get("spec") or {}).get("containers") or []
+    ]
+    return {
+        "phase": "Running",
+        "conditions": conditions,
+        "containerStatuses": statuses,
+        "hostIP": HOST_IP,
+        "hostIPs": [{"ip": HOST_IP}],
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "startTime": now,
+    }
+
+
+def succeeded_status(pod: dict[str, Any], now: str) -> dict[str, Any]:
+    """Every container exited 0: phase Succeeded, Ready False (PodCompleted)."""
+    status = dict(pod.get("status") or {})
+    kept = [
+        c
+        for c in status.get("conditions") or []
+        if c.get("type") not in ("Ready", "ContainersReady", "PodReadyToStartContainers")
+    ]
+    status["conditions"] = [
+        *kept,
+        _condition("PodReadyToStartContainers", "False", now),
+        _condition("Ready", "False", now, "PodCompleted"),
+        _condition("ContainersReady", "False", now, "PodCompleted"),
+    ]
+    status["containerStatuses"] = [
+        _terminated(s, now) for s in status.get("containerStatuses") or []
+    ]
+    status["phase"] = "Succeeded"
+    return status
+
+
+def _terminated(container: dict[str, Any], now: str) -> dict[str, Any]:
+    started = ((container.get("state") or {}).get("running") or {}).get("startedAt", now)
+    state = {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": now}
+    return {**container, "ready": False, "started": False, "state": {"terminated": state}}

@@ -1,0 +1,113 @@
+"""The scheduler's decisions over a snapshot of pods and nodes (the functional core).
+
+No side effects. A pod is schedulable when it is Pending, unbound, not terminating,
+ungated and addressed to the default scheduler. It goes to the feasible node with the
+most free GPUs, then the most free CPU, then the first by name (kube-scheduler scores
+with LeastAllocated and more; the sandbox only needs a stable, sensible choice).
+Pods are considered by priority, then age; each placement is charged to the snapshot
+so one pass never overfills a node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Any
+
+from sandbox.cluster.fit import Failure, NodeInfo, fit_error, node_failure
+from sandbox.cluster.quantity import parse_quantity
+from sandbox.cluster.requests import Resources, pod_requests
+from shared import vocab
+
+DEFAULT_SCHEDULER = "default-scheduler"
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The verdict for one pod: a node, or the fit error message."""
+
+    pod: dict[str, Any]
+    node: str | None
+    message: str = ""
+
+
+def needs_scheduling(pod: dict[str, Any]) -> bool:
+    """Pending, unbound, not terminating, no scheduling gates, default scheduler."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    return (
+        phase == "Pending"
+        and not spec.get("nodeName")
+        and not meta.get("deletionTimestamp")
+        and not spec.get("schedulingGates")
+        and (spec.get("schedulerName") or DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
+    )
+
+
+def occupies_node(pod: dict[str, Any]) -> bool:
+    """Bound and not finished: its requests count against the node."""
+    phase = (pod.get("status") or {}).get("phase")
+    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in TERMINAL_PHASES
+
+
+def node_infos(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> dict[str, NodeInfo]:
+    """Every node with what its bound, unfinished pods request."""
+    infos = {str(n["metadata"]["name"]): NodeInfo(n) for n in nodes}
+    for pod in pods:
+        name = (pod.get("spec") or {}).get("nodeName")
+        if occupies_node(pod) and name in infos:
+            infos[name] = charge(infos[name], pod_requests(pod))
+    return infos
+
+
+def charge(info: NodeInfo, wanted: Resources) -> NodeInfo:
+    """``info`` with one more pod requesting ``wanted``."""
+    requested = dict(info.requested)
+    for resource, amount in wanted.items():
+        requested[resource] = requested.get(resource, Decimal(0)) + amount
+    return replace(info, requested=requested, pod_count=info.pod_count + 1)
+
+
+def _free(info: NodeInfo, resource: str) -> Decimal:
+    allocatable = (info.node.get("status") or {}).get("allocatable") or {}
+    return parse_quantity(allocatable.get(resource, 0)) - info.requested.get(resource, Decimal(0))
+
+
+def _preference(info: NodeInfo) -> tuple[Decimal, Decimal, str]:
+    return (-_free(info, vocab.GPU_RESOURCE), -_free(info, "cpu"), info.name)
+
+
+def place(pod: dict[str, Any], infos: dict[str, NodeInfo]) -> Placement:
+    """Where ``pod`` goes given ``infos`` (every node filtered, like kube-scheduler)."""
+    wanted = pod_requests(pod)
+    failures: list[Failure] = []
+    feasible: list[NodeInfo] = []
+    for info in infos.values():
+        failure = node_failure(pod, wanted, info)
+        if failure is None:
+            feasible.append(info)
+        else:
+            failures.append(failure)
+    if not feasible:
+        return Placement(pod, None, fit_error(len(infos), failures))
+    return Placement(pod, min(feasible, key=_preference).name)
+
+
+def _order(pod: dict[str, Any]) -> tuple[int, str, str]:
+    meta = pod.get("metadata") or {}
+    priority = int((pod.get("spec") or {}).get("priority") or 0)
+    return (-priority, str(meta.get("creationTimestamp") or ""), str(meta.get("name", "")))
+
+
+def schedule(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[Placement]:
+    """One scheduling pass: a placement for every pod that needs one, in queue order."""
+    infos = node_infos(nodes, pods)
+    placements = []
+    for pod in sorted(filter(needs_scheduling, pods), key=_order):
+        placement = place(pod, infos)
+        if placement.node is not None:
+            infos[placement.node] = charge(infos[placement.node], pod_requests(pod))
+        placements.append(placement)
+    return placements
