@@ -23,7 +23,10 @@ from shared.clock import Clock, SystemClock
 
 #: Every component the sandbox knows, in start order, with where its class lives.
 #: A later issue adds its component here.
-ORDER: tuple[tuple[str, str], ...] = (("kube", "sandbox.kube.component:KubeComponent"),)
+ORDER: tuple[tuple[str, str], ...] = (
+    ("kube", "sandbox.kube.component:KubeComponent"),
+    ("cluster", "sandbox.cluster.component:ClusterComponent"),
+)
 
 #: The controller's namespace in the sandbox.
 CONTROLLER_NAMESPACE = vocab.PRODUCT_NAME
