@@ -120,9 +120,9 @@ def test_booking_and_cancellation_arrive_by_push_within_2s(tmp_path: Path) -> No
         async with world(tmp_path) as w:
             await w.replica("r0", RESERVATION_FETCH_INTERVAL="3600")
             rid = await w.book(gpus=2)
-            obj = await eventually(lambda: w.get(f"res-{rid}"), 2.0)
+            obj = await eventually(lambda: w.get(model.reference(rid)), 2.0)
             await eventually(lambda: _phase_is(w, rid, "Open"), 2.0)
-            obj = await w.get(f"res-{rid}")
+            obj = await w.get(model.reference(rid))
             assert obj is not None
             spec, status = obj["spec"], obj["status"]
             assert (spec["owner"], spec["gpuClass"], spec["gpuCount"]) == ("alice", "a100", 2)
@@ -148,7 +148,7 @@ def test_without_pushes_the_poll_brings_both(tmp_path: Path) -> None:
 
 
 async def _phase_is(w: World, rid: int, phase: str) -> bool:
-    return phase_of(await w.get(f"res-{rid}")) == phase
+    return phase_of(await w.get(model.reference(rid))) == phase
 
 
 def test_concurrent_claimers_never_exceed_the_budget(tmp_path: Path) -> None:
@@ -156,7 +156,7 @@ def test_concurrent_claimers_never_exceed_the_budget(tmp_path: Path) -> None:
         async with world(tmp_path) as w:
             await w.replica("r0")
             rid = await w.book(gpus=8)
-            name = f"res-{rid}"
+            name = model.reference(rid)
             await eventually(lambda: _phase_is(w, rid, "Open"), 3.0)
             kubeconfig = str(tmp_path / "reconciler.kubeconfig")
             results: list[tuple[int, ledger.ClaimResult]] = []
