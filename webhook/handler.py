@@ -114,6 +114,7 @@ class Admission:
 
     def _log_line(self, request: AdmissionRequest, verdict: Verdict, elapsed: float) -> None:
         meta = (request.obj or {}).get("metadata") or {}
+        meta = meta if isinstance(meta, dict) else {}
         log(
             _log,
             logging.INFO,
@@ -206,7 +207,7 @@ class Admission:
             self.policy.namespace,
             name,
             gpus,
-            pod=((pod.get("metadata") or {}).get("name") or None),
+            pod=_name_of(pod),
             now=now,
             deadline=deadline,
             dry_run=request.dry_run,
@@ -255,3 +256,9 @@ class Admission:
             self.cache.upsert(await asyncio.wait_for(call, timeout=max(timeout, 0.001)))
         except (KubeError, TimeoutError):
             return
+
+
+def _name_of(pod: dict[str, Any]) -> str | None:
+    """The pod's name (None for a ``generateName`` create)."""
+    name = (pod.get("metadata") or {}).get("name")
+    return name if isinstance(name, str) and name else None

@@ -45,10 +45,15 @@ class AdmissionRequest:
 
 
 def _object(request: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    """An object of the request; its ``metadata``, when present, must be an object."""
     value = request.get(key)
-    if value is None or isinstance(value, dict):
-        return value
-    raise Malformed(f"request.{key} is not an object")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise Malformed(f"request.{key} is not an object")
+    if not isinstance(value.get("metadata", {}), dict):
+        raise Malformed(f"request.{key}.metadata is not an object")
+    return value
 
 
 def _text(data: Mapping[str, Any], key: str) -> str:

@@ -45,7 +45,9 @@ def review(
     dry_run: bool = False,
     uid: str | None = None,
 ) -> dict[str, Any]:
-    namespace = ((pod or old or {}).get("metadata") or {}).get("namespace", "alice")
+    meta = (pod or old or {}).get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    namespace = meta.get("namespace", "alice")
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -54,7 +56,7 @@ def review(
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "namespace": namespace,
-            "name": ((pod or {}).get("metadata") or {}).get("name", ""),
+            "name": meta.get("name", "") if pod else "",
             "operation": operation,
             "userInfo": {"username": user, "groups": ["system:authenticated"]},
             "object": pod,

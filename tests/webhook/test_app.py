@@ -1,0 +1,209 @@
+"""The Starlette apps in-process: malformed reviews, random pods, health and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared import vocab
+from tests.policy.builders import gpu_pod, reservation
+from tests.webhook.helpers import review, wired
+from webhook.app import health_app, mutate_app
+from webhook.patch import apply
+
+pytestmark = pytest.mark.anyio
+LIMIT = 64 * 1024
+
+
+async def post(app: Any, body: bytes) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as client:
+        return await client.post("/mutate", content=body)
+
+
+def with_request(**changes: Any) -> bytes:
+    doc = review(gpu_pod(1).build())
+    doc["request"].update(changes)
+    return json.dumps(dict(doc.items())).encode()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"not json", id="not JSON"),
+        pytest.param(b"[1, 2]", id="a JSON list"),
+        pytest.param(json.dumps({**review(None), "kind": "Pod"}).encode(), id="wrong kind"),
+        pytest.param(
+            json.dumps({**review(None), "apiVersion": "admission.k8s.io/v1beta1"}).encode(),
+            id="wrong apiVersion",
+        ),
+        pytest.param(with_request(uid=""), id="missing uid"),
+        pytest.param(with_request(uid=7), id="a numeric uid"),
+        pytest.param(with_request(operation="PATCH"), id="an unknown operation"),
+        pytest.param(with_request(object="pod"), id="object not an object"),
+        pytest.param(with_request(object={"metadata": "m"}), id="metadata not an object"),
+        pytest.param(
+            json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
+            id="no request",
+        ),
+        pytest.param(b"\xff\xfe", id="not UTF-8"),
+        pytest.param(b"x" * (LIMIT + 1), id="a huge body"),
+    ],
+)
+async def test_malformed_reviews_get_400(body: bytes) -> None:
+    admission, _ = await wired(reservation(1))
+    response = await post(mutate_app(admission, LIMIT), body)
+    assert response.status_code == 400
+    assert "error" in response.json()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(
+            {"spec": {"containers": [{"resources": {"limits": {vocab.GPU_RESOURCE: "lots"}}}]}},
+            id="garbage GPU quantity",
+        ),
+        pytest.param({"spec": {"containers": "x"}}, id="containers not a list"),
+        pytest.param({"metadata": {"annotations": ["x"]}}, id="annotations a list"),
+        pytest.param(
+            {"metadata": {"labels": {vocab.GPU_CLASS_LABEL: 5}}}, id="a numeric class label"
+        ),
+        pytest.param({"spec": {"tolerations": "all"}}, id="tolerations a string"),
+        pytest.param({}, id="an empty object"),
+    ],
+)
+async def test_garbage_pods_are_answered_safely(garbage: dict[str, Any]) -> None:
+    admission, _ = await wired(reservation(1))
+    pod = {**gpu_pod(1).build(), **garbage}
+    response = await post(mutate_app(admission, LIMIT), json.dumps(review(pod)).encode())
+    assert response.status_code == 200
+    assert_valid(response.json(), pod)
+
+
+def assert_valid(doc: dict[str, Any], pod: dict[str, Any]) -> None:
+    assert doc["apiVersion"] == "admission.k8s.io/v1"
+    assert doc["kind"] == "AdmissionReview"
+    answer = doc["response"]
+    assert isinstance(answer["uid"], str)
+    assert answer["uid"]
+    assert ("patch" in answer) == ("patchType" in answer)
+    if "patch" in answer:
+        assert answer["allowed"] is True
+        apply(pod, json.loads(base64.b64decode(answer["patch"])))
+    for text in answer.get("warnings", []):
+        assert len(text) <= 120
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+QUANTITY = st.sampled_from(["1", "2", 1, "0", "0.5", "x", None, -1, "2000m"]) | JSON
+TOLERATION = st.fixed_dictionaries(
+    {},
+    optional={
+        "key": st.sampled_from([vocab.RESERVATION_TAINT_KEY, "", "other"]) | JSON,
+        "operator": st.sampled_from(["Exists", "Equal", "", "Lt"]),
+        "value": st.sampled_from(["h100", "a100", ""]),
+        "effect": st.sampled_from([vocab.TAINT_EFFECT_NO_SCHEDULE, "", "NoExecute"]),
+    },
+)
+CONTAINER = st.fixed_dictionaries(
+    {"name": st.just("c")},
+    optional={
+        "resources": st.fixed_dictionaries(
+            {},
+            optional={
+                "limits": st.fixed_dictionaries({vocab.GPU_RESOURCE: QUANTITY}) | JSON,
+                "requests": st.dictionaries(st.just(vocab.GPU_RESOURCE), QUANTITY) | JSON,
+            },
+        )
+        | JSON,
+        "restartPolicy": st.sampled_from(["Always", "Never"]),
+    },
+)
+POD = st.fixed_dictionaries(
+    {
+        "metadata": st.fixed_dictionaries(
+            {"namespace": st.sampled_from(["alice", "bob"])},
+            optional={
+                "name": st.sampled_from(["p", "q"]),
+                "labels": st.dictionaries(
+                    st.sampled_from([vocab.GPU_CLASS_LABEL, "x"]),
+                    st.sampled_from(["h100", "a100", ""]) | JSON,
+                    max_size=2,
+                )
+                | JSON,
+                "annotations": st.dictionaries(
+                    st.sampled_from(
+                        [*sorted(vocab.CONTROLLER_OWNED_ANNOTATIONS)[:4], "a/b", "x~y"]
+                    ),
+                    st.text(max_size=5) | JSON,
+                    max_size=3,
+                )
+                | JSON,
+            },
+        ),
+        "spec": st.fixed_dictionaries(
+            {"containers": st.lists(CONTAINER, min_size=1, max_size=2) | JSON},
+            optional={
+                "initContainers": st.lists(CONTAINER, max_size=2),
+                "tolerations": st.lists(TOLERATION, max_size=3) | JSON,
+                "schedulingGates": st.lists(
+                    st.fixed_dictionaries({"name": st.just("g/x")}), max_size=1
+                )
+                | JSON,
+                "overhead": JSON,
+            },
+        )
+        | JSON,
+    }
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(pod=POD, operation=st.sampled_from(["CREATE", "CREATE", "UPDATE"]), dry=st.booleans())
+def test_every_answer_to_a_random_pod_is_a_valid_review_whose_patch_applies(
+    pod: dict[str, Any], operation: str, dry: bool
+) -> None:
+    async def scenario() -> None:
+        admission, _ = await wired(reservation(1, gpus=2), gate_name="g/y")
+        old = gpu_pod(1).build() if operation == "UPDATE" else None
+        body = json.dumps(review(pod, operation=operation, old=old, dry_run=dry)).encode()
+        status, doc = await admission.review(body)
+        assert status == 200
+        assert_valid(doc, pod)
+
+    asyncio.run(scenario())
+
+
+async def test_health_readiness_and_metrics() -> None:
+    admission, _ = await wired(reservation(1), synced=False)
+    loaded = [False]
+    app = health_app(admission, lambda: loaded[0])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://h") as client:
+        assert (await client.get("/healthz")).status_code == 200
+        not_ready = await client.get("/readyz")
+        assert not_ready.status_code == 503
+        assert "no certificate" in not_ready.text
+        loaded[0] = True
+        assert (await client.get("/readyz")).status_code == 503
+        await admission.cache._relist()
+        assert (await client.get("/readyz")).status_code == 200
+        metrics = (await client.get("/metrics")).text
+    assert "gpu_reservation_webhook_cache_age_seconds" in metrics
+    assert "gpu_reservation_webhook_request_duration_seconds_bucket" in metrics
