@@ -26,6 +26,8 @@ from shared.clock import Clock, SystemClock
 ORDER: tuple[tuple[str, str], ...] = (
     ("kube", "sandbox.kube.component:KubeComponent"),
     ("cluster", "sandbox.cluster.component:ClusterComponent"),
+    ("app", "sandbox.app.component:AppComponent"),
+    ("reconciler", "sandbox.reconciler_component:ReconcilerComponent"),
 )
 
 #: The controller's namespace in the sandbox.
