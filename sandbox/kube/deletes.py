@@ -1,0 +1,138 @@
+"""DELETE: options, preconditions, graceful pod deletion, finalizers (facts §3.7).
+
+Options come from the body when there is one, else from the query. A precondition
+mismatch is a 409. Pods get a grace period (0 when unbound or finished); an object with
+finalizers or remaining grace is marked (``deletionTimestamp``) and stays. Pods and
+namespaces answer with the object, other kinds with a ``Success`` Status. Deleting a
+namespace removes its contents; deleting a CRD removes its custom objects.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sandbox.kube import meta as m
+from sandbox.kube import pods
+from sandbox.kube.cluster import Call, Cluster, options_body, present
+from sandbox.kube.errors import bad_request, conflict, not_found, success_status
+
+Obj = dict[str, Any]
+
+_RETURNS_OBJECT = frozenset({("", "pods"), ("", "namespaces")})
+
+
+def read_options(call: Call, body: Any) -> Obj:
+    """DeleteOptions from the body (which wins) or from the query string."""
+    if isinstance(body, dict) and body:
+        return body
+    if body not in (None, {}, b""):
+        raise bad_request("DeleteOptions must be an object")
+    options: Obj = {}
+    if "gracePeriodSeconds" in call.query:
+        try:
+            options["gracePeriodSeconds"] = int(call.query["gracePeriodSeconds"])
+        except ValueError as exc:
+            raise bad_request("gracePeriodSeconds must be an integer") from exc
+    if "propagationPolicy" in call.query:
+        options["propagationPolicy"] = call.query["propagationPolicy"]
+    if call.dry_run:
+        options["dryRun"] = ["All"]
+    return options
+
+
+def _check_preconditions(call: Call, old: Obj, options: Obj) -> None:
+    pre = options.get("preconditions") or {}
+    meta = old["metadata"]
+    if pre.get("uid") and pre["uid"] != meta.get("uid"):
+        raise conflict(
+            call.rtype.plural,
+            call.rtype.group,
+            call.name,
+            f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
+            f"{meta.get('uid')}. The object might have been deleted and then recreated",
+        )
+    rv = pre.get("resourceVersion")
+    if rv and rv != meta.get("resourceVersion"):
+        raise conflict(
+            call.rtype.plural,
+            call.rtype.group,
+            call.name,
+            f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in "
+            f"object meta: {meta.get('resourceVersion')}. The object might have been modified",
+        )
+
+
+async def delete(cluster: Cluster, call: Call, body: Any) -> Obj:
+    """DELETE one object; returns the response body."""
+    old = cluster.store.get(*call.key)
+    if old is None:
+        raise not_found(call.rtype.plural, call.rtype.group, call.name)
+    options = read_options(call, body)
+    _check_preconditions(call, old, options)
+    extra = {k: v for k, v in options.items() if k not in ("apiVersion", "kind")}
+    await cluster.admit(
+        call, "DELETE", None, present(call, old), options_body("DeleteOptions", call, extra)
+    )
+    is_pod = call.rtype.store_key == ("", "pods")
+    grace = pods.delete_grace(old, options.get("gracePeriodSeconds")) if is_pod else 0
+    if old["metadata"].get("finalizers") or grace > 0:
+        return _mark_deleting(cluster, call, old, grace)
+    if call.dry_run:
+        return _answer(call, old)
+    return remove(cluster, call, old)
+
+
+def _mark_deleting(cluster: Cluster, call: Call, old: Obj, grace: int) -> Obj:
+    meta = old["metadata"]
+    now = cluster.now()
+    deadline = m.format_time(now + timedelta(seconds=grace))
+    current = meta.get("deletionGracePeriodSeconds")
+    if meta.get("deletionTimestamp") and current is not None and current <= grace:
+        return present(call, old)
+    if grace == 0 and not meta.get("finalizers"):
+        return remove(cluster, call, old)
+    meta["deletionTimestamp"] = (
+        deadline
+        if not meta.get("deletionTimestamp") or grace < (current or 0)
+        else meta["deletionTimestamp"]
+    )
+    meta["deletionGracePeriodSeconds"] = grace
+    if grace > 0 and "generation" in meta:
+        meta["generation"] = int(meta["generation"]) + 1
+    if call.dry_run:
+        return present(call, old)
+    return present(call, cluster.store.put(call.key, old))
+
+
+def remove(cluster: Cluster, call: Call, old: Obj) -> Obj:
+    """Remove the object now (with the side effects of namespaces and CRDs)."""
+    store_key = call.rtype.store_key
+    if store_key == ("", "namespaces"):
+        _empty_namespace(cluster, call.name)
+    final = cluster.store.remove(call.key) or old
+    if store_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+        cluster.unserve_crd(old)
+    return _answer(call, final)
+
+
+def _answer(call: Call, final: Obj) -> Obj:
+    if call.rtype.store_key in _RETURNS_OBJECT:
+        shown = present(call, final)
+        if call.rtype.store_key == ("", "namespaces"):
+            shown["status"] = {"phase": "Terminating"}
+        return shown
+    details = {
+        "name": call.name,
+        "group": call.rtype.group,
+        "kind": call.rtype.plural,
+        "uid": final["metadata"].get("uid"),
+    }
+    if not call.rtype.group:
+        del details["group"]
+    return success_status(200, details)
+
+
+def _empty_namespace(cluster: Cluster, namespace: str) -> None:
+    for key in cluster.store.namespaces_in_use(namespace):
+        cluster.store.remove(key)

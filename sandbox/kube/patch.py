@@ -1,0 +1,172 @@
+"""The PATCH flavours: JSON Patch, JSON merge patch and strategic merge patch.
+
+JSON Patch (RFC 6902) is applied by ``jsonpatch``; a failed ``test`` or an operation
+on a missing path is a 422 (facts §3.1). Merge patch is RFC 7386. Strategic merge
+follows the built-in types' patch strategies for the kinds we serve: lists with a
+merge key are merged by it (``$patch: delete`` removes an element, ``$patch:
+replace`` replaces), primitive lists with a merge strategy are unioned, every other
+list is replaced (``spec.tolerations`` is atomic). The ``$setElementOrder`` and
+``$retainKeys`` directives ``kubectl apply`` sends are understood.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import jsonpointer
+
+from sandbox.kube.errors import bad_request, error, too_large
+
+Obj = dict[str, Any]
+
+#: Most operations a JSON Patch may hold.
+MAX_JSON_PATCH_OPS = 10000
+
+#: Lists merged by a key, by path (``[]`` stands for "any element of").
+MERGE_KEYS: dict[str, str] = {
+    "metadata.ownerReferences": "uid",
+    "spec.containers": "name",
+    "spec.initContainers": "name",
+    "spec.ephemeralContainers": "name",
+    "spec.volumes": "name",
+    "spec.imagePullSecrets": "name",
+    "spec.schedulingGates": "name",
+    "spec.resourceClaims": "name",
+    "spec.hostAliases": "ip",
+    "spec.topologySpreadConstraints": "topologyKey",
+    "spec.ports": "port",
+    "status.conditions": "type",
+    "status.addresses": "type",
+    "status.containerStatuses": "name",
+    "status.initContainerStatuses": "name",
+    "status.podIPs": "ip",
+    "status.images": "names",
+}
+for _pod_list in ("containers", "initContainers", "ephemeralContainers"):
+    MERGE_KEYS[f"spec.{_pod_list}[].env"] = "name"
+    MERGE_KEYS[f"spec.{_pod_list}[].ports"] = "containerPort"
+    MERGE_KEYS[f"spec.{_pod_list}[].volumeMounts"] = "mountPath"
+    MERGE_KEYS[f"spec.{_pod_list}[].volumeDevices"] = "devicePath"
+#: Primitive lists whose strategy is ``merge`` (union).
+MERGE_PRIMITIVES = frozenset({"metadata.finalizers"})
+
+
+def json_patch(target: Obj, ops: Any) -> Obj:
+    """Apply an RFC 6902 patch; malformed → 400, inapplicable or failed test → 422."""
+    if not isinstance(ops, list):
+        raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+    if len(ops) > MAX_JSON_PATCH_OPS:
+        raise too_large(
+            f"The allowed operations in this JSON patch is {MAX_JSON_PATCH_OPS}, got {len(ops)}"
+        )
+    try:
+        patch = jsonpatch.JsonPatch(ops)
+        result = patch.apply(copy.deepcopy(target))
+    except jsonpatch.JsonPatchTestFailed as exc:
+        raise _rejected(str(exc)) from exc
+    except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException) as exc:
+        raise _rejected(str(exc)) from exc
+    except (jsonpatch.InvalidJsonPatch, TypeError, KeyError) as exc:
+        raise bad_request(f"invalid JSON Patch: {exc}") from exc
+    if not isinstance(result, dict):
+        raise _rejected("the patch replaced the whole object with a non-object")
+    return result
+
+
+def _rejected(detail: str) -> Exception:
+    return error(
+        422,
+        "Invalid",
+        "the server rejected our request due to an error in our request",
+        {"causes": [{"reason": "FieldValueInvalid", "message": detail}]},
+    )
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge, ``null`` deletes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def strategic_merge(target: Obj, patch: Any) -> Obj:
+    """Apply a strategic merge patch to a built-in object."""
+    if not isinstance(patch, dict):
+        raise bad_request("strategic merge patch must be a JSON object")
+    result = _merge_map(target, patch, "")
+    return result if isinstance(result, dict) else {}
+
+
+def _merge_map(target: Any, patch: Obj, path: str) -> Any:
+    directive = patch.get("$patch")
+    if directive == "delete":
+        return None
+    if directive == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if not k.startswith("$")}
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    retain = patch.get("$retainKeys")
+    for key, value in patch.items():
+        if key.startswith("$setElementOrder/") or key in ("$patch", "$retainKeys"):
+            continue
+        if key.startswith("$deleteFromPrimitiveList/"):
+            name = key.split("/", 1)[1]
+            result[name] = [v for v in result.get(name) or [] if v not in value]
+            continue
+        child = f"{path}.{key}" if path else key
+        if value is None:
+            result.pop(key, None)
+        else:
+            merged = _merge_value(result.get(key), value, child)
+            if merged is None:
+                result.pop(key, None)
+            else:
+                result[key] = merged
+    if isinstance(retain, list):
+        result = {k: v for k, v in result.items() if k in retain}
+    return result
+
+
+def _merge_value(target: Any, value: Any, path: str) -> Any:
+    if isinstance(value, dict):
+        return _merge_map(target, value, path)
+    if isinstance(value, list):
+        return _merge_list(target if isinstance(target, list) else [], value, path)
+    return copy.deepcopy(value)
+
+
+def _merge_list(target: list[Any], patch: list[Any], path: str) -> list[Any]:
+    key = MERGE_KEYS.get(path)
+    if path in MERGE_PRIMITIVES:
+        return [*target, *(v for v in patch if v not in target)]
+    if key is None:
+        return [copy.deepcopy(v) for v in patch if not (isinstance(v, dict) and "$patch" in v)]
+    if any(isinstance(v, dict) and v.get("$patch") == "replace" for v in patch):
+        return [copy.deepcopy(v) for v in patch if not (isinstance(v, dict) and "$patch" in v)]
+    result = copy.deepcopy(target)
+    for item in patch:
+        if not isinstance(item, dict) or key not in item:
+            raise bad_request(f"map: {item} does not contain declared merge key: {key}")
+        index = next(
+            (
+                i
+                for i, old in enumerate(result)
+                if isinstance(old, dict) and old.get(key) == item[key]
+            ),
+            None,
+        )
+        if item.get("$patch") == "delete":
+            if index is not None:
+                result.pop(index)
+        elif index is None:
+            result.append(_merge_map({}, item, path + "[]"))
+        else:
+            result[index] = _merge_map(result[index], item, path + "[]")
+    return result

@@ -1,0 +1,95 @@
+"""PATCH requests: pick the patch flavour by Content-Type, apply to the stored object.
+
+A patch applies to the current object, so it never conflicts, unless the patched
+result carries a different ``metadata.resourceVersion`` (a precondition → 409). Custom
+resources refuse strategic merge with 415; ``; charset=...`` suffixes are ignored.
+``application/apply-patch+yaml`` is a simplified server-side apply: a merge of the
+applied configuration, creating the object when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from sandbox.kube import patch as p
+from sandbox.kube.cluster import Call, Cluster, present
+from sandbox.kube.errors import bad_request, invalid, not_found, required, stale, unsupported_media
+from sandbox.kube.registry import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
+from sandbox.kube.writes import apply_update, create, decode
+
+Obj = dict[str, Any]
+
+
+def media_type(header: str | None) -> str:
+    """The Content-Type without parameters."""
+    return (header or "").split(";", 1)[0].strip().lower()
+
+
+def _parse(raw: bytes, kind: str) -> Any:
+    try:
+        if kind == APPLY_PATCH:
+            return yaml.safe_load(raw.decode())
+        return json.loads(raw)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise bad_request(f"error decoding patch: {exc}") from exc
+
+
+async def patch(
+    cluster: Cluster, call: Call, raw: bytes, content_type: str | None
+) -> tuple[int, Obj]:
+    """Apply a PATCH; returns (status code, object)."""
+    kind = media_type(content_type)
+    if kind not in call.rtype.patch_types():
+        raise unsupported_media(call.rtype.patch_types())
+    body = _parse(raw, kind)
+    old = cluster.store.get(*call.key)
+    if kind == APPLY_PATCH:
+        if not call.query.get("fieldManager"):
+            rtype = call.rtype
+            raise invalid(
+                rtype.kind,
+                rtype.group if rtype.is_custom else "",
+                call.name,
+                [required("fieldManager", "is required for apply requests")],
+            )
+        if old is None and not call.subresource:
+            if isinstance(body, dict):
+                body.setdefault("metadata", {}).setdefault("name", call.name)
+            return 201, await create(cluster, call, body)
+    if old is None:
+        raise not_found(call.rtype.plural, call.rtype.group, call.name)
+    current = present(call, old)
+    patched = _apply(kind, current, body)
+    _precondition(call, patched, old)
+    new = decode(call, patched)
+    return 200, await apply_update(cluster, call, new, old, {})
+
+
+def _apply(kind: str, current: Obj, body: Any) -> Obj:
+    if kind == JSON_PATCH:
+        return p.json_patch(current, body)
+    if not isinstance(body, dict):
+        raise bad_request("the patch must be a JSON object")
+    if kind == STRATEGIC_PATCH:
+        return p.strategic_merge(current, body)
+    assert kind in (MERGE_PATCH, APPLY_PATCH)
+    result = p.merge_patch(current, body)
+    return result if isinstance(result, dict) else {}
+
+
+def _precondition(call: Call, patched: Obj, old: Obj) -> None:
+    meta = patched.get("metadata")
+    if not isinstance(meta, dict):
+        raise bad_request("metadata must be an object")
+    rv = meta.get("resourceVersion")
+    if rv and rv != old["metadata"]["resourceVersion"]:
+        raise stale(call.rtype.plural, call.rtype.group, call.name)
+    meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+    if meta.get("name", call.name) != call.name:
+        raise bad_request(
+            f"the name of the object ({meta.get('name')}) does not match the name on the URL "
+            f"({call.name})"
+        )

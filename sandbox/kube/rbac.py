@@ -1,0 +1,138 @@
+"""RBAC authorization over Roles, ClusterRoles and their bindings in the store.
+
+A request is allowed when a rule bound to the user (directly, through a group, or as a
+service account) covers its verb, API group, resource (``pods/status`` for a
+subresource) and, when the rule lists ``resourceNames``, its object name. Members of
+``system:masters`` are never restricted. A refusal is the real 403 Status:
+``<resource> "<name>" is forbidden: User "<u>" cannot <verb> resource "<r>" in API
+group "<g>" in the namespace "<ns>"`` (or ``at the cluster scope``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox.kube.admission_api import UserInfo
+from sandbox.kube.auth import MASTERS, SA_PREFIX
+from sandbox.kube.errors import ApiError, error
+from sandbox.kube.store import Store
+
+Obj = dict[str, Any]
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What is being asked: ``name`` is empty for collections and creates."""
+
+    user: UserInfo
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+
+
+def _subject_matches(subject: Obj, user: UserInfo, binding_namespace: str) -> bool:
+    kind, name = subject.get("kind"), subject.get("name")
+    if kind == "User":
+        return name == user.username
+    if kind == "Group":
+        return name in user.groups
+    if kind == "ServiceAccount":
+        namespace = subject.get("namespace") or binding_namespace
+        return user.username == f"{SA_PREFIX}{namespace}:{name}"
+    return False
+
+
+def _has(values: list[str], wanted: str) -> bool:
+    return "*" in values or wanted in values
+
+
+def rule_allows(rule: Obj, req: Request) -> bool:
+    """Whether one PolicyRule covers ``req``."""
+    if not _has(rule.get("verbs") or [], req.verb) or not _has(
+        rule.get("apiGroups") or [], req.group
+    ):
+        return False
+    resources = rule.get("resources") or []
+    if req.subresource:
+        full = f"{req.resource}/{req.subresource}"
+        ok = any(r in ("*", full, f"{req.resource}/*", f"*/{req.subresource}") for r in resources)
+    else:
+        ok = "*" in resources or req.resource in resources
+    names = rule.get("resourceNames") or []
+    return ok and (not names or req.name in names)
+
+
+class Authorizer:
+    """Decides requests from the RBAC objects in ``store``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def allowed(self, req: Request) -> bool:
+        """Whether some binding grants ``req``."""
+        if MASTERS in req.user.groups:
+            return True
+        for binding in self._store.list(RBAC_GROUP, "clusterrolebindings"):
+            if self._binding_grants(binding, req, ""):
+                return True
+        if req.namespace:
+            for binding in self._store.list(RBAC_GROUP, "rolebindings", req.namespace):
+                if self._binding_grants(binding, req, req.namespace):
+                    return True
+        return False
+
+    def _binding_grants(self, binding: Obj, req: Request, namespace: str) -> bool:
+        subjects = binding.get("subjects") or []
+        if not any(_subject_matches(s, req.user, namespace) for s in subjects):
+            return False
+        ref = binding.get("roleRef") or {}
+        if ref.get("kind") == "ClusterRole":
+            role = self._store.get(RBAC_GROUP, "clusterroles", "", ref.get("name", ""))
+        elif namespace:
+            role = self._store.get(RBAC_GROUP, "roles", namespace, ref.get("name", ""))
+        else:
+            role = None
+        return role is not None and any(rule_allows(r, req) for r in role.get("rules") or [])
+
+    def check(self, req: Request) -> None:
+        """Raise the 403 Forbidden Status unless ``req`` is allowed."""
+        if not self.allowed(req):
+            raise forbidden(req)
+
+
+def forbidden(req: Request) -> ApiError:
+    """The apiserver's 403 for an RBAC refusal."""
+    resource = f"{req.resource}/{req.subresource}" if req.subresource else req.resource
+    scope = f'in the namespace "{req.namespace}"' if req.namespace else "at the cluster scope"
+    why = (
+        f'User "{req.user.username}" cannot {req.verb} resource "{resource}" '
+        f'in API group "{req.group}" {scope}'
+    )
+    qualified = f"{resource}.{req.group}" if req.group else resource
+    subject = f'{qualified} "{req.name}"' if req.name else qualified
+    details: Obj = {"name": req.name} if req.name else {}
+    if req.group:
+        details["group"] = req.group
+    details["kind"] = resource
+    return error(403, "Forbidden", f"{subject} is forbidden: {why}", details)
+
+
+def cluster_admin_role() -> Obj:
+    """The ``cluster-admin`` ClusterRole every cluster has."""
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "ClusterRole",
+        "metadata": {
+            "name": "cluster-admin",
+            "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+        },
+        "rules": [
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+            {"nonResourceURLs": ["*"], "verbs": ["*"]},
+        ],
+    }

@@ -1,0 +1,269 @@
+"""The HTTP face of the emulator: one Starlette app over the cluster.
+
+Every request is authenticated (bearer token → user; 401 otherwise, except health
+and version), resolved to a resource, authorized by RBAC (403 Status), then handled.
+Errors are ``Status`` bodies; admission and pruning warnings become ``Warning: 299``
+headers; bodies over 3 MiB are a 413. GET and LIST answer as a Table when kubectl asks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import yaml
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from sandbox.kube import discovery, paths, reads, subresources, table
+from sandbox.kube.cluster import Call, Cluster, present
+from sandbox.kube.deletes import delete
+from sandbox.kube.errors import ApiError, bad_request, error, method_not_allowed, too_large
+from sandbox.kube.patching import media_type, patch
+from sandbox.kube.rbac import Request as AuthzRequest
+from sandbox.kube.watch import WatchPlan, parse_bool
+from sandbox.kube.writes import create, update
+
+Obj = dict[str, Any]
+
+#: Largest request body accepted (apiserver ``MaxRequestBodyBytes``).
+MAX_BODY = 3 * 1024 * 1024
+_PUBLIC = frozenset({"/healthz", "/readyz", "/livez", "/version"})
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+def _json(body: Any, code: int = 200, warnings: list[str] | None = None) -> Response:
+    headers = [("Warning", f'299 - "{w}"') for w in warnings or []]
+    response = JSONResponse(body, status_code=code)
+    for name, value in headers:
+        response.headers.append(name, value)
+    return response
+
+
+def _not_found() -> ApiError:
+    return error(404, "NotFound", "the server could not find the requested resource", {})
+
+
+async def read_body(request: Request) -> bytes:
+    """The request body, refusing more than 3 MiB with 413."""
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > MAX_BODY:
+        raise too_large()
+    chunks, total = [], 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > MAX_BODY:
+            raise too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decode_body(raw: bytes, content_type: str | None) -> Any:
+    """JSON (or YAML) request body; empty → ``None``."""
+    if not raw.strip():
+        return None
+    try:
+        if "yaml" in media_type(content_type):
+            return yaml.safe_load(raw.decode())
+        return json.loads(raw)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
+
+
+class Api:
+    """Request dispatch over one cluster."""
+
+    def __init__(self, cluster: Cluster, address: Callable[[], str]) -> None:
+        self.cluster = cluster
+        self.address = address
+        self.bookmark_interval = 5.0
+
+    def app(self) -> Starlette:
+        """The ASGI application."""
+        return Starlette(routes=[Route("/{path:path}", self.endpoint, methods=_METHODS)])
+
+    async def endpoint(self, request: Request) -> Response:
+        warnings: list[str] = []
+        try:
+            return await self._dispatch(request, warnings)
+        except ApiError as exc:
+            return _json(exc.status, exc.code, warnings)
+
+    async def _dispatch(self, request: Request, warnings: list[str]) -> Response:
+        path = request.url.path.rstrip("/") or "/"
+        if path in ("/healthz", "/readyz", "/livez"):
+            return PlainTextResponse("ok")
+        if path == "/version":
+            return _json(discovery.VERSION)
+        user = self.cluster.authn.authenticate(request.headers.get("authorization"))
+        if request.method == "GET" and (doc := self._discovery(path)) is not None:
+            return _json(doc)
+        target = paths.parse(self.cluster.registry, path)
+        if target is None:
+            raise _not_found()
+        query = dict(request.query_params)
+        watch = parse_bool(query.get("watch"), "watch")
+        verb = paths.verb(request.method, target, watch)
+        authz = AuthzRequest(
+            user,
+            verb,
+            target.rtype.group,
+            target.rtype.plural,
+            target.subresource,
+            target.namespace,
+            target.name,
+        )
+        self.cluster.authz.check(authz)
+        call = Call(
+            target.rtype,
+            self.cluster.strategy(target.rtype),
+            user,
+            target.namespace,
+            target.name,
+            target.subresource,
+            query,
+            warnings,
+        )
+        return await self._handle(request, call, verb)
+
+    def _discovery(self, path: str) -> Obj | None:
+        registry = self.cluster.registry
+        parts = [p for p in path.split("/") if p]
+        if path == "/api":
+            return discovery.api_versions(self.address())
+        if path == "/apis":
+            return discovery.api_group_list(registry)
+        if path == "/openapi/v3":
+            return discovery.openapi_index(registry)
+        if parts[:2] == ["openapi", "v3"]:
+            split = paths.split_group_version(parts[2:])
+            doc = (
+                discovery.openapi_document(registry, split[0], split[1])
+                if split and not split[2]
+                else None
+            )
+            if doc is None:
+                raise _not_found()
+            return doc
+        if len(parts) == 2 and parts[0] == "api":
+            return discovery.resource_list(registry, "", parts[1]) or _missing()
+        if len(parts) == 2 and parts[0] == "apis":
+            return discovery.api_group(registry, parts[1]) or _missing()
+        if len(parts) == 3 and parts[0] == "apis":
+            return discovery.resource_list(registry, parts[1], parts[2]) or _missing()
+        return None
+
+    async def _handle(self, request: Request, call: Call, verb: str) -> Response:
+        accept = request.headers.get("accept")
+        if verb == "get":
+            if call.subresource not in ("", "status"):
+                raise method_not_allowed()
+            return self._render(request, call, [reads.get(self.cluster, call)], single=True)
+        if verb == "list":
+            rv, items, cont = reads.collection(self.cluster, call)
+            if table.wants_table(accept):
+                shown = [present(call, o) for o in items]
+                body = table.table(
+                    call.rtype, shown, self.cluster.now(), call.query.get("includeObject", "")
+                )
+                body["metadata"] = {
+                    "resourceVersion": str(rv),
+                    **({"continue": cont} if cont else {}),
+                }
+                return _json(body)
+            return _json(reads.list_body(call, rv, items, cont))
+        if verb == "watch":
+            return self._watch(call, table.wants_table(accept))
+        raw = await read_body(request)
+        content_type = request.headers.get("content-type")
+        if verb == "patch":
+            code, obj = await patch(self.cluster, call, raw, content_type)
+            return _json(obj, code, call.warnings)
+        body = decode_body(raw, content_type)
+        return await self._write(call, verb, body)
+
+    async def _write(self, call: Call, verb: str, body: Any) -> Response:
+        cluster = self.cluster
+        if verb == "create" and call.subresource == "binding":
+            return _json(await subresources.bind(cluster, call, body), 201, call.warnings)
+        if verb == "create" and call.subresource == "eviction":
+            return _json(await subresources.evict(cluster, call, body), 201, call.warnings)
+        if verb == "create" and not call.name:
+            return _json(await create(cluster, call, body), 201, call.warnings)
+        if verb == "update" and call.name:
+            code, obj = await update(cluster, call, body)
+            return _json(obj, code, call.warnings)
+        if verb == "delete":
+            return _json(await delete(cluster, call, body), 200, call.warnings)
+        if verb == "deletecollection":
+            return _json(await self._delete_collection(call, body), 200, call.warnings)
+        raise method_not_allowed()
+
+    async def _delete_collection(self, call: Call, body: Any) -> Obj:
+        _, items, _ = reads.collection(
+            self.cluster,
+            Call(
+                call.rtype,
+                call.strategy,
+                call.user,
+                call.namespace,
+                "",
+                "",
+                {k: v for k, v in call.query.items() if k != "limit"},
+                call.warnings,
+            ),
+        )
+        deleted = []
+        for item in items:
+            meta = item["metadata"]
+            one = Call(
+                call.rtype,
+                call.strategy,
+                call.user,
+                meta.get("namespace", ""),
+                meta["name"],
+                "",
+                call.query,
+                call.warnings,
+            )
+            await delete(self.cluster, one, body)
+            deleted.append(present(call, item))
+        return reads.list_body(call, self.cluster.store.resource_version, [], "") | {
+            "items": deleted
+        }
+
+    def _render(self, request: Request, call: Call, objs: list[Obj], single: bool) -> Response:
+        if table.wants_table(request.headers.get("accept")):
+            return _json(
+                table.table(
+                    call.rtype, objs, self.cluster.now(), call.query.get("includeObject", "")
+                )
+            )
+        return _json(objs[0] if single else objs)
+
+    def _watch(self, call: Call, as_table: bool) -> Response:
+        plan = WatchPlan(self.cluster, call, self.bookmark_interval)
+        include = call.query.get("includeObject", "")
+
+        async def lines() -> AsyncIterator[bytes]:
+            first = True
+            async for kind, obj in plan.events():
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    obj = present(call, obj)
+                    if as_table:
+                        obj = table.table(
+                            call.rtype, [obj], self.cluster.now(), include, headers=first
+                        )
+                        first = False
+                yield (
+                    json.dumps({"type": kind, "object": obj}, separators=(",", ":")) + "\n"
+                ).encode()
+
+        return StreamingResponse(lines(), media_type="application/json")
+
+
+def _missing() -> Obj:
+    raise _not_found()

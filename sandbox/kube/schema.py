@@ -1,0 +1,240 @@
+"""Structural OpenAPI v3 schemas of CRDs: pruning, defaulting and validation (facts §8).
+
+``prune`` drops fields the schema does not declare (unless
+``x-kubernetes-preserve-unknown-fields``) and reports their paths; ``default`` fills
+``default`` values; ``validate`` checks types, enums, bounds, lengths, patterns and
+``required`` and returns one cause per violation.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sandbox.kube.errors import FieldError, invalid_value, not_supported, required
+
+Obj = dict[str, Any]
+Schema = dict[str, Any]
+
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
+INT_OR_STRING = "x-kubernetes-int-or-string"
+EMBEDDED = "x-kubernetes-embedded-resource"
+_ROOT_KEEP = ("apiVersion", "kind", "metadata")
+_DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def prune(value: Any, schema: Schema, path: str = "", root: bool = True) -> tuple[Any, list[str]]:
+    """``value`` without undeclared fields, and the dropped paths."""
+    dropped: list[str] = []
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        keep_unknown = bool(schema.get(PRESERVE))
+        out: Obj = {}
+        for key, item in value.items():
+            where = _join(path, key)
+            if (root or schema.get(EMBEDDED)) and key in _ROOT_KEEP:
+                out[key] = item
+            elif props is not None and key in props:
+                out[key], more = prune(item, props[key], where, False)
+                dropped += more
+            elif isinstance(extra, dict):
+                out[key], more = prune(item, extra, where, False)
+                dropped += more
+            elif keep_unknown or extra is True or schema.get(INT_OR_STRING):
+                out[key] = item
+            else:
+                dropped.append(where)
+        return out, dropped
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        pruned = []
+        for i, item in enumerate(value):
+            new, more = prune(item, schema["items"], f"{path}[{i}]", False)
+            pruned.append(new)
+            dropped += more
+        return pruned, dropped
+    return value, dropped
+
+
+def default(value: Any, schema: Schema) -> Any:
+    """Fill ``default`` values of absent properties, recursively."""
+    if isinstance(value, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key not in value and "default" in sub:
+                value[key] = sub["default"]
+            if key in value:
+                value[key] = default(value[key], sub)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key in value:
+                value[key] = default(value[key], extra)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [default(item, schema["items"]) for item in value]
+    return value
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _type_ok(value: Any, expected: str, schema: Schema) -> bool:
+    actual = _type_name(value)
+    if schema.get(INT_OR_STRING):
+        return actual in ("integer", "string")
+    if actual == "null":
+        return bool(schema.get("nullable")) or not expected
+    if expected == "number":
+        return actual in ("integer", "number")
+    if expected == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return not expected or actual == expected
+
+
+def validate(value: Any, schema: Schema, path: str = "") -> list[FieldError]:
+    """Every schema violation in ``value``."""
+    expected = schema.get("type", "")
+    if not _type_ok(value, expected, schema):
+        actual = _type_name(value)
+        return [
+            invalid_value(path, actual, f'{path} in body must be of type {expected}: "{actual}"')
+        ]
+    if value is None:
+        return []
+    errors = _scalar_rules(value, schema, path)
+    if isinstance(value, dict):
+        errors += _object_rules(value, schema, path)
+    elif isinstance(value, list):
+        errors += _array_rules(value, schema, path)
+    return errors
+
+
+def _scalar_rules(value: Any, schema: Schema, path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(not_supported(path, value, [str(v) for v in schema["enum"]]))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        errors += _bounds(value, schema, path)
+    if isinstance(value, str):
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            errors.append(
+                invalid_value(
+                    path,
+                    value,
+                    f"{path} in body should be at least {schema['minLength']} chars long",
+                )
+            )
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            errors.append(
+                invalid_value(
+                    path, value, f"{path} in body may not be longer than {schema['maxLength']}"
+                )
+            )
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errors.append(
+                invalid_value(path, value, f"{path} in body should match '{schema['pattern']}'")
+            )
+        if schema.get("format") == "date-time" and not _DATE_TIME.match(value):
+            errors.append(
+                invalid_value(path, value, f'{path} in body must be of type date-time: "{value}"')
+            )
+    return errors
+
+
+def _bounds(value: float, schema: Schema, path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    if "minimum" in schema:
+        low, exclusive = schema["minimum"], schema.get("exclusiveMinimum", False)
+        if value < low or (exclusive and value == low):
+            word = "greater than" if exclusive else "greater than or equal to"
+            errors.append(invalid_value(path, value, f"{path} in body should be {word} {low}"))
+    if "maximum" in schema:
+        high, exclusive = schema["maximum"], schema.get("exclusiveMaximum", False)
+        if value > high or (exclusive and value == high):
+            word = "less than" if exclusive else "less than or equal to"
+            errors.append(invalid_value(path, value, f"{path} in body should be {word} {high}"))
+    return errors
+
+
+def _object_rules(value: Obj, schema: Schema, path: str) -> list[FieldError]:
+    errors = [
+        required(_join(path, key)) for key in schema.get("required") or [] if key not in value
+    ]
+    props = schema.get("properties") or {}
+    extra = schema.get("additionalProperties")
+    for key, item in value.items():
+        if key in props:
+            errors += validate(item, props[key], _join(path, key))
+        elif isinstance(extra, dict):
+            errors += validate(item, extra, _join(path, key))
+    if "minProperties" in schema and len(value) < schema["minProperties"]:
+        errors.append(
+            invalid_value(
+                path,
+                len(value),
+                f"{path} in body should have at least {schema['minProperties']} properties",
+            )
+        )
+    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+        errors.append(
+            invalid_value(
+                path,
+                len(value),
+                f"{path} in body should have at most {schema['maxProperties']} properties",
+            )
+        )
+    return errors
+
+
+def _array_rules(value: list[Any], schema: Schema, path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    if "minItems" in schema and len(value) < schema["minItems"]:
+        errors.append(
+            invalid_value(
+                path, len(value), f"{path} in body should have at least {schema['minItems']} items"
+            )
+        )
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        errors.append(
+            invalid_value(
+                path, len(value), f"{path} in body should have at most {schema['maxItems']} items"
+            )
+        )
+    items = schema.get("items")
+    if isinstance(items, dict):
+        for i, item in enumerate(value):
+            errors += validate(item, items, f"{path}[{i}]")
+    return errors
+
+
+def structural_problems(schema: Any, path: str = "openAPIV3Schema") -> list[str]:
+    """Where ``schema`` is not structural: a node without ``type`` (facts §8)."""
+    if not isinstance(schema, dict):
+        return [f"{path}: must be an object"]
+    problems = []
+    if not schema.get("type") and not schema.get(PRESERVE) and not schema.get(INT_OR_STRING):
+        problems.append(
+            f"{path}.type: Required value: must not be empty for specified object fields"
+        )
+    for key, sub in (schema.get("properties") or {}).items():
+        problems += structural_problems(sub, f"{path}.properties[{key}]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        problems += structural_problems(
+            schema["additionalProperties"], f"{path}.additionalProperties"
+        )
+    if isinstance(schema.get("items"), dict):
+        problems += structural_problems(schema["items"], f"{path}.items")
+    return problems

@@ -1,0 +1,193 @@
+"""``KubeServer``: the emulated kube-apiserver on 127.0.0.1 and an ephemeral port.
+
+It runs uvicorn inside the caller's event loop. Other components use it through
+``url``, ``admin_token``, ``mint_token``, ``mutating_admission``, ``compact_history``,
+``store`` and ``get_object``; ``kubeconfig()`` is the admin kubeconfig (cluster-admin
+through the ``system:masters`` group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+import yaml
+
+from sandbox.kube.admission_api import MutatingAdmission
+from sandbox.kube.auth import service_account_user
+from sandbox.kube.cluster import Cluster
+from sandbox.kube.rbac import RBAC_GROUP, cluster_admin_role
+from sandbox.kube.routes import Api
+from sandbox.kube.store import Store
+from sandbox.kube.tls import ServingFiles, write_serving_files
+from shared.clock import Clock
+from shared.resources import Resource
+
+Obj = dict[str, Any]
+HOST = "127.0.0.1"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class KubeServer:
+    """The emulator: a cluster, its HTTP API, and the uvicorn server running it."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.cluster = Cluster(clock)
+        self.port = 0
+        self.secure_port = 0
+        self._api = Api(self.cluster, lambda: f"{HOST}:{self.secure_port}")
+        self._servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+        self._tls_dir: Path | None = None
+        self._tls: ServingFiles | None = None
+        self.cluster.store.put(
+            (RBAC_GROUP, "clusterroles", "", "cluster-admin"),
+            _bootstrap(cluster_admin_role(), self.cluster),
+        )
+
+    # --- the interface other components use -------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def secure_url(self) -> str:
+        """``https://127.0.0.1:<port>``: the same API over TLS (what kubectl uses)."""
+        return f"https://{HOST}:{self.secure_port}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        """PEM of the CA that signed the HTTPS listener's certificate."""
+        assert self._tls is not None, "the server is not started"
+        return self._tls.ca_pem
+
+    @property
+    def admin_token(self) -> str:
+        """Bearer token of ``kubernetes-admin`` (group ``system:masters``)."""
+        return self.cluster.authn.admin_token
+
+    @property
+    def store(self) -> Store:
+        """The object store (in-process reads for tests)."""
+        return self.cluster.store
+
+    @property
+    def mutating_admission(self) -> list[MutatingAdmission]:
+        """Mutating admission plugins, called in order on every write."""
+        return self.cluster.mutating_admission
+
+    def mint_token(self, username: str, groups: list[str] | tuple[str, ...] = ()) -> str:
+        """A bearer token for any identity (``system:authenticated`` is added)."""
+        return self.cluster.authn.mint(username, groups)
+
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A token for service account ``<namespace>/<name>`` with its usual groups."""
+        username, groups = service_account_user(namespace, name)
+        return self.mint_token(username, groups)
+
+    def compact_history(self) -> None:
+        """Forget watch history and list snapshots: older RVs now get 410 Expired."""
+        self.cluster.store.compact_history()
+
+    def get_object(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        """A stored object (as stored: core/v1 form for events), or ``None``."""
+        return self.cluster.store.get(res.group, res.plural, namespace or "", name)
+
+    @property
+    def bookmark_interval(self) -> float:
+        """Seconds between BOOKMARK events on watches that allow them."""
+        return self._api.bookmark_interval
+
+    @bookmark_interval.setter
+    def bookmark_interval(self, seconds: float) -> None:
+        self._api.bookmark_interval = seconds
+
+    def kubeconfig(self, token: str | None = None, user: str = "admin") -> str:
+        """A kubeconfig for the HTTPS listener (admin unless another token is given).
+
+        kubectl sends tokens only over TLS, so this names ``secure_url`` and embeds the CA.
+        """
+        cluster = {
+            "server": self.secure_url,
+            "certificate-authority-data": base64.b64encode(self.ca_pem).decode(),
+        }
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "sandbox", "cluster": cluster}],
+            "users": [{"name": user, "user": {"token": token or self.admin_token}}],
+            "contexts": [
+                {
+                    "name": "sandbox",
+                    "context": {"cluster": "sandbox", "user": user, "namespace": "default"},
+                }
+            ],
+            "current-context": "sandbox",
+        }
+        return yaml.safe_dump(config, sort_keys=False)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Serve HTTP and HTTPS on 127.0.0.1 (free ports) in the running loop."""
+        self._tls_dir = Path(tempfile.mkdtemp(prefix="sandbox-kube-"))
+        self._tls = write_serving_files(self._tls_dir, HOST)
+        self.port = await self._serve(_free_port(), {})
+        tls = {"ssl_certfile": str(self._tls.cert_file), "ssl_keyfile": str(self._tls.key_file)}
+        self.secure_port = await self._serve(_free_port(), tls)
+
+    async def _serve(self, port: int, options: dict[str, Any]) -> int:
+        config = uvicorn.Config(
+            self._api.app(),
+            host=HOST,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            **options,
+        )
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve())
+        self._servers.append((server, task))
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("the kube emulator stopped while starting")
+            await asyncio.sleep(0.01)
+        return port
+
+    async def stop(self) -> None:
+        """Close every watch and shut the listeners down."""
+        self.cluster.store.close_watchers()
+        for server, _ in self._servers:
+            server.should_exit = True
+        for _, task in self._servers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._servers = []
+        if self._tls_dir is not None:
+            shutil.rmtree(self._tls_dir, ignore_errors=True)
+            self._tls_dir = None
+
+
+def _bootstrap(obj: Obj, cluster: Cluster) -> Obj:
+    import uuid
+
+    from sandbox.kube.meta import format_time
+
+    obj["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=format_time(cluster.now()))
+    return obj

@@ -1,0 +1,179 @@
+"""The object store: every object, one resourceVersion counter, and change history.
+
+Objects are kept by ``(group, plural, namespace, name)`` (namespace ``""`` for
+cluster-scoped ones). Every write takes the next value of one global counter (facts
+§3.1, checklist 1), records a ``Change`` in a bounded history, and hands it to the
+subscribed watchers. ``compact_history`` forgets the history (as etcd compaction does)
+so tests can provoke 410 Expired. All methods are synchronous: the server runs on one
+event loop, so a read-modify-write without an ``await`` in between is atomic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import secrets
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+Key = tuple[str, str, str, str]
+Obj = dict[str, Any]
+ObjList = list[Obj]
+ChangeList = list["Change"]
+KeyList = list[Key]
+
+#: Changes kept for watches; older ones are compacted away.
+DEFAULT_HISTORY = 20_000
+#: List snapshots kept for ``continue`` tokens.
+SNAPSHOTS_KEPT = 64
+
+
+@dataclass(frozen=True)
+class Change:
+    """One write: ``type`` is ADDED, MODIFIED or DELETED; ``previous`` the state before."""
+
+    rv: int
+    type: str
+    key: Key
+    object: Obj
+    previous: Obj | None
+
+
+@dataclass
+class Watcher:
+    """A subscription to the changes of one (group, plural)."""
+
+    group: str
+    plural: str
+    queue: asyncio.Queue[Change | None] = field(default_factory=asyncio.Queue)
+
+
+class TooOld(Exception):
+    """The requested resourceVersion is older than the kept history."""
+
+    def __init__(self, oldest: int) -> None:
+        super().__init__(str(oldest))
+        self.oldest = oldest
+
+
+class Store:
+    """All objects of the emulated cluster."""
+
+    def __init__(self, history_limit: int = DEFAULT_HISTORY) -> None:
+        self._objects: dict[Key, Obj] = {}
+        self._rv = 0
+        self._history: deque[Change] = deque()
+        self._history_limit = history_limit
+        #: Changes with an RV above this one are all in ``_history``.
+        self._compacted = 0
+        self._watchers: list[Watcher] = []
+        self._snapshots: dict[str, tuple[int, ObjList]] = {}
+
+    # --- reads ------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        """The RV of the latest write."""
+        return self._rv
+
+    def get(self, group: str, plural: str, namespace: str, name: str) -> Obj | None:
+        """A copy of one object, or ``None``."""
+        obj = self._objects.get((group, plural, namespace or "", name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def list(self, group: str, plural: str, namespace: str | None = None) -> ObjList:
+        """Copies of the objects of one resource (one namespace, or all), sorted."""
+        keys = sorted(
+            k
+            for k in self._objects
+            if k[0] == group and k[1] == plural and (namespace is None or k[2] == namespace)
+        )
+        return [copy.deepcopy(self._objects[k]) for k in keys]
+
+    def namespaces_in_use(self, namespace: str) -> KeyList:
+        """Keys of every namespaced object in ``namespace``."""
+        return sorted(k for k in self._objects if k[2] == namespace)
+
+    # --- writes -----------------------------------------------------------------------
+
+    def put(self, key: Key, obj: Obj) -> Obj:
+        """Create or replace ``key`` with ``obj``, stamping the next resourceVersion."""
+        previous = self._objects.get(key)
+        self._rv += 1
+        stored = copy.deepcopy(obj)
+        stored.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
+        self._objects[key] = stored
+        self._record(Change(self._rv, "MODIFIED" if previous else "ADDED", key, stored, previous))
+        return copy.deepcopy(stored)
+
+    def remove(self, key: Key) -> Obj | None:
+        """Delete ``key``; the DELETED change carries the last state with a new RV."""
+        previous = self._objects.pop(key, None)
+        if previous is None:
+            return None
+        self._rv += 1
+        last = copy.deepcopy(previous)
+        last["metadata"]["resourceVersion"] = str(self._rv)
+        self._record(Change(self._rv, "DELETED", key, last, previous))
+        return copy.deepcopy(last)
+
+    def next_resource_version(self) -> str:
+        """The RV a dry-run write would have shown (nothing is recorded)."""
+        return str(self._rv + 1)
+
+    def _record(self, change: Change) -> None:
+        self._history.append(change)
+        while len(self._history) > self._history_limit:
+            self._compacted = self._history.popleft().rv
+        for watcher in self._watchers:
+            if (watcher.group, watcher.plural) == change.key[:2]:
+                watcher.queue.put_nowait(change)
+
+    # --- history and watches ------------------------------------------------------------
+
+    def compact_history(self) -> None:
+        """Forget all history and list snapshots, as an etcd compaction would."""
+        self._history.clear()
+        self._compacted = self._rv
+        self._snapshots.clear()
+
+    @property
+    def oldest_watchable(self) -> int:
+        """The oldest RV a watch may start from."""
+        return self._compacted
+
+    def subscribe(self, group: str, plural: str, since: int) -> tuple[ChangeList, Watcher]:
+        """Changes after ``since`` (raises ``TooOld``) and a watcher for later ones."""
+        if since < self._compacted:
+            raise TooOld(self._compacted + 1)
+        backlog = [
+            c for c in self._history if c.rv > since and (c.key[0], c.key[1]) == (group, plural)
+        ]
+        watcher = Watcher(group, plural)
+        self._watchers.append(watcher)
+        return backlog, watcher
+
+    def unsubscribe(self, watcher: Watcher) -> None:
+        """Stop feeding ``watcher``."""
+        if watcher in self._watchers:
+            self._watchers.remove(watcher)
+
+    def close_watchers(self) -> None:
+        """End every watch (server shutdown)."""
+        for watcher in self._watchers:
+            watcher.queue.put_nowait(None)
+
+    # --- list snapshots for pagination ------------------------------------------------------
+
+    def save_snapshot(self, items: ObjList) -> str:
+        """Keep ``items`` (a filtered list at the current RV); returns its id."""
+        snap_id = secrets.token_hex(8)
+        self._snapshots[snap_id] = (self._rv, items)
+        while len(self._snapshots) > SNAPSHOTS_KEPT:
+            del self._snapshots[next(iter(self._snapshots))]
+        return snap_id
+
+    def snapshot(self, snap_id: str) -> tuple[int, ObjList] | None:
+        """A saved snapshot (RV and items), or ``None`` when it expired."""
+        return self._snapshots.get(snap_id)

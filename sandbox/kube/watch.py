@@ -1,0 +1,149 @@
+"""WATCH streams (facts §3.4): replay, live changes, selector transitions, bookmarks.
+
+``events`` yields ``(type, object)`` pairs: with ``resourceVersion`` unset or ``"0"``
+the current matching objects first come as ADDED; then every change after the start
+point. An object entering the selectors is ADDED, one leaving is DELETED (its previous
+state with the new RV). A start point older than the kept history yields a single
+ERROR with a 410 Expired Status and ends. BOOKMARKs (only when asked) carry just the
+resourceVersion. The stream ends after ``timeoutSeconds`` (default: 30–60 minutes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from sandbox.kube.cluster import Call, Cluster
+from sandbox.kube.errors import bad_request, status_body
+from sandbox.kube.reads import matcher
+from sandbox.kube.store import Change, TooOld
+
+Obj = dict[str, Any]
+Event = tuple[str, Obj]
+
+#: Seconds between bookmarks (a real apiserver sends one about every minute).
+BOOKMARK_INTERVAL_S = 5.0
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def parse_bool(text: str | None, name: str) -> bool:
+    """Go ``strconv.ParseBool`` (the Python client sends ``True``; checklist 30)."""
+    if text is None or text == "":
+        return False
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise bad_request(f'invalid boolean value "{text}" for {name}')
+
+
+class WatchPlan:
+    """A validated watch request, ready to stream."""
+
+    def __init__(
+        self, cluster: Cluster, call: Call, bookmark_interval: float = BOOKMARK_INTERVAL_S
+    ) -> None:
+        if call.query.get("continue"):
+            raise bad_request("continue is not allowed with watch")
+        self.cluster, self.call = cluster, call
+        self.matches = matcher(call)
+        self.bookmarks = parse_bool(call.query.get("allowWatchBookmarks"), "allowWatchBookmarks")
+        self.initial = parse_bool(call.query.get("sendInitialEvents"), "sendInitialEvents")
+        self.timeout = _timeout(call.query.get("timeoutSeconds"))
+        self.bookmark_interval = bookmark_interval
+        rv = call.query.get("resourceVersion") or ""
+        if rv and not rv.isdigit():
+            raise bad_request(f'invalid resource version "{rv}"')
+        self.replay = rv in ("", "0") or self.initial
+        self.since = int(rv) if rv and not self.initial and rv != "0" else None
+
+    def _visible(self, obj: Obj | None) -> bool:
+        if obj is None:
+            return False
+        namespace = (obj.get("metadata") or {}).get("namespace", "")
+        return (not self.call.namespace or namespace == self.call.namespace) and self.matches(obj)
+
+    def _translate(self, change: Change) -> Event | None:
+        now = change.type != "DELETED" and self._visible(change.object)
+        before = change.previous is not None and self._visible(change.previous)
+        if change.type == "DELETED":
+            return ("DELETED", change.object) if before else None
+        if now:
+            return ("MODIFIED" if before else "ADDED", change.object)
+        if before and change.previous is not None:
+            gone_obj = dict(change.previous)
+            gone_obj["metadata"] = dict(gone_obj["metadata"], resourceVersion=str(change.rv))
+            return ("DELETED", gone_obj)
+        return None
+
+    def _bookmark(self, initial_end: bool = False) -> Event:
+        meta: Obj = {"resourceVersion": str(self.cluster.store.resource_version)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return (
+            "BOOKMARK",
+            {
+                "kind": self.call.rtype.kind,
+                "apiVersion": self.call.rtype.api_version,
+                "metadata": meta,
+            },
+        )
+
+    async def events(self) -> AsyncIterator[Event]:
+        """The stream's events, until timeout, shutdown or a 410."""
+        store = self.cluster.store
+        group, plural = self.call.rtype.store_key
+        start = store.resource_version if self.since is None else self.since
+        try:
+            backlog, watcher = store.subscribe(group, plural, start)
+        except TooOld as exc:
+            message = f"too old resource version: {self.since} ({exc.oldest})"
+            yield ("ERROR", status_body(410, "Expired", message))
+            return
+        try:
+            if self.replay:
+                for obj in store.list(group, plural, self.call.namespace or None):
+                    if self._visible(obj):
+                        yield ("ADDED", obj)
+                if self.initial and self.bookmarks:
+                    yield self._bookmark(initial_end=True)
+            for change in backlog:
+                if (event := self._translate(change)) is not None:
+                    yield event
+            async for event in self._live(watcher.queue):
+                yield event
+        finally:
+            store.unsubscribe(watcher)
+
+    async def _live(self, queue: asyncio.Queue[Change | None]) -> AsyncIterator[Event]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        next_bookmark = loop.time() + self.bookmark_interval
+        while (left := deadline - loop.time()) > 0:
+            wait = min(left, next_bookmark - loop.time()) if self.bookmarks else left
+            try:
+                change = await asyncio.wait_for(queue.get(), timeout=max(wait, 0))
+            except TimeoutError:
+                if self.bookmarks and loop.time() >= next_bookmark:
+                    next_bookmark = loop.time() + self.bookmark_interval
+                    yield self._bookmark()
+                continue
+            if change is None:
+                return
+            if (event := self._translate(change)) is not None:
+                yield event
+
+
+def _timeout(text: str | None) -> float:
+    if not text:
+        return random.uniform(1800, 3600)
+    try:
+        return max(0.0, float(int(text)))
+    except ValueError as exc:
+        raise bad_request(f'invalid value "{text}" for timeoutSeconds') from exc
+
+
+Transform = Callable[[str, Obj], Obj]
