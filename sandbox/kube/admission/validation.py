@@ -11,7 +11,9 @@ apiserver defaults and validates them before storage in the same request.
 from __future__ import annotations
 
 import copy
+import json
 import re
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,32 +37,55 @@ _ENUMS: dict[str, tuple[str, ...]] = {
 }
 
 
+_CAUSE_TEXT = {
+    "FieldValueInvalid": "Invalid value",
+    "FieldValueRequired": "Required value",
+    "FieldValueNotSupported": "Unsupported value",
+    "FieldValueDuplicate": "Duplicate value",
+    "FieldValueTooMany": "Too many",
+}
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One field error: a ``FieldValue*`` reason, the field path, the value and why."""
+
+    reason: str
+    field: str
+    detail: str = ""
+    value: Any = None
+    has_value: bool = False
+
+    def message(self) -> str:
+        """``Invalid value: "x": why`` — the apiserver's cause message."""
+        text = _CAUSE_TEXT[self.reason]
+        if self.has_value:
+            text += f": {json.dumps(self.value)}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+    def as_status_cause(self) -> dict[str, str]:
+        """The ``details.causes[]`` entry."""
+        return {"reason": self.reason, "message": self.message(), "field": self.field}
+
+
 class Causes:
-    """Field errors collected while validating, in the apiserver's wording."""
+    """Field errors collected while validating."""
 
     def __init__(self) -> None:
-        self.items: list[dict[str, str]] = []
+        self.items: list[Cause] = []
 
-    def add(self, reason: str, field: str, message: str) -> None:
-        self.items.append({"reason": reason, "message": message, "field": field})
+    def add(self, reason: str, field: str, detail: str = "", *value: Any) -> None:
+        self.items.append(Cause(reason, field, detail, value[0] if value else None, bool(value)))
 
     def invalid(self, field: str, value: Any, detail: str) -> None:
-        self.add("FieldValueInvalid", field, f"Invalid value: {_show(value)}: {detail}")
+        self.add("FieldValueInvalid", field, detail, value)
 
     def required(self, field: str, detail: str = "") -> None:
-        self.add("FieldValueRequired", field, "Required value" + (f": {detail}" if detail else ""))
+        self.add("FieldValueRequired", field, detail)
 
     def unsupported(self, field: str, value: Any, allowed: tuple[str, ...]) -> None:
         options = ", ".join(f'"{a}"' for a in allowed)
-        self.add(
-            "FieldValueNotSupported",
-            field,
-            f"Unsupported value: {_show(value)}: supported values: {options}",
-        )
-
-
-def _show(value: Any) -> str:
-    return f'"{value}"' if isinstance(value, str) else repr(value)
+        self.add("FieldValueNotSupported", field, f"supported values: {options}", value)
 
 
 class ConfigurationValidator:
@@ -73,7 +98,7 @@ class ConfigurationValidator:
         causes = validate_configuration(obj)
         if causes:
             name = str((obj.get("metadata") or {}).get("name") or attrs.name)
-            raise invalid(ADMISSION_GROUP, KIND, name, causes)
+            raise invalid(ADMISSION_GROUP, KIND, name, [c.as_status_cause() for c in causes])
         return AdmissionResult(obj)
 
 
@@ -107,7 +132,7 @@ def default_configuration(obj: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def validate_configuration(obj: dict[str, Any]) -> list[dict[str, str]]:
+def validate_configuration(obj: dict[str, Any]) -> list[Cause]:
     """Field errors of a (defaulted) configuration; empty when valid. No side effects."""
     causes = Causes()
     seen: set[str] = set()
@@ -118,7 +143,7 @@ def validate_configuration(obj: dict[str, Any]) -> list[dict[str, str]]:
             continue
         name = str(webhook.get("name") or "")
         if name in seen:
-            causes.add("FieldValueDuplicate", f"{path}.name", f'Duplicate value: "{name}"')
+            causes.add("FieldValueDuplicate", f"{path}.name", "", name)
         seen.add(name)
         _webhook(webhook, path, causes)
     return causes.items
@@ -239,7 +264,8 @@ def _match_conditions(conditions: list[Any], path: str, causes: Causes) -> None:
         causes.add(
             "FieldValueTooMany",
             path,
-            f"Too many: {len(conditions)}: must have at most {MAX_MATCH_CONDITIONS} items",
+            f"must have at most {MAX_MATCH_CONDITIONS} items",
+            len(conditions),
         )
     names: set[str] = set()
     for index, condition in enumerate(conditions):
@@ -249,7 +275,7 @@ def _match_conditions(conditions: list[Any], path: str, causes: Causes) -> None:
         if not name:
             causes.required(f"{item}.name")
         elif name in names:
-            causes.add("FieldValueDuplicate", f"{item}.name", f'Duplicate value: "{name}"')
+            causes.add("FieldValueDuplicate", f"{item}.name", "", name)
         names.add(name)
         if not expression:
             causes.required(f"{item}.expression")
