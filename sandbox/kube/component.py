@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sandbox.kube.admission.install import install
 from sandbox.kube.seed import seed
 from sandbox.kube.server import KubeServer
 from sandbox.runner import SandboxContext
@@ -18,6 +19,7 @@ class KubeComponent:
     async def start(self, ctx: SandboxContext) -> None:
         """Serve, seed, and publish ``endpoints["kube"]``, the kubeconfig and the handle."""
         server = KubeServer(ctx.clock)
+        install(server)  # mutating webhook dispatch + MutatingWebhookConfiguration validation
         await seed(server.cluster, ctx.scenario)
         await server.start()
         self.server = server
