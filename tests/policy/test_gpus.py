@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared import vocab
@@ -135,6 +135,7 @@ def test_malformed_pods_are_unreadable_not_errors(pod: Any) -> None:
     assert result.problem
 
 
+@settings(deadline=None)
 @given(
     st.recursive(
         st.none() | st.booleans() | st.integers() | st.text(max_size=5),

@@ -1,0 +1,248 @@
+"""Issue 6 acceptance through the sandbox with the real kubectl (points 1–6).
+
+GPUReservation objects are written directly (what the reconciler's mirror would write);
+the webhook replicas run as subprocesses with their own service-account token, reached
+by the emulator's admission dispatch over TLS through the one Service.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared import model, vocab
+from shared.clock import utc
+from shared.policy.tolerations import tolerates_reservation
+from tests.policy.builders import PodBuilder
+from tests.webhook.sandbox_thread import SandboxThread
+
+pytestmark = [
+    pytest.mark.kubectl,
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
+]
+GATE = "galends.io/reservation-window"
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxThread]:
+    thread = SandboxThread(tmp_path_factory.mktemp("sandbox"), replicas=3)
+    try:
+        yield thread
+    finally:
+        thread.close()
+
+
+def booking(
+    sb: SandboxThread, rid: int, owner: str, gpus: int, start: datetime, end: datetime
+) -> model.GPUReservation:
+    facts = model.ReservationFacts(
+        id=rid,
+        owner=owner,
+        gpu_class="h100",
+        gpu_class_name="H100",
+        gpu_count=gpus,
+        kind=model.Kind.BOOKING,
+        start=start,
+        end=end,
+        state=model.State.ACTIVE,
+        updated_at=utc(2026, 1, 1),
+    )
+    res = model.GPUReservation(facts)
+    sb.put_reservation(res)
+    time.sleep(0.3)  # let the replicas' watches deliver it
+    return res
+
+
+def gpu_pod(name: str, namespace: str = "alice", gpus: int = 1) -> PodBuilder:
+    return PodBuilder(name, namespace).cls("h100").gpus(str(gpus))
+
+
+def tolerated(pod: dict[str, Any]) -> bool:
+    return any(
+        t.get("key") == vocab.RESERVATION_TAINT_KEY for t in pod["spec"].get("tolerations") or []
+    )
+
+
+def restart_with(sb: SandboxThread, **env: str | None) -> None:
+    sb.run(sb.webhook.stop_replicas())
+    for replica in sb.webhook.replicas:
+        for key, value in env.items():
+            if value is None:
+                replica.env.pop(key, None)
+            else:
+                replica.env[key] = value
+    sb.run(sb.webhook.start_replicas())
+
+
+def test_1_admission_until_the_booking_is_full(sandbox: SandboxThread) -> None:
+    now = sandbox.now()
+    booking(sandbox, 101, "alice", 2, now - timedelta(hours=1), now + timedelta(hours=2))
+    outs = [sandbox.apply(gpu_pod(f"a1-{i}").build()) for i in range(3)]
+    assert all(o.returncode == 0 for o in outs), [o.stderr for o in outs]
+    assert "admitted under reservation res-101, guaranteed until" in outs[0].stderr
+    pods = [sandbox.pod("alice", f"a1-{i}") for i in range(3)]
+    assert [tolerated(p) for p in pods] == [True, True, False]
+    notes = pods[0]["metadata"]["annotations"]
+    assert set(notes) >= vocab.CONTROLLER_OWNED_ANNOTATIONS - {
+        vocab.TERMINATION_WARNING_AT,
+        vocab.TERMINATION_WARNING_RISK,
+        vocab.TERMINATION_WARNING_MESSAGE,
+    }
+    assert notes[vocab.BOOKING_REFERENCE] == "res-101"
+    assert "res-101 is full" in outs[2].stderr
+    holds = sandbox.reservation("res-101").holds
+    assert sorted(h.claim for h in holds) == sorted(
+        p["metadata"]["annotations"][vocab.ADMISSION_CLAIM] for p in pods[:2]
+    )
+
+
+def test_2_forty_concurrent_pods_three_replicas_six_gpus(sandbox: SandboxThread) -> None:
+    now = sandbox.now()
+    booking(sandbox, 102, "carol", 6, now - timedelta(hours=1), now + timedelta(hours=2))
+    with ThreadPoolExecutor(40) as pool:
+        outs = list(
+            pool.map(lambda i: sandbox.apply(gpu_pod(f"c-{i}", "carol").build()), range(40))
+        )
+    assert all(o.returncode == 0 for o in outs), [o.stderr for o in outs if o.returncode]
+    pods = [sandbox.pod("carol", f"c-{i}") for i in range(40)]
+    admitted = [p for p in pods if tolerated(p)]
+    assert len(admitted) == 6
+    claims = sorted(p["metadata"]["annotations"][vocab.ADMISSION_CLAIM] for p in admitted)
+    holds = sandbox.reservation("res-102").holds
+    assert sorted(h.claim for h in holds) == claims
+    assert sum(h.gpus for h in holds) == 6
+
+
+def test_3_tolerations_and_annotations_cannot_be_forged(sandbox: SandboxThread) -> None:
+    forged = (
+        gpu_pod("b-1", "bob").reservation_toleration().annotate(vocab.BOOKING_REFERENCE, "res-101")
+    )
+    out = sandbox.apply(forged.build())
+    assert out.returncode == 0, out.stderr
+    assert "toleration removed" in out.stderr
+    pod = sandbox.pod("bob", "b-1")
+    assert not tolerated(pod)
+    assert vocab.BOOKING_REFERENCE not in (pod["metadata"].get("annotations") or {})
+    exists = gpu_pod("b-2", "bob").tolerate(operator="Exists")
+    assert sandbox.apply(exists.build()).returncode == 0
+    kept = sandbox.pod("bob", "b-2")["spec"].get("tolerations") or []
+    assert not any(tolerates_reservation(t) for t in kept)
+
+    toleration = json.dumps(
+        [
+            {
+                "op": "add",
+                "path": "/spec/tolerations/-",
+                "value": {
+                    "key": vocab.RESERVATION_TAINT_KEY,
+                    "operator": "Equal",
+                    "value": "h100",
+                    "effect": vocab.TAINT_EFFECT_NO_SCHEDULE,
+                },
+            }
+        ]
+    )
+    refused = sandbox.kubectl("-n", "bob", "patch", "pod", "b-1", "--type=json", "-p", toleration)
+    assert refused.returncode != 0
+    assert "granted with a reservation, never declared" in refused.stderr
+    controller = sandbox.user_kubeconfig(
+        f"system:serviceaccount:{sandbox.namespace}:reconciler",
+        ["system:masters", "system:serviceaccounts"],
+    )
+    allowed = sandbox.kubectl(
+        "-n",
+        "bob",
+        "patch",
+        "pod",
+        "b-1",
+        "--type=json",
+        "-p",
+        toleration,
+        token_kubeconfig=controller,
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert tolerated(sandbox.pod("bob", "b-1"))
+
+    restart_with(sandbox, RESERVATION_TOLERATION_POLICY="deny")
+    try:
+        denied = sandbox.apply(gpu_pod("b-3", "bob").reservation_toleration().build())
+        assert denied.returncode != 0
+        assert "denied the request" in denied.stderr
+    finally:
+        restart_with(sandbox, RESERVATION_TOLERATION_POLICY=None)
+
+
+def test_4_a_future_booking_gates_only_with_a_gate_name(sandbox: SandboxThread) -> None:
+    now = sandbox.now()
+    booking(sandbox, 104, "dave", 2, now + timedelta(minutes=10), now + timedelta(hours=1))
+    plain = sandbox.apply(gpu_pod("d-1", "dave").build())
+    assert "queued for reservation res-104, opens at" in plain.stderr
+    assert not sandbox.pod("dave", "d-1")["spec"].get("schedulingGates")
+    restart_with(sandbox, POD_SCHEDULING_GATE_NAME=GATE)
+    try:
+        gated = sandbox.apply(gpu_pod("d-2", "dave").build())
+        assert "queued for reservation res-104" in gated.stderr
+        assert sandbox.pod("dave", "d-2")["spec"]["schedulingGates"] == [{"name": GATE}]
+    finally:
+        restart_with(sandbox, POD_SCHEDULING_GATE_NAME=None)
+
+
+def test_5_pods_are_created_while_every_replica_is_down(sandbox: SandboxThread) -> None:
+    now = sandbox.now()
+    booking(sandbox, 105, "dave", 4, now - timedelta(hours=1), now + timedelta(hours=1))
+    sandbox.run(sandbox.webhook.stop_replicas())
+    synced_before = [r.log_path.read_text().count("cache.synced") for r in sandbox.webhook.replicas]
+    try:
+        out = sandbox.apply(gpu_pod("e-1", "dave").build())
+        assert out.returncode == 0, out.stderr
+        assert not tolerated(sandbox.pod("dave", "e-1"))
+    finally:
+        sandbox.run(sandbox.webhook.start_replicas(wait_ready=False))
+    for replica, before in zip(sandbox.webhook.replicas, synced_before, strict=True):
+        sandbox.run(replica.wait_ready())
+        # ready only after this run's cache sync was logged
+        assert replica.log_path.read_text().count("cache.synced") == before + 1
+
+
+def _presented(port: int) -> bytes:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw) as tls,
+    ):
+        cert = tls.getpeercert(binary_form=True)
+    assert cert is not None
+    return cert
+
+
+def test_6_rotation_without_restart_or_failed_admission(sandbox: SandboxThread) -> None:
+    now = sandbox.now()
+    booking(sandbox, 106, "carol", 40, now - timedelta(hours=1), now + timedelta(hours=1))
+    replica = sandbox.webhook.replicas[0]
+    pid = replica.proc.pid if replica.proc else None
+    before = _presented(replica.port)
+    new = sandbox.webhook.rotate()
+    outs = [sandbox.apply(gpu_pod(f"f-{i}", "carol").build()) for i in range(6)]
+    deadline = time.monotonic() + 5
+    while _presented(replica.port) == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    assert _presented(replica.port) == new.certificate.public_bytes(Encoding.DER)
+    assert replica.proc is not None
+    assert replica.proc.pid == pid
+    assert all("admitted under reservation res-106" in o.stderr for o in outs), [
+        o.stderr for o in outs
+    ]
