@@ -23,12 +23,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     up.add_argument("--state-dir", default=".sandbox", type=Path)
     up.add_argument("--scenario", type=Path, help="scenario YAML (default: built-in)")
+    up.add_argument(
+        "--webhook-replicas", type=int, default=1, help="webhook replicas behind the one Service"
+    )
     args = parser.parse_args(argv)
 
     names = [n.strip() for n in args.components.split(",") if n.strip()]
     try:
         scenario = load_scenario(args.scenario)
-        sandbox = Sandbox(SandboxContext(state_dir=args.state_dir, scenario=scenario), names)
+        ctx = SandboxContext(state_dir=args.state_dir, scenario=scenario)
+        ctx.handles["webhook.replicas"] = max(1, args.webhook_replicas)
+        sandbox = Sandbox(ctx, names)
     except ValueError as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ ORDER: tuple[tuple[str, str], ...] = (
     ("cluster", "sandbox.cluster.component:ClusterComponent"),
     ("app", "sandbox.app.component:AppComponent"),
     ("reconciler", "sandbox.reconciler_component:ReconcilerComponent"),
+    ("webhook", "sandbox.webhook_component:WebhookComponent"),
 )
 
 #: The controller's namespace in the sandbox.
