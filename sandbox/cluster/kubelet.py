@@ -7,8 +7,9 @@
   a 127.x pod IP.
 - A running pod annotated ``vocab.SANDBOX_RUN_SECONDS`` finishes with Succeeded that
   many seconds (sandbox clock) after its ``startTime``.
-- A terminating pod is removed (DELETE, grace 0, uid precondition) at its
-  ``deletionTimestamp`` if it is bound and still running, at once otherwise.
+- A terminating pod is removed (DELETE, grace 0, uid precondition) once its
+  ``deletionGracePeriodSeconds`` have passed since the kubelet saw the deletion, if it
+  is bound and still running; at once otherwise.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class Kubelet:
             if not bound or phase in TERMINAL_PHASES:
                 await self._remove(pod)
             else:
-                self._at(pod, "remove", parse_utc(meta["deletionTimestamp"]), self._remove)
+                self._at(pod, "remove", self._grace_deadline(meta), self._remove)
         elif bound and phase == "Pending":
             await self._start(pod)
         elif phase == "Running" and run_seconds(pod) is not None:
@@ -131,6 +132,16 @@ class Kubelet:
             )
             deadline = started + timedelta(seconds=run_seconds(pod) or 0)
             self._at(pod, "finish", deadline, self._finish)
+
+    def _grace_deadline(self, meta: dict[str, Any]) -> datetime:
+        """Now plus the grace period, as a kubelet counts it from when it sees the delete.
+
+        ``deletionTimestamp`` has whole-second resolution, so it is only the fallback.
+        """
+        grace = meta.get("deletionGracePeriodSeconds")
+        if isinstance(grace, int):
+            return self._clock.now() + timedelta(seconds=grace)
+        return parse_utc(meta["deletionTimestamp"])
 
     def _at(
         self,

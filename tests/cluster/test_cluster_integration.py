@@ -1,0 +1,142 @@
+"""Scheduler and kubelet against the API emulator over HTTP (the ``cluster`` component)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.cluster.component import ClusterComponent
+from shared import vocab
+from shared.errors import Conflict, NotFound
+from shared.gateway import Gateway
+from shared.resources import NAMESPACES, NODES, PODS
+from tests.cluster.builders import node, reservation_taint, reservation_toleration
+
+component = pytest.importorskip("sandbox.kube.component")
+runner = pytest.importorskip("sandbox.runner")
+
+pytestmark = [
+    pytest.mark.anyio,
+    # see tests/admission/test_emulator.py: the emulator leaks a socket per error answer
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+NS = "team-a"
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    ctx = runner.SandboxContext(state_dir=tmp_path, scenario={})
+    kube, cluster = component.KubeComponent(), ClusterComponent()
+    await kube.start(ctx)
+    await cluster.start(ctx)
+    path = tmp_path / "kubeconfig"
+    assert ctx.kubeconfig is not None
+    path.write_text(ctx.kubeconfig, encoding="utf-8")
+    client = Gateway.from_kubeconfig(str(path))
+    try:
+        with contextlib.suppress(Conflict):
+            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+            await client.create(NAMESPACES, body)
+        reserved = node("h100-1", gpus=8, taints=[reservation_taint()], ready=None)
+        await client.create(NODES, reserved)
+        yield client
+    finally:
+        client.close()
+        await cluster.stop()
+        await kube.stop()
+        gc.collect()
+
+
+def gpu_pod(
+    name: str, gpus: int, tolerations: list[dict[str, Any]], **annotations: str
+) -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "resources": {"limits": {vocab.GPU_RESOURCE: str(gpus)}},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"containers": [container], "tolerations": tolerations},
+    }
+
+
+async def eventually(
+    gateway: Gateway, name: str, check: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """Poll the pod until ``check`` holds."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        pod = await gateway.get(PODS, name, NS)
+        if check(pod):
+            return pod
+        assert asyncio.get_running_loop().time() < deadline, pod.get("status")
+        await asyncio.sleep(0.05)
+
+
+def condition(pod: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in pod["status"].get("conditions") or [] if c["type"] == kind), {})
+
+
+async def test_an_untolerating_pod_stays_unschedulable_naming_the_taint(gateway: Gateway) -> None:
+    await gateway.create(PODS, gpu_pod("plain", 1, []), NS)
+    pod = await eventually(
+        gateway, "plain", lambda p: condition(p, "PodScheduled").get("reason") == "Unschedulable"
+    )
+    scheduled = condition(pod, "PodScheduled")
+    assert scheduled["status"] == "False"
+    assert scheduled["message"] == (
+        "0/1 nodes are available: 1 node(s) had untolerated taint "
+        f"{{{vocab.RESERVATION_TAINT_KEY}: h100}}. "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
+    assert not pod["spec"].get("nodeName")
+
+
+async def test_a_tolerating_pod_is_bound_runs_and_finishes(gateway: Gateway) -> None:
+    run = {vocab.SANDBOX_RUN_SECONDS: "1"}
+    await gateway.create(PODS, gpu_pod("reserved", 4, [reservation_toleration()], **run), NS)
+    pod = await eventually(gateway, "reserved", lambda p: p["status"].get("phase") == "Running")
+    assert pod["spec"]["nodeName"] == "h100-1"
+    assert condition(pod, "PodScheduled")["status"] == "True"
+    assert condition(pod, "Ready")["status"] == "True"
+    assert pod["status"]["podIP"].startswith("127.")
+    done = await eventually(gateway, "reserved", lambda p: p["status"].get("phase") == "Succeeded")
+    assert condition(done, "Ready")["reason"] == "PodCompleted"
+
+
+async def test_too_many_gpus_is_insufficient(gateway: Gateway) -> None:
+    await gateway.create(PODS, gpu_pod("big", 9, [reservation_toleration()]), NS)
+    pod = await eventually(
+        gateway, "big", lambda p: bool(condition(p, "PodScheduled").get("message"))
+    )
+    assert condition(pod, "PodScheduled")["message"].startswith(
+        f"0/1 nodes are available: 1 Insufficient {vocab.GPU_RESOURCE}."
+    )
+
+
+async def test_deletion_honours_the_grace_period(gateway: Gateway) -> None:
+    await gateway.create(PODS, gpu_pod("graceful", 1, [reservation_toleration()]), NS)
+    await eventually(gateway, "graceful", lambda p: p["status"].get("phase") == "Running")
+    await gateway.delete(PODS, "graceful", NS, grace_period_s=1)
+    terminating = await gateway.get(PODS, "graceful", NS)
+    assert terminating["metadata"]["deletionTimestamp"]
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while True:
+        try:
+            await gateway.get(PODS, "graceful", NS)
+        except NotFound:
+            break
+        assert loop.time() - start < 5
+        await asyncio.sleep(0.05)
+    assert loop.time() - start >= 0.5
