@@ -1,0 +1,158 @@
+"""Fixtures: an emulator on its own event loop thread, and clients for it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from sandbox.kube.seed import seed
+from sandbox.kube.server import KubeServer
+
+T = TypeVar("T")
+
+SCENARIO: dict[str, Any] = {
+    "namespaces": ["alice"],
+    "nodes": [{"name": "n1", "allocatable": {"cpu": "8", "nvidia.com/gpu": "4"}}],
+}
+
+
+class Running:
+    """A ``KubeServer`` served from a background event loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = KubeServer()
+        self.run(self._start())
+
+    async def _start(self) -> None:
+        await seed(self.server.cluster, SCENARIO)
+        await self.server.start()
+
+    def run(self, coro: Any) -> Any:
+        """Run a coroutine on the server's loop and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run a plain function on the server's loop (store access is single-threaded)."""
+        future: Future[T] = Future()
+
+        def target() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(target)
+        return future.result(timeout=30)
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        """An HTTP client with a bearer token (the admin's by default)."""
+        headers = {"Authorization": f"Bearer {token or self.server.admin_token}"}
+        return httpx.Client(base_url=self.server.url, headers=headers, timeout=20)
+
+    def close(self) -> None:
+        self.run(self.server.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[Running]:
+    running = Running()
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def api(kube: Running) -> Iterator[httpx.Client]:
+    with kube.client() as client:
+        yield client
+
+
+@pytest.fixture
+def ns(api: httpx.Client) -> str:
+    """A fresh namespace for one test."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    response = api.post("/api/v1/namespaces", json={"metadata": {"name": name}})
+    assert response.status_code == 201, response.text
+    return name
+
+
+def pod(name: str = "p", **spec: Any) -> dict[str, Any]:
+    """A minimal pod manifest; ``spec`` entries override the defaults."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name} if name else {"generateName": "gen-"},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}], **spec},
+    }
+    return body
+
+
+def crd(printer: bool = True) -> dict[str, Any]:
+    """A small namespaced CRD with a status subresource (widgets.example.com)."""
+    columns = [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"}] if printer else []
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "required": ["size"],
+                "properties": {
+                    "size": {"type": "integer", "minimum": 0},
+                    "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                },
+            },
+            "status": {"type": "object", "properties": {"used": {"type": "integer"}}},
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {
+                "plural": "widgets",
+                "singular": "widget",
+                "kind": "Widget",
+                "shortNames": ["wd"],
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+WIDGETS = "/apis/example.com/v1/namespaces/{ns}/widgets"
+
+
+@pytest.fixture(scope="module")
+def widgets(kube: Running) -> str:
+    """Install the Widget CRD once per module; returns the collection path template."""
+    with kube.client() as client:
+        response = client.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd()
+        )
+        assert response.status_code in (201, 409), response.text
+    return WIDGETS

@@ -1,0 +1,288 @@
+"""Pod rules of the apiserver (facts §2, checklist 10–15, 32)."""
+
+from __future__ import annotations
+
+import httpx
+
+from shared import vocab
+from tests.kube.conftest import Running, pod
+
+PODS = "/api/v1/namespaces/{ns}/pods"
+GPU_TOLERATION = {
+    "key": vocab.GPU_CLASS_LABEL,
+    "operator": "Exists",
+    "effect": vocab.TAINT_EFFECT_NO_SCHEDULE,
+}
+
+
+def _create(api: httpx.Client, ns: str, body: dict) -> dict:
+    response = api.post(PODS.format(ns=ns), json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def _patch(
+    api: httpx.Client, ns: str, name: str, body: object, kind: str = "merge"
+) -> httpx.Response:
+    content_type = f"application/{kind}-patch+json"
+    return api.patch(
+        f"{PODS.format(ns=ns)}/{name}", json=body, headers={"Content-Type": content_type}
+    )
+
+
+def test_create_sets_pending_qos_and_gated_condition(api: httpx.Client, ns: str) -> None:
+    """Rule: a created pod gets phase Pending, a qosClass and, when gated, PodScheduled=False/SchedulingGated."""
+    created = _create(api, ns, pod("g", schedulingGates=[{"name": "example.com/wait"}]))
+    status = created["status"]
+    assert status["phase"] == "Pending"
+    assert status["qosClass"] == "BestEffort"
+    condition = status["conditions"][0]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "PodScheduled",
+        "False",
+        "SchedulingGated",
+    )
+    assert condition["message"] == "Scheduling is blocked due to non-empty scheduling gates"
+    assert created["metadata"]["uid"] and created["metadata"]["generation"] == 1
+
+
+def test_qos_guaranteed_when_limits_equal_requests(api: httpx.Client, ns: str) -> None:
+    """Rule: cpu and memory limits (requests default to them) make the pod Guaranteed."""
+    body = pod()
+    body["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    assert _create(api, ns, body)["status"]["qosClass"] == "Guaranteed"
+
+
+def test_gpu_request_without_limit_is_invalid(api: httpx.Client, ns: str) -> None:
+    """Rule: extended resources cannot be overcommitted: a request needs an equal limit."""
+    body = pod()
+    body["spec"]["containers"][0]["resources"] = {"requests": {vocab.GPU_RESOURCE: "1"}}
+    response = api.post(PODS.format(ns=ns), json=body)
+    assert response.status_code == 422
+    assert "Limit must be set for non overcommitable resources" in response.json()["message"]
+
+
+def test_adding_a_toleration_succeeds(api: httpx.Client, ns: str) -> None:
+    """Rule: tolerations may be added to an existing pod."""
+    created = _create(api, ns, pod())
+    tolerations = [*created["spec"]["tolerations"], GPU_TOLERATION]
+    response = _patch(api, ns, "p", {"spec": {"tolerations": tolerations}})
+    assert response.status_code == 200, response.text
+    assert GPU_TOLERATION in response.json()["spec"]["tolerations"]
+
+
+def test_changing_a_toleration_is_forbidden(api: httpx.Client, ns: str) -> None:
+    """Rule: an existing toleration may not change (except tolerationSeconds) → 422."""
+    _create(api, ns, pod(tolerations=[GPU_TOLERATION]))
+    changed = [{**GPU_TOLERATION, "operator": "Equal", "value": "h100"}]
+    response = _patch(api, ns, "p", {"spec": {"tolerations": changed}})
+    assert response.status_code == 422
+    body = response.json()
+    assert body["reason"] == "Invalid"
+    assert body["message"] == (
+        'Pod "p" is invalid: spec.tolerations: Forbidden: existing toleration can not be '
+        "modified except its tolerationSeconds"
+    )
+    assert body["details"]["causes"][0] == {
+        "reason": "FieldValueForbidden",
+        "message": "Forbidden: existing toleration can not be modified except its tolerationSeconds",
+        "field": "spec.tolerations",
+    }
+
+
+def test_toleration_seconds_may_change(api: httpx.Client, ns: str) -> None:
+    """Rule: only tolerationSeconds of an existing toleration may change."""
+    created = _create(api, ns, pod())
+    tolerations = created["spec"]["tolerations"]
+    tolerations[0]["tolerationSeconds"] = 10
+    assert _patch(api, ns, "p", {"spec": {"tolerations": tolerations}}).status_code == 200
+
+
+def test_adding_a_scheduling_gate_is_forbidden(api: httpx.Client, ns: str) -> None:
+    """Rule: gates can only be removed after creation; a new one → 422 with the exact message."""
+    _create(api, ns, pod())
+    response = _patch(api, ns, "p", {"spec": {"schedulingGates": [{"name": "example.com/late"}]}})
+    assert response.status_code == 422
+    assert response.json()["message"] == (
+        'Pod "p" is invalid: spec.schedulingGates[0].name: Forbidden: only deletion is allowed, '
+        "but found new scheduling gate 'example.com/late'"
+    )
+
+
+def test_removing_a_gate_with_strategic_delete_succeeds(api: httpx.Client, ns: str) -> None:
+    """Rule: gates merge by name in a strategic patch; ``$patch: delete`` removes one."""
+    gates = [{"name": "example.com/a"}, {"name": "example.com/b"}]
+    _create(api, ns, pod(schedulingGates=gates))
+    patch = {"spec": {"schedulingGates": [{"name": "example.com/a", "$patch": "delete"}]}}
+    response = _patch(api, ns, "p", patch, "strategic-merge")
+    assert response.status_code == 200, response.text
+    assert response.json()["spec"]["schedulingGates"] == [{"name": "example.com/b"}]
+
+
+def test_node_selector_narrowing_allowed_only_while_gated(api: httpx.Client, ns: str) -> None:
+    """Rule: nodeSelector may gain keys while gated; changes and ungated edits are forbidden."""
+    _create(api, ns, pod("g", schedulingGates=[{"name": "example.com/a"}], nodeSelector={"a": "1"}))
+    assert _patch(api, ns, "g", {"spec": {"nodeSelector": {"b": "2"}}}).status_code == 200
+    changed = _patch(api, ns, "g", {"spec": {"nodeSelector": {"a": "9"}}})
+    assert changed.status_code == 422
+    assert "only additions to spec.nodeSelector are allowed" in changed.json()["message"]
+    _create(api, ns, pod("u"))
+    ungated = _patch(api, ns, "u", {"spec": {"nodeSelector": {"b": "2"}}})
+    assert ungated.status_code == 422
+    assert "pod updates may not change fields other than" in ungated.json()["message"]
+
+
+def test_required_affinity_terms_only_grow_while_gated(api: httpx.Client, ns: str) -> None:
+    """Rule: while gated, each required node affinity term may only get appended expressions."""
+    expr = {"key": "a", "operator": "In", "values": ["1"]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [expr]}]
+            }
+        }
+    }
+    _create(api, ns, pod(schedulingGates=[{"name": "example.com/a"}], affinity=affinity))
+    more = {"key": "b", "operator": "Exists"}
+    grown = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [expr, more]}]
+            }
+        }
+    }
+    assert _patch(api, ns, "p", {"spec": {"affinity": grown}}).status_code == 200
+    replaced = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [more]}]
+            }
+        }
+    }
+    assert _patch(api, ns, "p", {"spec": {"affinity": replaced}}).status_code == 422
+
+
+def test_image_change_allowed_other_spec_changes_forbidden(api: httpx.Client, ns: str) -> None:
+    """Rule: container images are mutable; e.g. restartPolicy is not."""
+    created = _create(api, ns, pod())
+    created["spec"]["containers"][0]["image"] = "busybox:1.37"
+    assert api.put(f"{PODS.format(ns=ns)}/p", json=created).status_code == 200
+    assert _patch(api, ns, "p", {"spec": {"restartPolicy": "Never"}}).status_code == 422
+
+
+def test_status_on_main_resource_is_ignored(api: httpx.Client, ns: str) -> None:
+    """Rule: status sent to the pod itself is replaced by the stored status; /status writes it."""
+    _create(api, ns, pod())
+    main = _patch(api, ns, "p", {"status": {"phase": "Running"}})
+    assert main.status_code == 200 and main.json()["status"]["phase"] == "Pending"
+    response = api.patch(
+        f"{PODS.format(ns=ns)}/p/status",
+        json={"status": {"phase": "Running"}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.json()["status"]["phase"] == "Running"
+
+
+def test_status_write_cannot_change_spec(api: httpx.Client, ns: str) -> None:
+    """Rule: a /status write keeps the stored spec."""
+    _create(api, ns, pod())
+    response = api.patch(
+        f"{PODS.format(ns=ns)}/p/status",
+        json={"spec": {"restartPolicy": "Never"}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.json()["spec"]["restartPolicy"] == "Always"
+
+
+def test_nodename_with_gates_at_create_is_forbidden(api: httpx.Client, ns: str) -> None:
+    """Rule: spec.nodeName and scheduling gates together are refused at create."""
+    response = api.post(
+        PODS.format(ns=ns), json=pod(nodeName="n1", schedulingGates=[{"name": "example.com/a"}])
+    )
+    assert response.status_code == 422
+    assert "cannot be set until all schedulingGates have been cleared" in response.json()["message"]
+
+
+def _bind(api: httpx.Client, ns: str, name: str, node: str = "n1") -> httpx.Response:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name},
+        "target": {"kind": "Node", "name": node},
+    }
+    return api.post(f"{PODS.format(ns=ns)}/{name}/binding", json=body)
+
+
+def test_binding_sets_node_name_and_scheduled_condition(api: httpx.Client, ns: str) -> None:
+    """Rule: pods/binding sets spec.nodeName and PodScheduled=True; answers 201 Success."""
+    _create(api, ns, pod())
+    response = _bind(api, ns, "p")
+    assert response.status_code == 201 and response.json()["status"] == "Success"
+    bound = api.get(f"{PODS.format(ns=ns)}/p").json()
+    assert bound["spec"]["nodeName"] == "n1"
+    assert {"type": "PodScheduled", "status": "True"}.items() <= bound["status"]["conditions"][
+        0
+    ].items()
+
+
+def test_binding_refused_for_gated_bound_and_terminating_pods(api: httpx.Client, ns: str) -> None:
+    """Rule: binding a gated, an already bound or a terminating pod is a 409."""
+    _create(api, ns, pod("g", schedulingGates=[{"name": "example.com/a"}]))
+    gated = _bind(api, ns, "g")
+    assert gated.status_code == 409
+    assert gated.json()["message"] == (
+        'Operation cannot be fulfilled on pods/binding "g": pod g has non-empty .spec.schedulingGates'
+    )
+    _create(api, ns, pod("b"))
+    assert _bind(api, ns, "b").status_code == 201
+    assert _bind(api, ns, "b", "other").status_code == 409
+    api.delete(f"{PODS.format(ns=ns)}/b")
+    _create(api, ns, pod("c"))
+    api.patch(
+        f"{PODS.format(ns=ns)}/c",
+        json={"metadata": {"finalizers": ["example.com/keep"]}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    api.delete(f"{PODS.format(ns=ns)}/c")
+    assert _bind(api, ns, "c").status_code == 409
+
+
+def test_graceful_delete_of_bound_pod_keeps_it_terminating(api: httpx.Client, ns: str) -> None:
+    """Rule: deleting a bound pod sets deletionTimestamp and grace; grace 0 removes it."""
+    _create(api, ns, pod())
+    _bind(api, ns, "p")
+    first = api.delete(f"{PODS.format(ns=ns)}/p")
+    assert first.status_code == 200
+    meta = first.json()["metadata"]
+    assert meta["deletionTimestamp"] and meta["deletionGracePeriodSeconds"] == 30
+    assert api.get(f"{PODS.format(ns=ns)}/p").status_code == 200
+    api.request(
+        "DELETE",
+        f"{PODS.format(ns=ns)}/p",
+        json={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+    )
+    assert api.get(f"{PODS.format(ns=ns)}/p").status_code == 404
+
+
+def test_unbound_pod_is_deleted_at_once(api: httpx.Client, ns: str) -> None:
+    """Rule: a pod with no nodeName is deleted immediately (grace forced to 0)."""
+    _create(api, ns, pod())
+    assert api.delete(f"{PODS.format(ns=ns)}/p").json()["kind"] == "Pod"
+    assert api.get(f"{PODS.format(ns=ns)}/p").status_code == 404
+
+
+def test_eviction_deletes_the_pod(api: httpx.Client, ns: str) -> None:
+    """Rule: POST pods/<name>/eviction deletes the pod (201 Success)."""
+    _create(api, ns, pod())
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"}}
+    assert api.post(f"{PODS.format(ns=ns)}/p/eviction", json=body).status_code == 201
+    assert api.get(f"{PODS.format(ns=ns)}/p").status_code == 404
+
+
+def test_in_process_read(kube: Running, api: httpx.Client, ns: str) -> None:
+    """The server object exposes stored objects to tests."""
+    _create(api, ns, pod())
+    from shared.resources import PODS as PODS_RESOURCE
+
+    stored = kube.call(lambda: kube.server.get_object(PODS_RESOURCE, "p", ns))
+    assert stored is not None and stored["status"]["phase"] == "Pending"

@@ -1,0 +1,102 @@
+"""Authentication and RBAC (403 Status in the real message format)."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.kube.conftest import Running, pod
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def _grant(api: httpx.Client, ns: str, name: str, rules: list[dict], subject: dict) -> None:
+    role = {"metadata": {"name": name}, "rules": rules}
+    assert api.post(f"{RBAC}/namespaces/{ns}/roles", json=role).status_code == 201
+    binding = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [subject],
+    }
+    assert api.post(f"{RBAC}/namespaces/{ns}/rolebindings", json=binding).status_code == 201
+
+
+def test_missing_or_bad_token_is_401(kube: Running) -> None:
+    """Rule: requests without valid credentials are Unauthorized."""
+    with httpx.Client(base_url=kube.server.url) as anonymous:
+        assert anonymous.get("/api/v1/nodes").status_code == 401
+    with kube.client("nonsense") as wrong:
+        assert wrong.get("/api/v1/nodes").status_code == 401
+
+
+def test_forbidden_message_format(kube: Running, ns: str) -> None:
+    """Rule: a denied request gets 403 with ``... is forbidden: User "u" cannot <verb> resource ...``."""
+    with kube.client(kube.server.mint_token("jane", ["devs"])) as jane:
+        response = jane.get(f"/api/v1/namespaces/{ns}/pods/x")
+        listing = jane.get("/api/v1/nodes")
+    assert response.status_code == 403
+    assert response.json()["message"] == (
+        f'pods "x" is forbidden: User "jane" cannot get resource "pods" in API group "" in the namespace "{ns}"'
+    )
+    assert response.json()["reason"] == "Forbidden"
+    assert listing.json()["message"] == (
+        'nodes is forbidden: User "jane" cannot list resource "nodes" in API group "" at the cluster scope'
+    )
+
+
+def test_service_account_role_binding_subresources_and_names(
+    kube: Running, api: httpx.Client, ns: str
+) -> None:
+    """Rule: rules match verbs, resources with subresources and resourceNames; SA subjects match SA tokens."""
+    rules = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["pods/status"],
+            "verbs": ["patch"],
+            "resourceNames": ["p"],
+        },
+    ]
+    _grant(api, ns, "bot", rules, {"kind": "ServiceAccount", "name": "bot", "namespace": ns})
+    api.post(f"/api/v1/namespaces/{ns}/pods", json=pod("q"))
+    merge = {"Content-Type": "application/merge-patch+json"}
+    with kube.client(kube.server.service_account_token(ns, "bot")) as bot:
+        assert bot.post(f"/api/v1/namespaces/{ns}/pods", json=pod()).status_code == 201
+        assert bot.get(f"/api/v1/namespaces/{ns}/pods/p").status_code == 200
+        assert (
+            bot.patch(
+                f"/api/v1/namespaces/{ns}/pods/p/status", json={"status": {}}, headers=merge
+            ).status_code
+            == 200
+        )
+        denied = bot.patch(
+            f"/api/v1/namespaces/{ns}/pods/q/status", json={"status": {}}, headers=merge
+        )
+        assert denied.status_code == 403
+        assert 'cannot patch resource "pods/status"' in denied.json()["message"]
+        assert (
+            bot.patch(f"/api/v1/namespaces/{ns}/pods/p", json={}, headers=merge).status_code == 403
+        )
+        assert bot.get(f"/api/v1/namespaces/{ns}/pods").status_code == 403
+        assert bot.get("/api/v1/namespaces/alice/pods/p").status_code == 403
+
+
+def test_cluster_role_binding_to_group(kube: Running, api: httpx.Client) -> None:
+    """Rule: a ClusterRoleBinding to a group grants cluster-wide."""
+    role = {
+        "metadata": {"name": "node-reader"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
+    }
+    api.post(f"{RBAC}/clusterroles", json=role)
+    binding = {
+        "metadata": {"name": "node-reader"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "node-reader",
+        },
+        "subjects": [{"kind": "Group", "name": "readers"}],
+    }
+    api.post(f"{RBAC}/clusterrolebindings", json=binding)
+    with kube.client(kube.server.mint_token("rita", ["readers"])) as rita:
+        assert rita.get("/api/v1/nodes").status_code == 200
+        assert rita.get("/api/v1/nodes/n1").status_code == 403
