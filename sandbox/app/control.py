@@ -90,7 +90,8 @@ class ClassPatch(Body):
 class PolicyBody(Body):
     admission: Literal["grant_all", "judge", "fixed"] | None = None
     granted: list[str] = Field(default_factory=list)
-    withheld: list[dict[str, Any]] = Field(default_factory=list)
+    #: Sent verbatim, malformed entries included (to test client tolerance).
+    withheld: list[Any] = Field(default_factory=list)
     victims: Literal["tiered", "uniform"] | None = None
     seed: int | None = None
 

@@ -39,7 +39,7 @@ class Policies:
     seed: int = 0
     admission: str = "grant_all"
     fixed_granted: list[str] = field(default_factory=list)
-    fixed_withheld: list[dict[str, Any]] = field(default_factory=list)
+    fixed_withheld: list[Any] = field(default_factory=list)
     victims: str = "tiered"
     rng: random.Random = field(init=False)
 
