@@ -40,8 +40,8 @@ class SandboxThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def close(self) -> None:
+        self.gateway.close()  # its keep-alive sockets first, so the server can drain
         self.run(self.sandbox.stop())
-        self.gateway.close()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         self.loop.close()
