@@ -138,7 +138,7 @@ class Cluster:
             except AdmissionError as exc:
                 raise ApiError(exc.code, exc.status) from exc
             call.warnings.extend(result.warnings)
-            obj = result.object if operation != "DELETE" else obj
+            obj = copy.deepcopy(result.object) if operation != "DELETE" else obj
             if operation != "DELETE" and not isinstance(obj, dict):
                 raise bad_request("admission returned no object")
         return obj

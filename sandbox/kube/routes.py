@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sandbox.kube import discovery, paths, reads, subresources, table
+from sandbox.kube import discovery, paths, protobuf, reads, subresources, table
 from sandbox.kube.cluster import Call, Cluster, present
 from sandbox.kube.deletes import delete
 from sandbox.kube.errors import ApiError, bad_request, error, method_not_allowed, too_large
@@ -65,6 +65,8 @@ def decode_body(raw: bytes, content_type: str | None) -> Any:
     """JSON (or YAML) request body; empty → ``None``."""
     if not raw.strip():
         return None
+    if media_type(content_type) == protobuf.PROTOBUF:
+        return protobuf.decode(raw)
     try:
         if "yaml" in media_type(content_type):
             return yaml.safe_load(raw.decode())

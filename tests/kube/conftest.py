@@ -14,12 +14,13 @@ import pytest
 
 from sandbox.kube.seed import seed
 from sandbox.kube.server import KubeServer
+from shared import vocab
 
 T = TypeVar("T")
 
 SCENARIO: dict[str, Any] = {
     "namespaces": ["alice"],
-    "nodes": [{"name": "n1", "allocatable": {"cpu": "8", "nvidia.com/gpu": "4"}}],
+    "nodes": [{"name": "n1", "allocatable": {"cpu": "8", vocab.GPU_RESOURCE: "4"}}],
 }
 
 

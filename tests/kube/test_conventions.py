@@ -1,6 +1,9 @@
-"""API conventions every kind shares (facts §2.2, §3.1–3.3, §3.7, §6; checklist 1–3, 16–17, 23, 31–33, 36–39)."""
+"""API conventions every kind shares (facts §2.2, §3.1–3.3, §3.7, §6; checklist 1–3, 16–17, 23, "
+"31–33, 36–39)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import httpx
 
@@ -11,7 +14,7 @@ CM = "/api/v1/namespaces/{ns}/configmaps"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 
 
-def _cm(name: str = "c", **data: str) -> dict:
+def _cm(name: str = "c", **data: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
 
 
@@ -47,7 +50,8 @@ def test_generate_name(api: httpx.Client, ns: str) -> None:
     base = "x" * 70
     body = {"metadata": {"generateName": base}, "data": {}}
     name = api.post(CM.format(ns=ns), json=body).json()["metadata"]["name"]
-    assert name[:58] == base[:58] and len(name) == 63
+    assert name[:58] == base[:58]
+    assert len(name) == 63
     assert set(name[58:]) <= set("bcdfghjklmnpqrstvwxz2456789")
 
 
@@ -165,7 +169,8 @@ def test_time_without_zone_is_bad_request(api: httpx.Client, ns: str) -> None:
 
 
 def test_label_and_annotation_syntax(api: httpx.Client, ns: str) -> None:
-    """Rule: label keys/values and annotation keys are validated; the annotations total ≤ 256 KiB."""
+    """Rule: label keys/values and annotation keys are validated; the annotations total ≤ 256 "
+    "KiB."""
     bad_label = _cm()
     bad_label["metadata"]["labels"] = {"ok": "not ok!"}
     assert api.post(CM.format(ns=ns), json=bad_label).status_code == 422
@@ -198,11 +203,13 @@ def test_delete_preconditions(api: httpx.Client, ns: str) -> None:
     )
     right = {"preconditions": {"uid": created["metadata"]["uid"]}}
     answer = api.request("DELETE", f"{CM.format(ns=ns)}/c", json=right).json()
-    assert answer["status"] == "Success" and answer["details"]["uid"] == created["metadata"]["uid"]
+    assert answer["status"] == "Success"
+    assert answer["details"]["uid"] == created["metadata"]["uid"]
 
 
 def test_finalizers_hold_the_object(api: httpx.Client, ns: str) -> None:
-    """Rule: an object with finalizers gets deletionTimestamp and stays until they are removed; no new ones then."""
+    """Rule: an object with finalizers gets deletionTimestamp and stays until they are removed; "
+    "no new ones then."""
     body = _cm()
     body["metadata"]["finalizers"] = ["example.com/f"]
     api.post(CM.format(ns=ns), json=body)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from tests.kube.conftest import crd
@@ -9,7 +11,7 @@ from tests.kube.conftest import crd
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 
 
-def _widget(name: str = "w", **spec: object) -> dict:
+def _widget(name: str = "w", **spec: object) -> dict[str, Any]:
     return {
         "apiVersion": "example.com/v1",
         "kind": "Widget",
@@ -19,11 +21,14 @@ def _widget(name: str = "w", **spec: object) -> dict:
 
 
 def test_unknown_fields_are_pruned_with_a_warning(api: httpx.Client, ns: str, widgets: str) -> None:
-    """Rule: undeclared fields are dropped (Warning header); preserve-unknown-fields keeps them; defaults apply."""
+    """Rule: undeclared fields are dropped (Warning header); preserve-unknown-fields keeps them; "
+    "defaults apply."""
     response = api.post(widgets.format(ns=ns), json=_widget(extra=1, free={"any": {"thing": 1}}))
     assert response.status_code == 201
     spec = response.json()["spec"]
-    assert "extra" not in spec and spec["free"] == {"any": {"thing": 1}} and spec["color"] == "red"
+    assert "extra" not in spec
+    assert spec["free"] == {"any": {"thing": 1}}
+    assert spec["color"] == "red"
     assert any(
         "unknown field" in w and "spec.extra" in w for w in response.headers.get_list("warning")
     )
@@ -49,7 +54,8 @@ def test_schema_violations_are_422_with_causes(api: httpx.Client, ns: str, widge
     assert status["message"].startswith('Widget.example.com "w" is invalid: [')
     fields = {c["field"] for c in status["details"]["causes"]}
     assert fields == {"spec.size", "spec.color"}
-    assert status["details"]["group"] == "example.com" and status["details"]["kind"] == "Widget"
+    assert status["details"]["group"] == "example.com"
+    assert status["details"]["kind"] == "Widget"
     missing = {
         "apiVersion": "example.com/v1",
         "kind": "Widget",
@@ -70,12 +76,14 @@ def test_status_only_through_the_subresource(api: httpx.Client, ns: str, widgets
     status = api.patch(
         f"{path}/status", json={"status": {"used": 2}, "spec": {"size": 9}}, headers=merge
     ).json()
-    assert status["status"] == {"used": 2} and status["spec"]["size"] == 1
+    assert status["status"] == {"used": 2}
+    assert status["spec"]["size"] == 1
     assert status["metadata"]["generation"] == 1
 
 
 def test_generation_counts_spec_changes(api: httpx.Client, ns: str, widgets: str) -> None:
-    """Rule: generation starts at 1, ignores client values and metadata/status changes, bumps on spec."""
+    """Rule: generation starts at 1, ignores client values and metadata/status changes, bumps on "
+    "spec."""
     body = _widget()
     body["metadata"]["generation"] = 7
     assert api.post(widgets.format(ns=ns), json=body).json()["metadata"]["generation"] == 1
@@ -121,11 +129,13 @@ def test_table_uses_printer_columns(api: httpx.Client, ns: str, widgets: str) ->
 
 
 def test_crd_validation_and_discovery(api: httpx.Client, widgets: str) -> None:
-    """Rule: a CRD's name is <plural>.<group> and its schema is structural; served types appear in discovery."""
+    """Rule: a CRD's name is <plural>.<group> and its schema is structural; served types appear "
+    "in discovery."""
     bad = crd()
     bad["metadata"]["name"] = "wrong.example.com"
     response = api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=bad)
     assert response.status_code == 422
     resources = api.get("/apis/example.com/v1").json()["resources"]
     names = {r["name"]: r for r in resources}
-    assert names["widgets"]["shortNames"] == ["wd"] and "widgets/status" in names
+    assert names["widgets"]["shortNames"] == ["wd"]
+    assert "widgets/status" in names

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import kubernetes.client
@@ -14,15 +15,16 @@ from tests.kube.conftest import Running
 CM = "/api/v1/namespaces/{ns}/configmaps"
 
 
-def _cm(name: str, **labels: str) -> dict:
+def _cm(name: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": labels}, "data": {}}
 
 
-def _lines(api: httpx.Client, path: str, **params: str) -> list[dict]:
+def _lines(api: httpx.Client, path: str, **params: str) -> list[dict[str, Any]]:
     with api.stream("GET", path, params={"watch": "true", **params}) as response:
         assert response.status_code == 200
         raw = response.read().decode()
-    assert "\n\n" not in raw and not raw.startswith("\n"), "no blank lines in a watch stream"
+    assert "\n\n" not in raw, "no blank lines in a watch stream"
+    assert not raw.startswith("\n")
     return [json.loads(line) for line in raw.split("\n") if line]
 
 
@@ -31,7 +33,8 @@ def test_pagination_is_a_consistent_snapshot(api: httpx.Client, ns: str) -> None
     for i in range(5):
         api.post(CM.format(ns=ns), json=_cm(f"c{i}"))
     first = api.get(CM.format(ns=ns), params={"limit": 2}).json()
-    assert first["kind"] == "ConfigMapList" and len(first["items"]) == 2
+    assert first["kind"] == "ConfigMapList"
+    assert len(first["items"]) == 2
     api.post(CM.format(ns=ns), json=_cm("c9"))
     token = first["metadata"]["continue"]
     names = [i["metadata"]["name"] for i in first["items"]]
@@ -77,7 +80,8 @@ def test_label_selectors(api: httpx.Client, ns: str) -> None:
 
 
 def test_field_selectors_only_documented_fields(api: httpx.Client, ns: str) -> None:
-    """Rule: only the kind's field labels are accepted; others → 400 ``field label not supported``."""
+    """Rule: only the kind's field labels are accepted; others → 400 ``field label not "
+    "supported``."""
     api.post(
         f"/api/v1/namespaces/{ns}/pods",
         json={"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
@@ -93,7 +97,8 @@ def test_field_selectors_only_documented_fields(api: httpx.Client, ns: str) -> N
 
 
 def test_watch_replays_then_streams_and_times_out(api: httpx.Client, ns: str) -> None:
-    """Rule: RV unset replays current objects as ADDED; timeoutSeconds ends the stream; Python's ``True`` is a boolean."""
+    """Rule: RV unset replays current objects as ADDED; timeoutSeconds ends the stream; Python's "
+    "``True`` is a boolean."""
     api.post(CM.format(ns=ns), json=_cm("a"))
     events = _lines(api, CM.format(ns=ns), timeoutSeconds="1", watch="True")
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a")]
@@ -101,7 +106,8 @@ def test_watch_replays_then_streams_and_times_out(api: httpx.Client, ns: str) ->
 
 
 def test_watch_from_rv_sees_selector_transitions_and_deletes(api: httpx.Client, ns: str) -> None:
-    """Rule: entering the selector → ADDED, leaving → DELETED, deletion → DELETED with the last state."""
+    """Rule: entering the selector → ADDED, leaving → DELETED, deletion → DELETED with the last "
+    "state."""
     start = api.post(CM.format(ns=ns), json=_cm("a")).json()["metadata"]["resourceVersion"]
     patch = {"Content-Type": "application/merge-patch+json"}
     api.patch(f"{CM.format(ns=ns)}/a", json={"metadata": {"labels": {"w": "1"}}}, headers=patch)
@@ -139,7 +145,8 @@ def test_bookmarks_only_when_allowed(kube: Running, api: httpx.Client, ns: str) 
         without = _lines(api, CM.format(ns=ns), timeoutSeconds="1")
     finally:
         kube.server.bookmark_interval = 5.0
-    assert with_marks and all(e["type"] == "BOOKMARK" for e in with_marks)
+    assert with_marks
+    assert all(e["type"] == "BOOKMARK" for e in with_marks)
     assert set(with_marks[0]["object"]["metadata"]) == {"resourceVersion"}
     assert without == []
 
@@ -155,7 +162,8 @@ def _python_client(kube: Running) -> kubernetes.client.CoreV1Api:
 def test_python_watch_resumes_after_the_server_closes(
     kube: Running, api: httpx.Client, ns: str
 ) -> None:
-    """Rule: the client's Watch re-issues the call from the last RV when the server ends a stream."""
+    """Rule: the client's Watch re-issues the call from the last RV when the server ends a "
+    "stream."""
     core = _python_client(kube)
     api.post(CM.format(ns=ns), json=_cm("a"))
     watch = kubernetes.watch.Watch()
@@ -187,12 +195,14 @@ def test_python_watch_raises_on_repeated_410_and_relist_recovers(
             pass
     assert caught.value.status == 410
     listed = core.list_namespaced_config_map(ns)
+    assert listed.metadata is not None
+    rv = listed.metadata.resource_version
     api.post(CM.format(ns=ns), json=_cm("c"))
     events = list(
         watch.stream(
             core.list_namespaced_config_map,
             ns,
-            resource_version=listed.metadata.resource_version,
+            resource_version=rv,
             timeout_seconds=1,
         )
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from tests.kube.conftest import pod
@@ -9,8 +11,11 @@ from tests.kube.conftest import pod
 CM = "/api/v1/namespaces/{ns}/configmaps"
 
 
-def _setup(api: httpx.Client, ns: str) -> dict:
-    return api.post(CM.format(ns=ns), json={"metadata": {"name": "c"}, "data": {"a": "1"}}).json()
+def _setup(api: httpx.Client, ns: str) -> dict[str, Any]:
+    created: dict[str, Any] = api.post(
+        CM.format(ns=ns), json={"metadata": {"name": "c"}, "data": {"a": "1"}}
+    ).json()
+    return created
 
 
 def _patch(api: httpx.Client, path: str, body: object, content_type: str) -> httpx.Response:
@@ -42,7 +47,8 @@ def test_json_patch_on_missing_path_is_422(api: httpx.Client, ns: str) -> None:
 
 
 def test_patch_with_stale_resource_version_conflicts(api: httpx.Client, ns: str) -> None:
-    """Rule: a patch setting metadata.resourceVersion is a precondition → 409 when stale; without it no conflict."""
+    """Rule: a patch setting metadata.resourceVersion is a precondition → 409 when stale; "
+    "without it no conflict."""
     created = _setup(api, ns)
     api.patch(
         f"{CM.format(ns=ns)}/c",
@@ -140,7 +146,8 @@ def test_json_patch_with_too_many_operations(api: httpx.Client, ns: str) -> None
 
 
 def test_apply_patch_requires_field_manager(api: httpx.Client, ns: str) -> None:
-    """Rule: apply-patch+yaml needs ``fieldManager`` (422 without); with it a missing object is created."""
+    """Rule: apply-patch+yaml needs ``fieldManager`` (422 without); with it a missing object is "
+    "created."""
     manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied}\ndata: {a: '1'}\n"
     path = f"{CM.format(ns=ns)}/applied"
     headers = {"Content-Type": "application/apply-patch+yaml"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from shared import vocab
@@ -15,10 +17,11 @@ GPU_TOLERATION = {
 }
 
 
-def _create(api: httpx.Client, ns: str, body: dict) -> dict:
+def _create(api: httpx.Client, ns: str, body: dict[str, Any]) -> dict[str, Any]:
     response = api.post(PODS.format(ns=ns), json=body)
     assert response.status_code == 201, response.text
-    return response.json()
+    created: dict[str, Any] = response.json()
+    return created
 
 
 def _patch(
@@ -31,7 +34,8 @@ def _patch(
 
 
 def test_create_sets_pending_qos_and_gated_condition(api: httpx.Client, ns: str) -> None:
-    """Rule: a created pod gets phase Pending, a qosClass and, when gated, PodScheduled=False/SchedulingGated."""
+    """Rule: a created pod gets phase Pending, a qosClass and, when gated, "
+    "PodScheduled=False/SchedulingGated."""
     created = _create(api, ns, pod("g", schedulingGates=[{"name": "example.com/wait"}]))
     status = created["status"]
     assert status["phase"] == "Pending"
@@ -43,7 +47,8 @@ def test_create_sets_pending_qos_and_gated_condition(api: httpx.Client, ns: str)
         "SchedulingGated",
     )
     assert condition["message"] == "Scheduling is blocked due to non-empty scheduling gates"
-    assert created["metadata"]["uid"] and created["metadata"]["generation"] == 1
+    assert created["metadata"]["uid"]
+    assert created["metadata"]["generation"] == 1
 
 
 def test_qos_guaranteed_when_limits_equal_requests(api: httpx.Client, ns: str) -> None:
@@ -85,7 +90,8 @@ def test_changing_a_toleration_is_forbidden(api: httpx.Client, ns: str) -> None:
     )
     assert body["details"]["causes"][0] == {
         "reason": "FieldValueForbidden",
-        "message": "Forbidden: existing toleration can not be modified except its tolerationSeconds",
+        "message": "Forbidden: existing toleration can not be modified except its "
+        "tolerationSeconds",
         "field": "spec.tolerations",
     }
 
@@ -174,7 +180,8 @@ def test_status_on_main_resource_is_ignored(api: httpx.Client, ns: str) -> None:
     """Rule: status sent to the pod itself is replaced by the stored status; /status writes it."""
     _create(api, ns, pod())
     main = _patch(api, ns, "p", {"status": {"phase": "Running"}})
-    assert main.status_code == 200 and main.json()["status"]["phase"] == "Pending"
+    assert main.status_code == 200
+    assert main.json()["status"]["phase"] == "Pending"
     response = api.patch(
         f"{PODS.format(ns=ns)}/p/status",
         json={"status": {"phase": "Running"}},
@@ -217,7 +224,8 @@ def test_binding_sets_node_name_and_scheduled_condition(api: httpx.Client, ns: s
     """Rule: pods/binding sets spec.nodeName and PodScheduled=True; answers 201 Success."""
     _create(api, ns, pod())
     response = _bind(api, ns, "p")
-    assert response.status_code == 201 and response.json()["status"] == "Success"
+    assert response.status_code == 201
+    assert response.json()["status"] == "Success"
     bound = api.get(f"{PODS.format(ns=ns)}/p").json()
     assert bound["spec"]["nodeName"] == "n1"
     assert {"type": "PodScheduled", "status": "True"}.items() <= bound["status"]["conditions"][
@@ -231,7 +239,8 @@ def test_binding_refused_for_gated_bound_and_terminating_pods(api: httpx.Client,
     gated = _bind(api, ns, "g")
     assert gated.status_code == 409
     assert gated.json()["message"] == (
-        'Operation cannot be fulfilled on pods/binding "g": pod g has non-empty .spec.schedulingGates'
+        'Operation cannot be fulfilled on pods/binding "g": pod g has non-empty '
+        ".spec.schedulingGates"
     )
     _create(api, ns, pod("b"))
     assert _bind(api, ns, "b").status_code == 201
@@ -254,7 +263,8 @@ def test_graceful_delete_of_bound_pod_keeps_it_terminating(api: httpx.Client, ns
     first = api.delete(f"{PODS.format(ns=ns)}/p")
     assert first.status_code == 200
     meta = first.json()["metadata"]
-    assert meta["deletionTimestamp"] and meta["deletionGracePeriodSeconds"] == 30
+    assert meta["deletionTimestamp"]
+    assert meta["deletionGracePeriodSeconds"] == 30
     assert api.get(f"{PODS.format(ns=ns)}/p").status_code == 200
     api.request(
         "DELETE",
@@ -285,4 +295,5 @@ def test_in_process_read(kube: Running, api: httpx.Client, ns: str) -> None:
     from shared.resources import PODS as PODS_RESOURCE
 
     stored = kube.call(lambda: kube.server.get_object(PODS_RESOURCE, "p", ns))
-    assert stored is not None and stored["status"]["phase"] == "Pending"
+    assert stored is not None
+    assert stored["status"]["phase"] == "Pending"

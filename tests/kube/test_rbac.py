@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from tests.kube.conftest import Running, pod
@@ -9,7 +11,9 @@ from tests.kube.conftest import Running, pod
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 
-def _grant(api: httpx.Client, ns: str, name: str, rules: list[dict], subject: dict) -> None:
+def _grant(
+    api: httpx.Client, ns: str, name: str, rules: list[dict[str, Any]], subject: dict[str, Any]
+) -> None:
     role = {"metadata": {"name": name}, "rules": rules}
     assert api.post(f"{RBAC}/namespaces/{ns}/roles", json=role).status_code == 201
     binding = {
@@ -29,24 +33,28 @@ def test_missing_or_bad_token_is_401(kube: Running) -> None:
 
 
 def test_forbidden_message_format(kube: Running, ns: str) -> None:
-    """Rule: a denied request gets 403 with ``... is forbidden: User "u" cannot <verb> resource ...``."""
+    """Rule: a denied request gets 403 with ``... is forbidden: User "u" cannot <verb> resource "
+    "...``."""
     with kube.client(kube.server.mint_token("jane", ["devs"])) as jane:
         response = jane.get(f"/api/v1/namespaces/{ns}/pods/x")
         listing = jane.get("/api/v1/nodes")
     assert response.status_code == 403
     assert response.json()["message"] == (
-        f'pods "x" is forbidden: User "jane" cannot get resource "pods" in API group "" in the namespace "{ns}"'
+        'pods "x" is forbidden: User "jane" cannot get resource "pods" in API group "" in the '
+        f'namespace "{ns}"'
     )
     assert response.json()["reason"] == "Forbidden"
     assert listing.json()["message"] == (
-        'nodes is forbidden: User "jane" cannot list resource "nodes" in API group "" at the cluster scope'
+        'nodes is forbidden: User "jane" cannot list resource "nodes" in API group "" at the '
+        "cluster scope"
     )
 
 
 def test_service_account_role_binding_subresources_and_names(
     kube: Running, api: httpx.Client, ns: str
 ) -> None:
-    """Rule: rules match verbs, resources with subresources and resourceNames; SA subjects match SA tokens."""
+    """Rule: rules match verbs, resources with subresources and resourceNames; SA subjects match "
+    "SA tokens."""
     rules = [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create"]},
         {

@@ -1,0 +1,85 @@
+"""The mutating admission hook (admission_api): what a plugin sees and what it can do."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from sandbox.kube.admission_api import AdmissionAttributes, AdmissionError, AdmissionResult
+from sandbox.kube.errors import status_body
+from tests.kube.conftest import Running, pod
+
+
+class Recorder:
+    """Records calls; adds a label, warns, and denies pods named ``deny``."""
+
+    def __init__(self) -> None:
+        self.calls: list[AdmissionAttributes] = []
+
+    async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
+        self.calls.append(attrs)
+        if attrs.name == "deny":
+            raise AdmissionError(403, status_body(403, "Forbidden", "denied by test"))
+        obj = attrs.object
+        if obj is not None and attrs.resource == "pods" and not attrs.subresource:
+            obj.setdefault("metadata", {}).setdefault("labels", {})["admitted"] = "yes"
+        return AdmissionResult(obj, ["be careful"])
+
+
+@pytest.fixture
+def recorder(kube: Running):
+    plugin = Recorder()
+    kube.server.mutating_admission.append(plugin)
+    yield plugin
+    kube.server.mutating_admission.remove(plugin)
+
+
+def test_create_sees_no_uid_nor_generated_name(
+    recorder: Recorder, api: httpx.Client, ns: str
+) -> None:
+    """Rule: admission runs before uid and generateName: both are empty; PATCH arrives as UPDATE."""
+    response = api.post(f"/api/v1/namespaces/{ns}/pods", json=pod(""))
+    assert response.status_code == 201
+    assert response.json()["metadata"]["labels"] == {"admitted": "yes"}
+    assert response.headers.get_list("warning") == ['299 - "be careful"']
+    create = recorder.calls[-1]
+    assert (create.operation, create.name, create.old_object) == ("CREATE", "", None)
+    assert create.object is not None
+    assert "uid" not in create.object["metadata"]
+    assert create.options is not None
+    assert create.options["kind"] == "CreateOptions"
+    name = response.json()["metadata"]["name"]
+    api.patch(
+        f"/api/v1/namespaces/{ns}/pods/{name}",
+        json={"metadata": {"labels": {"x": "1"}}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert recorder.calls[-1].operation == "UPDATE"
+    assert recorder.calls[-1].old_object is not None
+    api.delete(f"/api/v1/namespaces/{ns}/pods/{name}")
+    delete = recorder.calls[-1]
+    assert (delete.operation, delete.object) == ("DELETE", None)
+
+
+def test_subresources_reach_admission(recorder: Recorder, api: httpx.Client, ns: str) -> None:
+    """Rule: subresource writes (pods/binding) are admitted too, with their subresource and kind."""
+    api.post(f"/api/v1/namespaces/{ns}/pods", json=pod())
+    binding = {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}}
+    api.post(f"/api/v1/namespaces/{ns}/pods/p/binding", json=binding)
+    last = recorder.calls[-1]
+    assert (last.subresource, last.kind, last.operation) == ("binding", "Binding", "CREATE")
+
+
+def test_admission_error_fails_the_request(recorder: Recorder, api: httpx.Client, ns: str) -> None:
+    """An AdmissionError's code and Status reach the client."""
+    response = api.post(f"/api/v1/namespaces/{ns}/pods", json=pod("deny"))
+    assert response.status_code == 403
+    assert response.json()["message"] == "denied by test"
+
+
+def test_webhook_configurations_are_never_admitted(recorder: Recorder, api: httpx.Client) -> None:
+    """Rule: MutatingWebhookConfiguration objects never go through admission."""
+    before = len(recorder.calls)
+    body = {"metadata": {"name": "x-test"}, "webhooks": []}
+    api.post("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", json=body)
+    assert len(recorder.calls) == before
