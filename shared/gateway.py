@@ -10,6 +10,7 @@ client only for configuration (kubeconfig or in-cluster), authentication and TLS
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -238,7 +239,9 @@ class Gateway:
         finally:
             stop.set()
             for resp in resp_box:
-                resp.shutdown() if hasattr(resp, "shutdown") else resp.release_conn()
+                # The stream may already have released the connection to the pool.
+                with contextlib.suppress(RuntimeError):
+                    resp.shutdown() if hasattr(resp, "shutdown") else resp.release_conn()
 
     # --- plumbing -------------------------------------------------------------------
 
