@@ -32,7 +32,14 @@ from shared.resources import GPU_RESERVATIONS
 pytest.importorskip("sandbox.kube.component")
 from sandbox.reconciler_component import ReconcilerProcess, install
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(90),
+    # The in-process emulators' uvicorn servers may drop a keep-alive transport of a
+    # killed client without closing it at shutdown (teardown noise, not a product bug).
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 
 class World:
@@ -265,7 +272,8 @@ def test_app_outage_leaves_the_mirror_untouched_and_is_visible(tmp_path: Path) -
             for fault in ({"path": "/api/reservations", "status": 503, "count": None},):
                 await w.http.post(f"{w.app}/_sandbox/faults", json=fault)
             await w.cancel(rid)  # a change the outage hides
-            await eventually(lambda: _metric(w, proc, "fetch_consecutive_failures", 2.0), 5.0)
+            # A failed fetch takes three page attempts (pauses 1 s and 2 s) before it counts.
+            await eventually(lambda: _metric(w, proc, "fetch_consecutive_failures", 2.0), 12.0)
             after = (await w.gateway.list_all(GPU_RESERVATIONS, w.ctx.namespace)).items
             assert _versions(after) == _versions(before)
             assert any(e.get("event") == "fetch.failed" for e in proc.logs())

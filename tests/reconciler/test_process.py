@@ -47,8 +47,10 @@ def test_health_is_503_naming_a_crashed_or_exited_task() -> None:
         tasks.spawn("fine", waits)
         tasks.spawn("sync", boom)
         tasks.spawn("queue", quits)
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        for _ in range(200):  # both guards record their outcome within a few loop turns
+            if len(tasks.failed) == 2:
+                break
+            await asyncio.sleep(0.005)
         answer = await get(app, "/health")
         assert answer.status_code == 503
         assert answer.json()["failed"] == {
