@@ -37,15 +37,6 @@ def test_the_supported_versions_are_the_documented_ones() -> None:
     assert f'kubeVersion: ">={render.OLDEST_KUBERNETES}.0-0"' in chart_yaml
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "crds/ (owned by the reconciler issue): two flow-mapping descriptions contain a "
-        "comma ('Window start, UTC ...'), which YAML reads as an extra key; the API "
-        "server rejects the unknown JSONSchemaProps field. Fixing the CRD makes this "
-        "pass; then drop the xfail."
-    ),
-)
 def test_the_crd_validates_strictly() -> None:
     found = [
         p for v in render.KUBERNETES_VERSIONS for c in render.crds() for p in render.validate(c, v)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from shared import vocab
@@ -24,17 +27,40 @@ def vocabulary() -> dict[str, str]:
 
 
 def literal_uses() -> list[tuple[str, int, str]]:
-    values = set(vocabulary().values())
-    found = []
-    for package in SCANNED:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            if path == ROOT / "shared" / "vocab.py":
-                continue
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Constant) and node.value in values:
-                    found.append((str(path.relative_to(ROOT)), node.lineno, node.value))
-    return found
+    """Every string literal in our Python files that equals a vocabulary value.
+
+    The scan runs in a fresh interpreter: CPython 3.11.7's ``ast.parse`` can fail with
+    "AST constructor recursion depth mismatch" once another test has changed the
+    recursion limit (fixed upstream in 3.11.8), and the scan must not depend on which
+    tests ran before it.
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", _SCAN, str(ROOT), *SCANNED],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return [(str(f), int(n), str(v)) for f, n, v in json.loads(result.stdout)]
+
+
+_SCAN = """
+import ast, json, sys
+from pathlib import Path
+from shared import vocab
+root = Path(sys.argv[1])
+values = {v for k, v in vars(vocab).items() if k.isupper() and isinstance(v, str)}
+found = []
+for package in sys.argv[2:]:
+    for path in sorted((root / package).rglob("*.py")):
+        if path == root / "shared" / "vocab.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in values:
+                found.append((str(path.relative_to(root)), node.lineno, node.value))
+print(json.dumps(found))
+"""
 
 
 def test_no_vocabulary_string_is_written_outside_the_vocabulary_module() -> None:
