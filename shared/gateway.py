@@ -223,8 +223,9 @@ class Gateway:
             except Exception:
                 pass
             finally:
-                if not loop.is_closed():
-                    asyncio.run_coroutine_threadsafe(queue.put(None), loop)
+                # No coroutine here: the caller's loop may close before it would run.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(queue.put_nowait, None)
 
         thread = threading.Thread(target=pump, name="kube-watch", daemon=True)
         thread.start()
