@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Generator
 
 import uvicorn
 
+from reconciler.caches import Caches
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
 from reconciler.metrics import Metrics
@@ -59,6 +60,7 @@ class Reconciler:
         self.elector = Elector(
             gateway, ns, settings.identity, clock, settings.leader, self._on_leadership
         )
+        self.caches = Caches(gateway, settings, clock)
         self._leading = False
         self._lead_task: asyncio.Task[None] | None = None
         self._server: _Server | None = None
@@ -71,7 +73,7 @@ class Reconciler:
     def leader_loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The loops only the leader runs (started after the startup sync)."""
         interval = self.settings.fetch_interval_s
-        return [(SYNC_TASK, lambda: self.syncer.run(interval))]
+        return [(SYNC_TASK, lambda: self.syncer.run(interval)), *self.caches.loops()]
 
     async def start(self, sock: socket.socket | None = None) -> None:
         """Serve HTTP, then join the election (or lead at once when it is disabled)."""

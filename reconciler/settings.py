@@ -12,9 +12,10 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
+from shared.policy.matching import MatchRules
 from shared.settings import CommonSettings, EnvReader, SecretStr, read_common
 
 
@@ -71,6 +72,12 @@ class ReconcilerSettings:
     identity: str
     #: LEDGER_CLAIM_TTL_SECONDS: an unbound ledger hold older than this is dropped.
     ledger_claim_ttl_s: int
+    #: QUEUE_PROCESSOR_INTERVAL (seed, s, >= 1): the backstop tick of ledger upkeep.
+    queue_interval_s: int
+    #: WATCH_RESYNC_SECONDS: a watched cache relists this often (heals any drift).
+    watch_resync_s: float
+    #: Matching settings shared with the webhook (REQUIRED_GROUP_LABEL, ...).
+    rules: MatchRules
     leader: LeaderSettings
     clock: ClockSettings
 
@@ -92,11 +99,28 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         inbound_token=reader.secret("INBOUND_API_TOKEN"),
         identity=_identity(reader),
         ledger_claim_ttl_s=reader.integer("LEDGER_CLAIM_TTL_SECONDS", 120, 1, 86400),
+        queue_interval_s=reader.integer("QUEUE_PROCESSOR_INTERVAL", 300, 1, strict=False),
+        watch_resync_s=reader.number("WATCH_RESYNC_SECONDS", 600.0, minimum=1.0),
+        rules=rules_from(reader),
         leader=_leader(reader),
         clock=_clock(reader),
     )
     reader.check()
     return settings, reader
+
+
+def rules_from(reader: EnvReader) -> MatchRules:
+    """The seed's matching variables (the same names and defaults as the webhook's)."""
+    return MatchRules(
+        required_group_label=reader.string("REQUIRED_GROUP_LABEL"),
+        default_usage_group=reader.string("DEFAULT_USAGE_GROUP"),
+        horizon=timedelta(minutes=reader.integer("ONDEMAND_HORIZON_MINUTES", 30, 0, strict=False)),
+        leases_enabled=reader.boolean("ONDEMAND_LEASE_ENABLED", True, strict=False),
+        best_effort_enabled=reader.boolean("BEST_EFFORT_ENABLED", False, strict=False),
+        default_minimum_runtime_s=reader.integer(
+            "DEFAULT_MINIMUM_RUNTIME_SECONDS", 0, 0, strict=False
+        ),
+    )
 
 
 def _identity(reader: EnvReader) -> str:

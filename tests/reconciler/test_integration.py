@@ -24,10 +24,10 @@ import pytest
 
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.scenario import load_scenario
-from shared import ledger, model
+from shared import ledger, model, vocab
 from shared.errors import NotFound
 from shared.gateway import Gateway
-from shared.resources import GPU_RESERVATIONS
+from shared.resources import GPU_RESERVATIONS, PODS
 
 pytest.importorskip("sandbox.kube.component")
 from sandbox.reconciler_component import ReconcilerProcess, install
@@ -303,3 +303,47 @@ def _versions(items: list[dict[str, Any]]) -> dict[str, str]:
 
 def _drop(res: model.GPUReservation, gone: set[str]) -> model.GPUReservation:
     return ledger.drop(res, gone)
+
+
+def _gpu_pod(name: str, ref: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "alice",
+            "labels": {vocab.GPU_CLASS_LABEL: "a100"},
+            "annotations": {vocab.BOOKING_REFERENCE: ref},
+        },
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {vocab.GPU_RESOURCE: "1"}}}
+            ]
+        },
+    }
+
+
+def test_ledger_upkeep_follows_pods_through_the_watch(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with world(tmp_path) as w:
+            await w.replica("r0", LEADER_ELECTION_ENABLED="false")
+            rid = await w.book(gpus=2)
+            name = model.reference(rid)
+            await eventually(lambda: _phase_is(w, rid, "Open"), 3.0)
+            pod = (await w.gateway.create(PODS, _gpu_pod("p1", name), "alice")).body
+            uid = pod["metadata"]["uid"]
+
+            async def holds() -> list[tuple[str | None, int]]:
+                obj = await w.get(name)
+                assert obj is not None
+                return [(h.pod_uid, h.gpus) for h in model.from_object(obj).holds]
+
+            await eventually(lambda: _equals(holds, [(uid, 1)]), 5.0)  # added for the pod
+            await w.gateway.delete(PODS, "p1", "alice", grace_period_s=0)
+            await eventually(lambda: _equals(holds, []), 5.0)  # dropped when it left
+
+    asyncio.run(scenario())
+
+
+async def _equals(read: Callable[[], Awaitable[Any]], want: Any) -> bool:
+    return bool(await read() == want)

@@ -1,0 +1,110 @@
+"""The leader's watched caches (pods, nodes, GPUReservations) and what reacts to them.
+
+Pods are watched cluster-wide and projected with ``reconciler.pods.project_pod`` (only
+GPU pods are kept); nodes with ``project_node``; GPUReservations in the controller
+namespace as ``shared.model.GPUReservation`` (a malformed object is skipped). A pod
+change that can alter a ledger — a pod under a reservation appearing, finishing,
+leaving, or changing its claim — touches that reservation's upkeep at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from reconciler.pods import NodeView, PodView, project_node, project_pod
+from reconciler.settings import ReconcilerSettings
+from reconciler.upkeep import Keeper
+from reconciler.watch import Watched, WatchGateway
+from shared import model
+from shared.clock import Clock
+from shared.ledger import LedgerGateway
+from shared.logs import log
+from shared.resources import GPU_RESERVATIONS, NODES, PODS
+
+_log = logging.getLogger(__name__)
+PODS_TASK = "watch-pods"
+NODES_TASK = "watch-nodes"
+RESERVATIONS_TASK = "watch-reservations"
+UPKEEP_TASK = "ledger-upkeep"
+
+
+def project_reservation(obj: dict[str, Any]) -> model.GPUReservation | None:
+    """The object as a ``GPUReservation``; ``None`` (skipped, logged) when malformed."""
+    try:
+        return model.from_object(obj)
+    except ValueError as exc:
+        name = (obj.get("metadata") or {}).get("name")
+        log(_log, logging.WARNING, "watch.malformed", reservation=name, error=str(exc))
+        return None
+
+
+def touched_reservations(old: PodView | None, new: PodView | None) -> set[str]:
+    """Reservations whose ledger a pod change may alter."""
+    names = set()
+    for view in (old, new):
+        if view is not None and view.reference is not None:
+            names.add(view.reference)
+    if (
+        old is not None
+        and new is not None
+        and (old.finished, old.claim, old.uid)
+        == (
+            new.finished,
+            new.claim,
+            new.uid,
+        )
+    ):
+        return set()
+    return names
+
+
+class Caches:
+    """The three caches and the ledger keeper of one leader term."""
+
+    def __init__(self, gateway: Any, settings: ReconcilerSettings, clock: Clock) -> None:
+        watch_gw: WatchGateway = gateway
+        ledger_gw: LedgerGateway = gateway
+        resync = settings.watch_resync_s
+        rules = settings.rules
+        ns = settings.common.namespace
+        self.pods: Watched[PodView] = Watched(
+            watch_gw, PODS, lambda o: project_pod(o, rules), resync_s=resync
+        )
+        self.nodes: Watched[NodeView] = Watched(watch_gw, NODES, project_node, resync_s=resync)
+        self.reservations: Watched[model.GPUReservation] = Watched(
+            watch_gw, GPU_RESERVATIONS, project_reservation, namespace=ns, resync_s=resync
+        )
+        self.keeper = Keeper(
+            ledger_gw,
+            ns,
+            clock,
+            settings.ledger_claim_ttl_s,
+            lambda: self.pods.items.values(),
+            self.by_name,
+            self.ready,
+        )
+        self._tick_s = float(settings.queue_interval_s)
+        self.pods.listeners.append(self._pod_changed)
+
+    def by_name(self) -> dict[str, model.GPUReservation]:
+        """Cached reservations by object name."""
+        return {r.name: r for r in self.reservations.items.values()}
+
+    def ready(self) -> bool:
+        """Both the pod and the reservation caches hold a full LIST."""
+        return self.pods.synced.is_set() and self.reservations.synced.is_set()
+
+    def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """The leader's loops these caches need."""
+        return [
+            (PODS_TASK, self.pods.run),
+            (NODES_TASK, self.nodes.run),
+            (RESERVATIONS_TASK, self.reservations.run),
+            (UPKEEP_TASK, lambda: self.keeper.run(self._tick_s)),
+        ]
+
+    def _pod_changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
+        for name in touched_reservations(old, new):
+            self.keeper.touch(name)

@@ -1,0 +1,137 @@
+"""Slim projections of pods and nodes: only what the reconciler's decisions read.
+
+A pod is watched when it carries the ``gpu-class`` label or requests
+``nvidia.com/gpu`` (anything else projects to ``None`` and is not cached). The
+projection keeps identity, phase, the matching profile, the controller-owned
+annotations, whether it carries the reservation toleration of its class and whether
+it is still gated — never the whole object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shared import vocab
+from shared.ledger import PodUse
+from shared.policy.matching import MatchRules, PodProfile, annotations_of, labels_of, profile
+from shared.policy.tolerations import is_granted, tolerations_of
+
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class PodView:
+    """One GPU pod as the reconciler needs it."""
+
+    namespace: str
+    name: str
+    uid: str
+    phase: str
+    profile: PodProfile
+    #: ``galends/*`` annotations only, as sorted pairs (hashable, comparable).
+    notes: tuple[tuple[str, str], ...]
+    #: Carries the toleration the system grants for the pod's own class (R3).
+    tolerated: bool
+    #: Carries any scheduling gate (the reconciler removes its own at admission).
+    gates: tuple[str, ...]
+    deleting: bool
+    node: str | None
+    resource_version: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded or Failed: it holds no GPUs any more."""
+        return self.phase in _FINISHED
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return dict(self.notes)
+
+    @property
+    def reference(self) -> str | None:
+        """``res-<id>`` the pod was admitted under, if any."""
+        return self.annotations.get(vocab.BOOKING_REFERENCE)
+
+    @property
+    def claim(self) -> str | None:
+        return self.annotations.get(vocab.ADMISSION_CLAIM)
+
+    @property
+    def admitted(self) -> bool:
+        """Admitted under a reservation (reference stamped)."""
+        return self.reference is not None
+
+    @property
+    def gpus(self) -> int:
+        return self.profile.gpus.count
+
+    def use(self) -> PodUse:
+        """The pod as a ledger entry of its reservation."""
+        return PodUse(self.name, self.uid, self.gpus, self.claim)
+
+
+def wanted(pod: Mapping[str, Any], prof: PodProfile) -> bool:
+    """R1 widened: a ``gpu-class`` label, or a GPU request."""
+    return prof.gpu_class is not None or prof.gpus.count > 0
+
+
+def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
+    """The slim view of ``pod``; ``None`` for pods the reconciler does not watch."""
+    prof = profile(pod, rules)
+    if not wanted(pod, prof):
+        return None
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    notes = annotations_of(pod)
+    own = sorted((k, v) for k, v in notes.items() if k.startswith(vocab.ANNOTATION_PREFIX))
+    gpu_class = prof.gpu_class
+    gates = tuple(
+        str(g.get("name")) for g in (spec.get("schedulingGates") or []) if isinstance(g, dict)
+    )
+    return PodView(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        phase=str(status.get("phase") or "Pending"),
+        profile=prof,
+        notes=tuple(own),
+        tolerated=gpu_class is not None
+        and any(is_granted(t, gpu_class) for t in tolerations_of(pod)),
+        gates=gates,
+        deleting=bool(meta.get("deletionTimestamp")),
+        node=spec.get("nodeName") or None,
+        resource_version=str(meta.get("resourceVersion", "")),
+    )
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node: its class (label), allocatable GPUs, and schedulability."""
+
+    name: str
+    gpu_class: str | None
+    gpus: int
+    schedulable: bool
+
+
+def project_node(node: dict[str, Any]) -> NodeView | None:
+    """The slim view of ``node``; nodes without a class label or GPUs are skipped."""
+    labels = labels_of(node)
+    alloc = ((node.get("status") or {}).get("allocatable") or {}).get(vocab.GPU_RESOURCE, "0")
+    try:
+        gpus = int(str(alloc))
+    except ValueError:
+        gpus = 0
+    gpu_class = labels.get(vocab.GPU_CLASS_LABEL) or None
+    if gpu_class is None and gpus == 0:
+        return None
+    spec = node.get("spec") or {}
+    name = str((node.get("metadata") or {}).get("name", ""))
+    return NodeView(name, gpu_class, gpus, not spec.get("unschedulable"))

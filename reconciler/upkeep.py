@@ -1,0 +1,145 @@
+"""Ledger upkeep on the leader (DESIGN §3.2): keep every hold true to the live pods.
+
+For each reservation the wanted ledger is ``shared.ledger.rebuild`` over the live
+(unfinished) pods that carry its booking reference: holds are bound to their pod by
+claim id, holds of finished or deleted pods are dropped, unbound holds older than
+``LEDGER_CLAIM_TTL_SECONDS`` expire, and an admitted pod without a hold gets one. The
+write goes through ``ledger.amend`` (CAS on ``/status``), which re-applies the same
+pure change to a fresh read, so a claim racing with the upkeep is never lost.
+
+Upkeep runs only once the pod cache is synced: an empty cache must never read as
+"every pod is gone". It runs for the reservations a pod event touched at once, and
+for all of them on the backstop tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import datetime
+
+from reconciler.pods import PodView
+from shared import ledger
+from shared.clock import Clock
+from shared.ledger import LedgerGateway, PodUse
+from shared.logs import log
+from shared.model import GPUReservation
+
+_log = logging.getLogger(__name__)
+#: Seconds one reservation's upkeep may take before it is left to the next round.
+UPKEEP_DEADLINE_S = 10.0
+
+
+def uses_by_reservation(pods: Iterable[PodView]) -> dict[str, list[PodUse]]:
+    """Live admitted pods, grouped by the reservation they reference."""
+    grouped: dict[str, list[PodUse]] = {}
+    for pod in pods:
+        if pod.finished or pod.reference is None or not pod.uid:
+            continue
+        grouped.setdefault(pod.reference, []).append(pod.use())
+    return grouped
+
+
+def wanted(res: GPUReservation, uses: list[PodUse], now: datetime, ttl_s: float) -> GPUReservation:
+    """The ledger ``res`` should have (pure)."""
+    return ledger.rebuild(res, uses, now, ttl_s)
+
+
+def stale(
+    reservations: Mapping[str, GPUReservation],
+    uses: Mapping[str, list[PodUse]],
+    now: datetime,
+    ttl_s: float,
+) -> list[str]:
+    """Names of reservations whose ledger differs from what the pods imply."""
+    return sorted(
+        name
+        for name, res in reservations.items()
+        if wanted(res, uses.get(name, []), now, ttl_s).holds != res.holds
+    )
+
+
+async def wait_either(first: Awaitable[object], second: Awaitable[object]) -> bool:
+    """Wait for whichever finishes first (the other is cancelled); True if ``first``."""
+    a, b = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    try:
+        done, _ = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (a, b):
+            task.cancel()
+        await asyncio.gather(a, b, return_exceptions=True)
+    return a in done
+
+
+class Keeper:
+    """Runs upkeep over the caches; ``touch`` asks for one reservation at once."""
+
+    def __init__(
+        self,
+        gateway: LedgerGateway,
+        namespace: str,
+        clock: Clock,
+        ttl_s: float,
+        pods: Callable[[], Iterable[PodView]],
+        reservations: Callable[[], Mapping[str, GPUReservation]],
+        ready: Callable[[], bool],
+    ) -> None:
+        self._gateway = gateway
+        self._ns = namespace
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._pods = pods
+        self._reservations = reservations
+        self._ready = ready
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self.writes = 0
+
+    def touch(self, name: str) -> None:
+        """Reconsider reservation ``name`` soon (a pod under it changed or left)."""
+        self._dirty.add(name)
+        self._wake.set()
+
+    async def run(self, tick_s: float) -> None:
+        """Upkeep the touched reservations at once, and all of them every ``tick_s``.
+
+        The first full pass runs as soon as the caches are synced (a restart heals at
+        once, not a tick later)."""
+        while not self._ready():  # noqa: ASYNC110 - polls two caches' sync flags
+            await asyncio.sleep(0.05)
+        await self.once()
+        while True:
+            ticked = await wait_either(self._clock.sleep(tick_s), self._wake.wait())
+            names = None if ticked else set(self._dirty)
+            self._wake.clear()
+            self._dirty.clear()
+            await self.once(names)
+
+    async def once(self, names: set[str] | None = None) -> list[str]:
+        """One pass (over ``names``, or all); the reservations written."""
+        if not self._ready():
+            return []
+        now = self._clock.now()
+        reservations = dict(self._reservations())
+        if names is not None:
+            reservations = {n: r for n, r in reservations.items() if n in names}
+        uses = uses_by_reservation(self._pods())
+        ttl_s = self._ttl_s
+        written = []
+        for name in stale(reservations, uses, now, ttl_s):
+            pods = uses.get(name, [])
+
+            def change(cur: GPUReservation, pods: list[PodUse] = pods) -> GPUReservation:
+                return wanted(cur, pods, now, ttl_s)
+
+            deadline = time.monotonic() + UPKEEP_DEADLINE_S
+            got = await ledger.amend(
+                self._gateway, self._ns, name, change, now=now, deadline=deadline
+            )
+            if got is not None:
+                written.append(name)
+                self.writes += 1
+                log(_log, logging.INFO, "ledger.upkeep", reservation=name, holds=len(got.holds))
+        return written

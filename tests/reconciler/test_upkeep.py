@@ -1,0 +1,186 @@
+"""Ledger upkeep: bind, drop, expire, add, and DESIGN §3.2's invariants."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from reconciler.pods import PodView, project_pod
+from reconciler.upkeep import Keeper, stale, uses_by_reservation
+from shared import ledger, model, vocab
+from shared.clock import ManualClock
+from shared.model import Hold
+from shared.policy.matching import MatchRules
+from shared.resources import GPU_RESERVATIONS
+from tests.reconciler.builders import END, NS, START
+from tests.reconciler.fakekube import FakeKube
+
+NOW = START + timedelta(minutes=10)
+TTL = 60.0
+
+
+def facts(rid: int = 1, gpus: int = 4) -> model.ReservationFacts:
+    return model.ReservationFacts(
+        rid,
+        "alice",
+        "a100",
+        "A100",
+        gpus,
+        model.Kind.BOOKING,
+        START,
+        END,
+        model.State.ACTIVE,
+        START,
+    )
+
+
+def gpu_pod(name: str, ref: str | None, claim: str | None, gpus: int = 1, **kw: Any) -> PodView:
+    notes = {}
+    if ref:
+        notes[vocab.BOOKING_REFERENCE] = ref
+    if claim:
+        notes[vocab.ADMISSION_CLAIM] = claim
+    raw = {
+        "metadata": {
+            "name": name,
+            "namespace": "alice",
+            "uid": f"uid-{name}",
+            "labels": {vocab.GPU_CLASS_LABEL: "a100"},
+            "annotations": notes,
+        },
+        "spec": {"containers": [{"resources": {"limits": {vocab.GPU_RESOURCE: str(gpus)}}}]},
+        "status": {"phase": kw.get("phase", "Running")},
+    }
+    view = project_pod(raw, MatchRules())
+    assert view is not None
+    return view
+
+
+class World:
+    def __init__(self, holds: tuple[Hold, ...] = ()) -> None:
+        self.kube = FakeKube()
+        self.clock = ManualClock(NOW)
+        self.pods: list[PodView] = []
+        res = model.GPUReservation(facts(), holds)
+        self.kube.add(GPU_RESERVATIONS, model.to_object(res, NS, NOW), NS)
+        self.keeper = Keeper(
+            self.kube, NS, self.clock, TTL, lambda: self.pods, self.cached, lambda: True
+        )
+
+    def cached(self) -> dict[str, model.GPUReservation]:
+        return {
+            r.name: r for r in (model.from_object(o) for o in self.kube.items(GPU_RESERVATIONS))
+        }
+
+    def holds(self) -> tuple[Hold, ...]:
+        return self.cached()["res-1"].holds
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def settle() -> None:
+    for _ in range(30):
+        await asyncio.sleep(0)
+
+
+async def tick(clock: ManualClock, seconds: float, times: int = 1) -> None:
+    """Advance the clock one tick at a time, letting the keeper run after each."""
+    for _ in range(times):
+        await settle()
+        await clock.advance(seconds)
+        await settle()
+
+
+def test_binds_a_webhook_hold_to_its_pod_by_claim() -> None:
+    w = World((Hold("c1", 2, NOW, None),))
+    w.pods = [gpu_pod("p1", "res-1", "c1", gpus=2)]
+    assert run(w.keeper.once()) == ["res-1"]
+    (hold,) = w.holds()
+    assert (hold.claim, hold.pod, hold.pod_uid, hold.gpus) == ("c1", "p1", "uid-p1", 2)
+    assert run(w.keeper.once()) == []  # nothing more to do: no write
+
+
+def test_drops_holds_of_finished_and_deleted_pods() -> None:
+    w = World((Hold("c1", 1, NOW, "p1", "uid-p1"), Hold("c2", 1, NOW, "p2", "uid-p2")))
+    w.pods = [gpu_pod("p1", "res-1", "c1", phase="Succeeded")]  # p2 deleted
+    run(w.keeper.once())
+    assert w.holds() == ()
+
+
+def test_expires_unbound_holds_only_after_the_ttl() -> None:
+    w = World(
+        (Hold("young", 1, NOW - timedelta(seconds=30)), Hold("old", 1, NOW - timedelta(seconds=61)))
+    )
+    run(w.keeper.once())
+    assert [h.claim for h in w.holds()] == ["young"]
+
+
+def test_adds_a_hold_for_an_admitted_pod_without_one() -> None:
+    w = World()
+    w.pods = [gpu_pod("p1", "res-1", None, gpus=3)]
+    run(w.keeper.once())
+    (hold,) = w.holds()
+    assert (hold.claim, hold.gpus, hold.pod_uid) == ("pod-uid-p1", 3, "uid-p1")
+
+
+def test_never_leaks_for_long_a_hold_without_pod_goes_within_ttl_plus_one_tick() -> None:
+    async def scenario() -> None:
+        w = World((Hold("orphan", 2, NOW, None),))
+        task = asyncio.create_task(w.keeper.run(tick_s=10))
+        await tick(w.clock, 10, times=int(TTL / 10))  # up to the TTL: kept
+        assert [h.claim for h in w.holds()] == ["orphan"]
+        await tick(w.clock, 10)  # TTL + one tick: gone
+        assert w.holds() == ()
+        task.cancel()
+
+    run(scenario())
+
+
+def test_self_healing_every_status_deleted_rebuilds_the_same_ledger_in_one_tick() -> None:
+    async def scenario() -> None:
+        w = World((Hold("c1", 1, NOW, None), Hold("c2", 2, NOW, None)))
+        w.pods = [gpu_pod("p1", "res-1", "c1"), gpu_pod("p2", "res-1", "c2", gpus=2)]
+        await w.keeper.once()
+        before = {(h.claim, h.gpus, h.pod, h.pod_uid) for h in w.holds()}
+        raw = w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]
+        raw["status"] = {}
+        task = asyncio.create_task(w.keeper.run(tick_s=5))
+        await tick(w.clock, 5)
+        assert {(h.claim, h.gpus, h.pod, h.pod_uid) for h in w.holds()} == before
+        task.cancel()
+
+    run(scenario())
+
+
+def test_touch_runs_upkeep_at_once_for_that_reservation() -> None:
+    async def scenario() -> None:
+        w = World((Hold("c1", 1, NOW, "p1", "uid-p1"),))
+        task = asyncio.create_task(w.keeper.run(tick_s=3600))
+        await asyncio.sleep(0)
+        w.keeper.touch("res-1")  # p1 left
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert w.holds() == ()
+        task.cancel()
+
+    run(scenario())
+
+
+def test_nothing_happens_before_the_pod_cache_is_synced() -> None:
+    w = World((Hold("c1", 1, NOW, "p1", "uid-p1"),))
+    w.keeper._ready = lambda: False
+    assert run(w.keeper.once()) == []
+    assert len(w.holds()) == 1
+
+
+def test_stale_and_grouping_are_pure() -> None:
+    res = model.GPUReservation(facts(), (Hold("c1", 1, NOW, "p1", "uid-p1"),))
+    pods = [gpu_pod("p1", "res-1", "c1"), gpu_pod("x", None, None)]
+    uses = uses_by_reservation(pods)
+    assert list(uses) == ["res-1"]
+    assert stale({"res-1": res}, uses, NOW, TTL) == []
+    assert stale({"res-1": res}, {}, NOW, TTL) == ["res-1"]
+    assert ledger.used(res) == 1

@@ -1,0 +1,120 @@
+"""The watched cache: LIST, WATCH resumed by resourceVersion, 410 → relist, resync."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from reconciler.pods import project_node, project_pod
+from reconciler.watch import Watched
+from shared import vocab
+from shared.errors import Gone
+from shared.gateway import ListResult, WatchEvent
+from shared.policy.matching import MatchRules
+from shared.resources import PODS
+
+
+def obj(name: str, rv: str, gpus: int = 1, label: bool = True) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "alice",
+            "uid": f"u-{name}",
+            "resourceVersion": rv,
+            "labels": {vocab.GPU_CLASS_LABEL: "a100"} if label else {},
+        },
+        "spec": {"containers": [{"resources": {"requests": {vocab.GPU_RESOURCE: str(gpus)}}}]},
+        "status": {"phase": "Pending"},
+    }
+
+
+class Script:
+    """Lists come from ``lists``; each watch call plays the next entry of ``watches``."""
+
+    def __init__(self, lists: list[list[dict[str, Any]]], watches: list[Any]) -> None:
+        self.lists, self.watches = lists, watches
+        self.watched_from: list[str] = []
+        self.done = asyncio.Event()
+
+    async def list_all(self, res, namespace=None, label_selector=None, field_selector=None):
+        items = self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]
+        return ListResult(items, str(10 * len(self.watched_from) + 10))
+
+    async def watch(
+        self, res, resource_version, namespace=None, label_selector=None, timeout_s=270
+    ) -> AsyncIterator[WatchEvent]:
+        self.watched_from.append(resource_version)
+        if not self.watches:
+            self.done.set()
+            await asyncio.Event().wait()
+        for item in self.watches.pop(0):
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+
+def cache(script: Script) -> Watched[Any]:
+    return Watched(script, PODS, lambda o: project_pod(o, MatchRules()), resync_s=3600)
+
+
+def test_list_then_watch_resumes_from_the_last_version_and_tells_listeners() -> None:
+    async def scenario() -> None:
+        script = Script(
+            [[obj("a", "1"), obj("plain", "2", gpus=0, label=False)]],
+            [
+                [
+                    WatchEvent("ADDED", obj("b", "11")),
+                    WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "15"}}),
+                ],
+                [WatchEvent("DELETED", obj("a", "16"))],
+            ],
+        )
+        watched = cache(script)
+        heard: list[tuple[str, bool, bool]] = []
+        watched.listeners.append(lambda k, old, new: heard.append((k, old is None, new is None)))
+        task = asyncio.create_task(watched.run())
+        await asyncio.wait_for(script.done.wait(), 2)
+        assert script.watched_from == ["10", "15", "16"]
+        assert list(watched.items) == ["alice/b"]  # a deleted; the non-GPU pod never cached
+        assert heard == [
+            ("alice/a", True, False),
+            ("alice/b", True, False),
+            ("alice/a", False, True),
+        ]
+        task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_gone_relists_and_the_diff_reports_deletes_missed_meanwhile() -> None:
+    async def scenario() -> None:
+        script = Script(
+            [[obj("a", "1"), obj("b", "2")], [obj("b", "2"), obj("c", "3")]],
+            [[Gone(410, "too old", "Expired")]],
+        )
+        watched = cache(script)
+        heard: list[tuple[str, bool]] = []
+        watched.listeners.append(lambda k, old, new: heard.append((k, new is None)))
+        task = asyncio.create_task(watched.run())
+        await asyncio.wait_for(script.done.wait(), 2)
+        assert watched.relists == 2
+        assert sorted(watched.items) == ["alice/b", "alice/c"]
+        assert ("alice/a", True) in heard
+        assert ("alice/c", False) in heard
+        task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_projections_are_slim() -> None:
+    view = project_pod(obj("a", "1", gpus=2), MatchRules())
+    assert view is not None
+    assert (view.key, view.gpus, view.tolerated, view.admitted) == ("alice/a", 2, False, False)
+    node = {
+        "metadata": {"name": "n1", "labels": {vocab.GPU_CLASS_LABEL: "a100"}},
+        "status": {"allocatable": {vocab.GPU_RESOURCE: "8"}},
+        "spec": {},
+    }
+    assert project_node(node) is not None
+    assert project_node({"metadata": {"name": "cpu"}, "status": {}}) is None
