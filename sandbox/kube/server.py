@@ -52,6 +52,8 @@ class KubeServer:
         self._servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
         self._tls_dir: Path | None = None
         self._tls: ServingFiles | None = None
+        #: Every connection protocol ever accepted, to close leftovers at stop.
+        self._connections: list[Any] = []
         self.cluster.store.put(
             (RBAC_GROUP, "clusterroles", "", "cluster-admin"),
             _bootstrap(cluster_admin_role(), self.cluster),
@@ -161,6 +163,7 @@ class KubeServer:
             **options,
         )
         server = uvicorn.Server(config)
+        server.server_state.connections = _TrackedConnections(self._connections)
         task = asyncio.create_task(server.serve())
         self._servers.append((server, task))
         while not server.started:
@@ -179,9 +182,37 @@ class KubeServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._servers = []
+        _abort_leftovers(self._connections)
+        self._connections = []
         if self._tls_dir is not None:
             shutil.rmtree(self._tls_dir, ignore_errors=True)
             self._tls_dir = None
+
+
+class _TrackedConnections(set[Any]):
+    """uvicorn's connection set that also remembers every connection it saw."""
+
+    def __init__(self, sink: list[Any]) -> None:
+        super().__init__()
+        self._sink = sink
+
+    def add(self, protocol: Any) -> None:
+        super().add(protocol)
+        self._sink.append(protocol)
+
+
+def _abort_leftovers(protocols: list[Any]) -> None:
+    """Abort transports uvicorn left open (a TLS peer that vanished mid-shutdown).
+
+    Without this the raw socket under a TLS transport can outlive the server and be
+    reported as an unclosed resource when garbage-collected much later.
+    """
+    for protocol in protocols:
+        transport = getattr(protocol, "transport", None)
+        raw = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
+        for candidate in (transport, raw):
+            if candidate is not None and not candidate.is_closing():
+                candidate.abort()
 
 
 def _bootstrap(obj: Obj, cluster: Cluster) -> Obj:
