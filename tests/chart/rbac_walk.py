@@ -6,7 +6,10 @@ records each call ``<x>.<method>(<resource constant>, ...)`` with ``method`` one
 gateway's verbs, mapping it to an RBAC verb (``replace`` → ``update``, ``list_all`` →
 ``list``) and to ``plural`` or ``plural/subresource`` when a ``subresource`` argument is
 given (bound by the method's real signature, so positional and keyword forms both
-count). A gateway call it cannot resolve — a resource or subresource held in a
+count). A call on ``self.<attr>`` inside a class (a generic helper such as the
+reconciler's ``Watched`` cache) is charged, per resource, to every module that
+constructs that class with a resource constant as the ``__init__`` argument named
+``<attr>``. A gateway call it cannot resolve — a resource or subresource held in a
 variable, or a raw ``gateway.request(...)`` — is reported as unresolved, and the test
 fails: write the constant at the call site, or teach the walker.
 
@@ -89,6 +92,19 @@ class Unresolved:
     why: str
 
 
+@dataclass(frozen=True)
+class Generic:
+    """A call on ``self.<attr>`` inside class ``cls``: the resource comes from the
+    constructor argument of the same name, so the call is charged, per resource, to
+    every module that constructs ``cls`` with a resource constant."""
+
+    module: str
+    cls: str
+    attr: str
+    verb: str
+    subresource: str | None
+
+
 def module_name(path: Path, root: Path = ROOT) -> str:
     """``webhook/cache.py`` → ``webhook.cache``; ``__init__`` names the package."""
     parts = list(path.relative_to(root).with_suffix("").parts)
@@ -140,11 +156,20 @@ def _looks_like_gateway(receiver: ast.expr) -> bool:
 
 
 def calls_in(source: str, module: str) -> tuple[list[Call], list[Unresolved]]:
-    """The Kubernetes calls of one module's source."""
+    """The Kubernetes calls of one module's source (generic ones are dropped)."""
+    found, unresolved, _ = _calls_and_generics(source, module)
+    return found, unresolved
+
+
+def _calls_and_generics(
+    source: str, module: str
+) -> tuple[list[Call], list[Unresolved], list[Generic]]:
     tree = ast.parse(source)
     constants, modules = _resource_names(tree)
+    owner = _enclosing_classes(tree)
     found: list[Call] = []
     unresolved: list[Unresolved] = []
+    generic: list[Generic] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
@@ -156,18 +181,78 @@ def calls_in(source: str, module: str) -> tuple[list[Call], list[Unresolved]]:
             continue
         first = node.args[0] if node.args else _keyword(node, "res")
         res = _resolve(first, constants, modules) if first is not None else None
-        if res is None:
-            if _looks_like_gateway(receiver):
-                why = f"{method}() on a resource the walker cannot name"
-                unresolved.append(Unresolved(module, node.lineno, why))
-            continue
-        sub = _subresource(node, method)
+        sub = _subresource(node, method) if res is not None or _is_self_attr(first) else None
         if isinstance(sub, Unresolved):
             unresolved.append(Unresolved(module, node.lineno, sub.why))
             continue
+        if res is None:
+            if _is_self_attr(first) and _looks_like_gateway(receiver) and id(node) in owner:
+                assert isinstance(first, ast.Attribute)
+                generic.append(Generic(module, owner[id(node)], first.attr, VERBS[method], sub))
+            elif _looks_like_gateway(receiver):
+                why = f"{method}() on a resource the walker cannot name"
+                unresolved.append(Unresolved(module, node.lineno, why))
+            continue
         plural = f"{res.plural}/{sub}" if sub else res.plural
         found.append(Call(module, node.lineno, VERBS[method], res.group, plural))
-    return found, unresolved
+    return found, unresolved, generic
+
+
+def _is_self_attr(node: ast.expr | None) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
+
+
+def _enclosing_classes(tree: ast.Module) -> dict[int, str]:
+    """``id(call node)`` → name of the class whose body contains it."""
+    owner: dict[int, str] = {}
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for node in ast.walk(cls):
+            owner.setdefault(id(node), cls.name)
+    return owner
+
+
+def _init_params(tree: ast.Module, cls: str) -> list[str]:
+    """The positional parameter names of ``cls.__init__`` (without ``self``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    return [a.arg for a in item.args.args[1:]]
+    return []
+
+
+def _constructions(
+    source: str, module: str, generic: list[Generic], params: dict[tuple[str, str], list[str]]
+) -> list[Call]:
+    """Calls charged to ``module`` for each generic class it constructs."""
+    tree = ast.parse(source)
+    constants, modules = _resource_names(tree)
+    imported = {
+        (a.asname or a.name): (n.module, a.name)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module
+        for a in n.names
+    }
+    local = {c.cls: (module, c.cls) for c in generic if c.module == module}
+    found: list[Call] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        target = imported.get(node.func.id) or local.get(node.func.id)
+        for g in (g for g in generic if target == (g.module, g.cls)):
+            names = params.get((g.module, g.cls), [])
+            arg = _keyword(node, g.attr)
+            if arg is None and g.attr in names and names.index(g.attr) < len(node.args):
+                arg = node.args[names.index(g.attr)]
+            res = _resolve(arg, constants, modules) if arg is not None else None
+            if res is not None:
+                plural = f"{res.plural}/{g.subresource}" if g.subresource else res.plural
+                found.append(Call(module, node.lineno, g.verb, res.group, plural))
+    return found
 
 
 def _keyword(node: ast.Call, name: str) -> ast.expr | None:
@@ -236,12 +321,19 @@ def walk(root: Path = ROOT, packages: Iterable[str] = ("shared", *COMPONENTS)) -
     """Walk the product packages for Kubernetes calls."""
     calls: dict[str, list[Call]] = {}
     unresolved: list[Unresolved] = []
+    generic: list[Generic] = []
+    sources: dict[str, str] = {}
     for package in packages:
         for path in _package_files(package, root):
             module = module_name(path, root)
-            found, bad = calls_in(path.read_text(encoding="utf-8"), module)
+            sources[module] = path.read_text(encoding="utf-8")
+            found, bad, gen = _calls_and_generics(sources[module], module)
             calls[module] = found
             unresolved += bad
+            generic += gen
+    params = {(g.module, g.cls): _init_params(ast.parse(sources[g.module]), g.cls) for g in generic}
+    for module, source in sources.items():
+        calls[module] += _constructions(source, module, generic, params)
     return Walk(calls, unresolved)
 
 
