@@ -38,6 +38,8 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
 DEFAULT_TIMEOUT_S = 10.0
 #: Page size of LISTs.
 LIST_PAGE_SIZE = 500
+#: Watch events buffered between the reading thread and the consumer.
+WATCH_BUFFER = 4096
 
 
 @dataclass(frozen=True)
@@ -210,28 +212,42 @@ class Gateway:
         if label_selector:
             query["labelSelector"] = label_selector
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[WatchEvent | KubeError | None] = asyncio.Queue(maxsize=4096)
+        # Unbounded on the loop side so a delivery never blocks or fails there; the
+        # thread waits on ``room`` instead, which bounds what is buffered.
+        queue: asyncio.Queue[WatchEvent | KubeError | None] = asyncio.Queue()
+        room = threading.Semaphore(WATCH_BUFFER)
         stop = threading.Event()
         resp_box: list[urllib3.BaseHTTPResponse] = []
+
+        def deliver(item: WatchEvent | KubeError | None) -> bool:
+            """Hand ``item`` to the consumer; False once it has gone away."""
+            while not room.acquire(timeout=0.5):
+                if stop.is_set():
+                    return False
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the consumer's loop is closed
+                return False
+            return True
 
         def pump() -> None:
             try:
                 for event in self._stream(res.path(namespace), query, timeout_s, resp_box, stop):
-                    asyncio.run_coroutine_threadsafe(queue.put(event), loop).result()
+                    if not deliver(event):
+                        return
             except KubeError as exc:
-                asyncio.run_coroutine_threadsafe(queue.put(exc), loop).result()
-            except Exception:
-                pass
+                deliver(exc)
+            except Exception as exc:  # any other failure must reach the consumer, not vanish
+                deliver(ServerError(0, f"watch {res.plural} failed: {type(exc).__name__}: {exc}"))
             finally:
-                # No coroutine here: the caller's loop may close before it would run.
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(queue.put_nowait, None)
+                deliver(None)
 
         thread = threading.Thread(target=pump, name="kube-watch", daemon=True)
         thread.start()
         try:
             while True:
                 item = await queue.get()
+                room.release()
                 if item is None:
                     return
                 if isinstance(item, KubeError):
