@@ -8,7 +8,13 @@ import contextlib
 import sys
 from pathlib import Path
 
-from sandbox.runner import Sandbox, SandboxContext, available, run_until_interrupted
+from sandbox.runner import (
+    Sandbox,
+    SandboxContext,
+    SandboxError,
+    available,
+    run_until_interrupted,
+)
 from sandbox.scenario import load_scenario
 
 
@@ -24,7 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--state-dir", default=".sandbox", type=Path)
     up.add_argument("--scenario", type=Path, help="scenario YAML (default: built-in)")
     up.add_argument(
-        "--webhook-replicas", type=int, default=1, help="webhook replicas behind the one Service"
+        "--webhook-replicas",
+        type=_positive,
+        default=1,
+        help="webhook replicas behind the one Service",
     )
     args = parser.parse_args(argv)
 
@@ -32,14 +41,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         scenario = load_scenario(args.scenario)
         ctx = SandboxContext(state_dir=args.state_dir, scenario=scenario)
-        ctx.handles["webhook.replicas"] = max(1, args.webhook_replicas)
+        ctx.handles["webhook.replicas"] = args.webhook_replicas
         sandbox = Sandbox(ctx, names)
     except ValueError as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return 2
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_until_interrupted(sandbox))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(run_until_interrupted(sandbox))
+    except SandboxError as exc:
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 if __name__ == "__main__":

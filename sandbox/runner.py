@@ -53,6 +53,10 @@ class SandboxContext:
     handles: dict[str, Any] = field(default_factory=dict)
 
 
+class SandboxError(Exception):
+    """A component refused to start (e.g. its scenario section is invalid)."""
+
+
 class Component(Protocol):
     """One part of the sandbox."""
 
@@ -93,7 +97,10 @@ class Sandbox:
         self.ctx.state_dir.mkdir(parents=True, exist_ok=True)
         try:
             for component in self.components:
-                await component.start(self.ctx)
+                try:
+                    await component.start(self.ctx)
+                except ValueError as exc:  # components report a bad scenario this way
+                    raise SandboxError(f"component {component.name!r}: {exc}") from exc
                 self._started.append(component)
         except BaseException:
             await self.stop()

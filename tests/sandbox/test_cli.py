@@ -1,0 +1,59 @@
+"""``python -m sandbox up`` refuses bad input with a one-line message and exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandbox.__main__ import main
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("nodes: [\n", "not valid YAML"),
+        ("- just\n- a list\n", "must be a mapping"),
+        ("pods: []\n", "unknown section"),
+    ],
+    ids=["broken-yaml", "not-a-mapping", "unknown-section"],
+)
+def test_a_bad_scenario_file_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
+) -> None:
+    scenario = write(tmp_path, text)
+    code = main(["up", "--scenario", str(scenario), "--state-dir", str(tmp_path / "s")])
+    assert code == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "s" / "endpoints.json").exists()
+
+
+def test_an_invalid_component_section_stops_the_sandbox_cleanly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = write(tmp_path, "app:\n  classes: 7\n")
+    code = main(
+        ["up", "--components", "app", "--scenario", str(scenario), "--state-dir", str(tmp_path)]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sandbox: component 'app':")
+    assert "classes" in err
+
+
+def test_unknown_components_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["up", "--components", "kube,etcd", "--state-dir", str(tmp_path)]) == 2
+    assert "etcd" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("replicas", ["0", "-1", "two"])
+def test_webhook_replicas_must_be_a_positive_whole_number(replicas: str) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["up", "--webhook-replicas", replicas])
+    assert info.value.code == 2
