@@ -138,6 +138,30 @@ async def run_until_interrupted(sandbox: Sandbox) -> None:
     await sandbox.start()
     try:
         print("sandbox ready", flush=True)
+        print(next_steps(sandbox.ctx), flush=True)
         await stop.wait()
     finally:
         await sandbox.stop()
+
+
+def next_steps(ctx: SandboxContext) -> str:
+    """What to try next, for the components that are running."""
+    lines = [""]
+    if ctx.kubeconfig is not None:
+        kubeconfig = (ctx.state_dir / "kubeconfig").resolve()
+        lines += [f"  export KUBECONFIG={kubeconfig}", "  kubectl get nodes"]
+    if "reconciler" in ctx.endpoints:
+        lines.append(f"  kubectl get gpureservations -n {ctx.namespace}")
+    if "webhook" in ctx.endpoints:
+        example = Path(__file__).parent / "examples" / "alice-notebook.yaml"
+        lines.append(f"  kubectl create -f {example}")
+    if "app" in ctx.endpoints:
+        lines += [
+            f"  curl -s -X POST {ctx.endpoints['app']}/_sandbox/bookings \\",
+            '       -H \'content-type: application/json\' -d \'{"username": "carol", '
+            '"group": "lab", "gpu_class": "h100", "gpu_count": 1, '
+            '"start": "+2m", "end": "+1h"}\'',
+        ]
+    lines += ["", f"  endpoints and keys: {(ctx.state_dir / 'endpoints.json').resolve()}"]
+    lines.append("  Ctrl-C stops everything.")
+    return "\n".join(lines)
