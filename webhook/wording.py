@@ -8,31 +8,14 @@ UTC) with the zone named, because a person reads them (DESIGN §6).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from shared import vocab
 from shared.model import GPUReservation
 from shared.policy.matching import Miss
-
-_MISS_TEXT: dict[Miss, str] = {
-    Miss.UNREADABLE_GPUS: f"its {vocab.GPU_RESOURCE} request is not a whole number",
-    Miss.NO_CLASS_LABEL: f"the pod has no {vocab.GPU_CLASS_LABEL} label",
-    Miss.NO_GROUP: "the pod names no usage group",
-    Miss.NOT_A_BOOKING: "your reservations are on-demand leases of other pods",
-    Miss.CANCELLED: "your booking was cancelled",
-    Miss.OTHER_OWNER: "you hold no booking",
-    Miss.OTHER_CLASS: "your bookings are for another GPU class",
-    Miss.OTHER_GROUP: "your bookings are under another usage group",
-    Miss.ENDED: "your booking has ended",
-    Miss.NO_SHOW: "your booking was declared a no-show",
-}
-
-
-def when(instant: datetime, zone: ZoneInfo | None) -> str:
-    """``2026-01-05 14:00 CET``: minute precision, zone named."""
-    local = instant.astimezone(zone or UTC)
-    return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
+from shared.policy.wording import misses as _misses
+from shared.policy.wording import when
 
 
 def admitted(res: GPUReservation, until: datetime, zone: ZoneInfo | None) -> str:
@@ -61,9 +44,8 @@ def jit() -> str:
     return "no reservation is open now; will request an on-demand lease if it cannot schedule"
 
 
-def no_match(misses: Sequence[Miss]) -> str:
-    reasons = "; ".join(_MISS_TEXT[m] for m in misses[:2]) or "nothing matches"
-    return f"no reservation matches: {reasons}"
+def no_match(found: Sequence[Miss]) -> str:
+    return f"no reservation matches: {_misses(found, 2)}"
 
 
 def toleration_removed() -> str:
