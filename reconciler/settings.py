@@ -80,6 +80,9 @@ class ReconcilerSettings:
     rules: MatchRules
     leader: LeaderSettings
     clock: ClockSettings
+    #: POD_ADOPTION_ENABLED (seed, default on): re-link overstaying pods, and the pods of
+    #: a booking cancelled mid-window, onto another open booking of their owner.
+    adoption_enabled: bool = True
 
 
 def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvReader]:
@@ -104,6 +107,7 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         rules=rules_from(reader),
         leader=_leader(reader),
         clock=_clock(reader),
+        adoption_enabled=reader.boolean("POD_ADOPTION_ENABLED", True, strict=False),
     )
     reader.check()
     return settings, reader

@@ -206,6 +206,7 @@ async def claim(
     dry_run: bool = False,
     cached: dict[str, Any] | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    announced: bool = False,
 ) -> ClaimResult:
     """Claim ``gpus`` of reservation ``name`` for ``pod``; the one admission path.
 
@@ -216,6 +217,8 @@ async def claim(
     409 GETs the object fresh. The hold is written to the ``/status`` subresource with
     the resourceVersion that was read. ``dry_run`` decides the same way and writes
     nothing. Never raises for API errors: they come back as reason ``error``.
+    ``announced`` marks the hold as already announced (a re-link sends its own
+    RuntimeGuaranteed, so the admission announcer must not send another).
     """
     conflicts = 0
     raw = cached
@@ -231,7 +234,7 @@ async def claim(
             reason = verdict(last, gpus, now)
             if reason != "admitted":
                 return ClaimResult(False, None, last, reason, conflicts)
-            hold = Hold(str(uuid.uuid4()), gpus, now, pod=pod)
+            hold = Hold(str(uuid.uuid4()), gpus, now, pod=pod, announced=announced)
             updated = add_hold(last, hold)
             if dry_run:
                 return ClaimResult(True, hold.claim, updated, "admitted", conflicts)

@@ -1,0 +1,268 @@
+"""Evictions when a booking is cancelled or reassigned mid-window (R27, R28).
+
+Detection is a pure function of the caches (``evictions``), not of a change seen once,
+so it is the same on the push path and the poll path (both only write the
+GPUReservation object; the leader reacts to its cache), the same after a restart,
+and idempotent by construction: a live, not-terminating pod carrying
+``galends/booking-reference: res-<id>`` while ``res-<id>``'s window is open and
+
+- the reservation is cancelled → ``ReservationCancelled``: first re-linked onto
+  another open booking of the owner with budget when adoption is on
+  (``reconciler.relink``, Event ``ReservationRelinked``), else evicted;
+- the reservation is active but its owner is no longer the pod's namespace (the app
+  reassigned it; only the owner's pods are ever admitted under it) →
+  ``ReservationReassigned``: evicted so the new owner can use the window.
+
+An eviction sends the Event, then deletes the pod with a uid precondition (a new pod
+reusing the name is never hit). Its ledger hold goes when the pod leaves the cache
+(ledger upkeep; a terminating pod keeps counting, as in R7).
+
+*Not twice.* A pod already terminating or gone is not evicted again (the cache says
+so; in-process, a pod being handled is skipped until its deletion shows). The Event
+is not sent twice for one eviction: before sending, the pod's Events are read
+(``involvedObject.uid`` + reason) — the Event itself is the durable marker, so a
+restart between the Event and the delete deletes without a second Event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from reconciler.caches import Caches
+from reconciler.guarantees import GuaranteeKeeper
+from reconciler.pods import PodView
+from reconciler.relink import Cause, Emit, Relinker
+from reconciler.settings import ReconcilerSettings
+from reconciler.upkeep import wait_either
+from shared import vocab
+from shared.clock import Clock
+from shared.errors import Conflict, KubeError, NotFound
+from shared.logs import log
+from shared.model import GPUReservation, State
+from shared.policy.wording import clip, quoted, window
+from shared.resources import EVENTS, PODS
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """One pod to evict, and why."""
+
+    pod: PodView
+    reason: str
+    reservation: GPUReservation
+
+
+def eviction_reason(pod: PodView, res: GPUReservation, now: datetime) -> str | None:
+    """R27/R28 for one admitted pod under ``res``; None when it stays."""
+    facts = res.facts
+    if pod.finished or pod.deleting or not facts.start <= now < facts.end:
+        return None
+    if facts.state is State.CANCELLED:
+        return vocab.REASON_RESERVATION_CANCELLED
+    if pod.namespace != facts.owner:
+        return vocab.REASON_RESERVATION_REASSIGNED
+    return None
+
+
+def evictions(
+    pods: Iterable[PodView], reservations: Mapping[str, GPUReservation], now: datetime
+) -> list[Eviction]:
+    """Every pod the caches say must go (no side effects), in a stable order."""
+    found = []
+    for pod in pods:
+        res = reservations.get(pod.reference) if pod.reference else None
+        reason = eviction_reason(pod, res, now) if res is not None else None
+        if res is not None and reason is not None:
+            found.append(Eviction(pod, reason, res))
+    return sorted(found, key=lambda e: e.pod.key)
+
+
+def message(ev: Eviction, zone: ZoneInfo | None) -> str:
+    """The Event text a pod's owner reads (never names the other user)."""
+    facts = ev.reservation.facts
+    span = window(facts, zone)
+    if ev.reason == vocab.REASON_RESERVATION_REASSIGNED:
+        return (
+            f"Reservation {facts.name} ({span}) was reassigned to another user; "
+            "this pod ran under it and is being deleted."
+        )
+    why = f" (reason: {quoted(facts.cancel_reason)})" if facts.cancel_reason else ""
+    return clip(
+        f"Reservation {facts.name} ({span}) was cancelled{why}; "
+        "this pod ran under it and is being deleted."
+    )
+
+
+def event_selector(pod: PodView, reason: str) -> str:
+    """The field selector of ``pod``'s Events of ``reason``."""
+    return f"involvedObject.uid={pod.uid},reason={reason}"
+
+
+class Evictor:
+    """Runs R27/R28 over the leader's caches."""
+
+    def __init__(
+        self,
+        gateway: Any,
+        clock: Clock,
+        emit: Emit,
+        relinker: Relinker,
+        pods: Callable[[], Mapping[str, PodView]],
+        reservations: Callable[[], Mapping[str, GPUReservation]],
+        ready: Callable[[], bool],
+        *,
+        zone: ZoneInfo | None,
+    ) -> None:
+        self._gateway = gateway
+        self._clock = clock
+        self._emit = emit
+        self._relinker = relinker
+        self._pods = pods
+        self._reservations = reservations
+        self._ready = ready
+        self._zone = zone
+        self._wake = asyncio.Event()
+        #: uids handled by this process whose deletion the cache has not shown yet.
+        self._handled: set[str] = set()
+        self.evicted: dict[str, int] = {}
+
+    def touch(self) -> None:
+        """A reservation or an admitted pod changed: look again soon."""
+        self._wake.set()
+
+    async def run(self, tick_s: float) -> None:
+        """Evict on changes, and every ``tick_s`` as a backstop."""
+        while not self._ready():  # noqa: ASYNC110 - polls two caches' sync flags
+            await asyncio.sleep(0.05)
+        while True:
+            self._wake.clear()
+            await self.once()
+            await wait_either(self._clock.sleep(tick_s), self._wake.wait())
+
+    async def once(self) -> int:
+        """One pass; the number of pods evicted or re-linked away."""
+        if not self._ready():
+            return 0
+        now = self._clock.now()
+        pods = self._pods()
+        live = {p.uid for p in pods.values() if not p.deleting}
+        self._handled &= live
+        taken: dict[str, int] = {}
+        done = 0
+        for ev in evictions(pods.values(), self._reservations(), now):
+            if ev.pod.uid in self._handled:
+                continue
+            self._handled.add(ev.pod.uid)
+            if await self._handle(ev, now, taken):
+                done += 1
+            else:
+                self._handled.discard(ev.pod.uid)  # retried on the next pass
+        return done
+
+    async def _handle(self, ev: Eviction, now: datetime, taken: dict[str, int]) -> bool:
+        if ev.reason == vocab.REASON_RESERVATION_CANCELLED:
+            goal = self._relinker.plan(ev.pod, now, taken)
+            if goal is not None and await self._relinker.move(ev.pod, goal, Cause.REPLACED, now):
+                taken[goal.name] = taken.get(goal.name, 0) + ev.pod.gpus
+                return True
+        return await self.evict(ev, now)
+
+    async def evict(self, ev: Eviction, now: datetime) -> bool:
+        """Event (unless already sent), then delete with a uid precondition."""
+        pod = ev.pod
+        if not await self._told(pod, ev.reason):
+            await self._emit(self._gateway, pod, ev.reason, message(ev, self._zone), now=now)
+        try:
+            await self._gateway.delete(PODS, pod.name, pod.namespace, uid=pod.uid)
+        except (NotFound, Conflict):
+            pass  # gone already, or the name now belongs to another pod
+        except KubeError as exc:
+            log(_log, logging.WARNING, "evict.delete_failed", pod=pod.key, error=str(exc))
+            return False
+        self.evicted[ev.reason] = self.evicted.get(ev.reason, 0) + 1
+        log(
+            _log,
+            logging.INFO,
+            "evict.deleted",
+            pod=pod.key,
+            reservation=ev.reservation.name,
+            reason=ev.reason,
+        )
+        return True
+
+    async def _told(self, pod: PodView, reason: str) -> bool:
+        """Whether an Event of ``reason`` already exists on this pod (a restart)."""
+        try:
+            found = await self._gateway.list_all(
+                EVENTS, pod.namespace, field_selector=event_selector(pod, reason)
+            )
+        except KubeError as exc:
+            log(_log, logging.INFO, "evict.events_unreadable", pod=pod.key, error=str(exc))
+            return False
+        return bool(found.items)
+
+
+# --- wiring ---------------------------------------------------------------------------
+
+GUARANTEES_TASK = "guarantees"
+RELINK_TASK = "relink"
+EVICT_TASK = "evictions"
+
+
+class Upholders:
+    """The guarantee keeper, the re-linker and the evictor of one leader term, fed by
+    the caches: a reservation change wakes all three; a change of an admitted pod
+    wakes the keeper for that pod and the other two for a pass."""
+
+    def __init__(
+        self, caches: Caches, gateway: Any, settings: ReconcilerSettings, clock: Clock, emit: Emit
+    ) -> None:
+        pods, by_name, ready = (lambda: caches.pods.items), caches.by_name, caches.ready
+        rules, zone = settings.rules, settings.common.display_timezone
+        self.keeper = GuaranteeKeeper(
+            gateway, clock, pods, by_name, ready, use_group=rules.use_group
+        )
+        self.relinker = Relinker(
+            gateway,
+            settings.common.namespace,
+            clock,
+            emit,
+            pods,
+            by_name,
+            ready,
+            rules=rules,
+            enabled=settings.adoption_enabled,
+            zone=zone,
+        )
+        self.evictor = Evictor(gateway, clock, emit, self.relinker, pods, by_name, ready, zone=zone)
+        self._tick_s = float(settings.queue_interval_s)
+        caches.pods.listeners.append(self._pod_changed)
+        caches.reservations.listeners.append(self._reservation_changed)
+
+    def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """The leader's loops."""
+        tick = self._tick_s
+        return [
+            (GUARANTEES_TASK, lambda: self.keeper.run(tick)),
+            (RELINK_TASK, lambda: self.relinker.run(tick)),
+            (EVICT_TASK, lambda: self.evictor.run(tick)),
+        ]
+
+    def _pod_changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
+        if new is not None and new.reference is not None:
+            self.keeper.touch_pod(key)
+            self.relinker.touch()
+            self.evictor.touch()
+
+    def _reservation_changed(self, key: str, old: object, new: object) -> None:
+        self.keeper.touch_all()
+        self.relinker.touch()
+        self.evictor.touch()

@@ -1,0 +1,243 @@
+"""Guarantees kept live on admitted pods (R9, R10, R35).
+
+For every live admitted pod (it carries ``galends/booking-reference: res-<id>``) the
+*live guarantee* is recomputed from the reservation cache: the end of the chain of
+abutting bookings (``shared.policy.windows.guarantee_end``). A pod whose reservation
+is missing or cancelled has no guarantee (R10: that reads as overstay). From it:
+
+- in guarantee (``now < end``): ``guarantee-status: guaranteed`` and
+  ``guaranteed-until`` = the end, refreshed as the chain grows (or shrinks);
+- past it: ``guarantee-status: overstay`` only — ``guaranteed-until`` stays frozen;
+- the reservation-fact annotations are re-stamped when the (active) reservation's facts
+  changed; a missing or cancelled reservation leaves them frozen;
+- ``pod-runtime-limit-seconds`` and ``admitted-at`` are never touched here.
+
+Only the annotations that differ are written, in one JSON Patch per pod whose first op
+is a ``test`` on the booking reference (a re-link racing with us makes the patch fail
+instead of stamping the old reservation's facts on the new link). ``wanted_changes``
+and ``next_end`` are pure; ``GuaranteeKeeper`` is the shell: it runs on pod changes,
+on reservation changes, at the next guarantee end (a timer, so overstay flips
+promptly) and on the ``QUEUE_PROCESSOR_INTERVAL`` tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from reconciler.pods import PodView
+from reconciler.upkeep import wait_either
+from shared import vocab
+from shared.clock import Clock, format_utc
+from shared.errors import KubeError
+from shared.logs import log
+from shared.model import GPUReservation, ReservationFacts, State
+from shared.policy.annotations import guarantee_status, reservation_facts
+from shared.policy.windows import guarantee_end
+from shared.resources import PODS
+
+_log = logging.getLogger(__name__)
+#: Keys this module keeps live.
+LIVE_KEYS = frozenset(
+    {
+        vocab.GUARANTEE_STATUS,
+        vocab.GUARANTEED_UNTIL,
+        vocab.RESERVATION_KIND,
+        vocab.RESERVATION_START,
+        vocab.RESERVATION_END,
+        vocab.RESERVATION_GPU_COUNT,
+        vocab.GPU_CLASS_NAME,
+    }
+)
+
+
+class PodPatcher(Protocol):
+    """What the keeper needs of ``shared.gateway.Gateway``."""
+
+    async def patch(
+        self,
+        res: Any,
+        name: str,
+        patch: dict[str, Any] | list[dict[str, Any]],
+        namespace: str | None = None,
+        patch_type: Any = "json",
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """PATCH one object."""
+        ...
+
+
+# --- pure rules -----------------------------------------------------------------------
+
+
+def pointer(key: str) -> str:
+    """The JSON Pointer of annotation ``key`` (RFC 6901 escaping)."""
+    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def kept_live(pod: PodView) -> bool:
+    """A pod whose guarantee annotations are kept: admitted, not finished or leaving."""
+    return pod.reference is not None and not pod.finished and not pod.deleting and bool(pod.uid)
+
+
+def live_end(
+    res: GPUReservation | None,
+    pool: Iterable[ReservationFacts],
+    now: datetime,
+    *,
+    use_group: bool,
+) -> datetime | None:
+    """The end of the chained guarantee (R9); None when there is none (R10)."""
+    if res is None or res.facts.state is not State.ACTIVE:
+        return None
+    return guarantee_end(res.facts, pool, now, use_group=use_group)
+
+
+def wanted_changes(
+    pod: PodView,
+    res: GPUReservation | None,
+    pool: Iterable[ReservationFacts],
+    now: datetime,
+    *,
+    use_group: bool,
+) -> dict[str, str]:
+    """The live annotations of ``pod`` that differ from what it carries (R35)."""
+    end = live_end(res, pool, now, use_group=use_group)
+    wanted: dict[str, str] = {}
+    if end is not None and now < end:
+        wanted[vocab.GUARANTEE_STATUS] = guarantee_status(end, now)
+        wanted[vocab.GUARANTEED_UNTIL] = format_utc(end)
+    else:
+        wanted[vocab.GUARANTEE_STATUS] = vocab.GUARANTEE_STATUS_OVERSTAY
+    if res is not None and res.facts.state is State.ACTIVE:
+        wanted.update(reservation_facts(res.facts))
+    carried = pod.annotations
+    return {k: v for k, v in wanted.items() if carried.get(k) != v}
+
+
+def patch_ops(reference: str, changes: Mapping[str, str]) -> list[dict[str, Any]]:
+    """One JSON Patch: ``test`` the booking reference, then set every change."""
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": pointer(vocab.BOOKING_REFERENCE), "value": reference}
+    ]
+    ops.extend({"op": "add", "path": pointer(k), "value": v} for k, v in sorted(changes.items()))
+    return ops
+
+
+def next_end(
+    pods: Iterable[PodView],
+    reservations: Mapping[str, GPUReservation],
+    now: datetime,
+    *,
+    use_group: bool,
+) -> datetime | None:
+    """The soonest future guarantee end among live admitted pods (the timer's instant)."""
+    pool = [r.facts for r in reservations.values()]
+    ends = set()
+    for pod in pods:
+        if kept_live(pod) and pod.reference is not None:
+            end = live_end(reservations.get(pod.reference), pool, now, use_group=use_group)
+            if end is not None and end > now:
+                ends.add(end)
+    return min(ends, default=None)
+
+
+# --- the shell ------------------------------------------------------------------------
+
+
+class GuaranteeKeeper:
+    """Keeps every admitted pod's guarantee annotations true to the caches."""
+
+    def __init__(
+        self,
+        gateway: PodPatcher,
+        clock: Clock,
+        pods: Callable[[], Mapping[str, PodView]],
+        reservations: Callable[[], Mapping[str, GPUReservation]],
+        ready: Callable[[], bool],
+        *,
+        use_group: bool,
+    ) -> None:
+        self._gateway = gateway
+        self._clock = clock
+        self._pods = pods
+        self._reservations = reservations
+        self._ready = ready
+        self._use_group = use_group
+        self._dirty: set[str] = set()
+        self._all = True
+        self._wake = asyncio.Event()
+        self.writes = 0
+
+    def touch_pod(self, key: str) -> None:
+        """Reconsider one pod soon (it changed)."""
+        self._dirty.add(key)
+        self._wake.set()
+
+    def touch_all(self) -> None:
+        """Reconsider every pod soon (a reservation changed)."""
+        self._all = True
+        self._wake.set()
+
+    async def run(self, tick_s: float) -> None:
+        """Passes on changes, at the next guarantee end, and every ``tick_s``."""
+        while not self._ready():  # noqa: ASYNC110 - polls two caches' sync flags
+            await asyncio.sleep(0.05)
+        while True:
+            keys = None if self._all else set(self._dirty)
+            self._all = False
+            self._dirty.clear()
+            self._wake.clear()
+            await self.once(keys)
+            if await wait_either(self._clock.sleep(self._nap(tick_s)), self._wake.wait()):
+                self._all = True
+
+    def _nap(self, tick_s: float) -> float:
+        now = self._clock.now()
+        end = next_end(self._pods().values(), self._reservations(), now, use_group=self._use_group)
+        if end is None:
+            return tick_s
+        return min(tick_s, max(0.0, (end - now).total_seconds()) + 0.001)
+
+    async def once(self, keys: set[str] | None = None) -> int:
+        """One pass over ``keys`` (or every pod); the number of pods patched."""
+        if not self._ready():
+            return 0
+        now = self._clock.now()
+        reservations = self._reservations()
+        pool = [r.facts for r in reservations.values()]
+        pods = self._pods()
+        chosen = pods.values() if keys is None else [pods[k] for k in keys if k in pods]
+        patched = 0
+        for pod in chosen:
+            if not kept_live(pod) or pod.reference is None:
+                continue
+            res = reservations.get(pod.reference)
+            changes = wanted_changes(pod, res, pool, now, use_group=self._use_group)
+            if changes and await self._patch(pod, pod.reference, changes):
+                patched += 1
+        return patched
+
+    async def _patch(self, pod: PodView, reference: str, changes: dict[str, str]) -> bool:
+        try:
+            await self._gateway.patch(PODS, pod.name, patch_ops(reference, changes), pod.namespace)
+        except KubeError as exc:
+            # A failed test (re-linked meanwhile), a pod gone, or an outage: the next
+            # pod event or tick decides again from fresh caches.
+            log(_log, logging.INFO, "guarantee.patch_failed", pod=pod.key, error=str(exc))
+            return False
+        self.writes += 1
+        status = changes.get(vocab.GUARANTEE_STATUS)
+        log(
+            _log,
+            logging.INFO,
+            "guarantee.updated",
+            pod=pod.key,
+            reservation=reference,
+            keys=sorted(changes),
+            status=status,
+        )
+        return True
