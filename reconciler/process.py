@@ -17,7 +17,9 @@ from collections.abc import Awaitable, Callable, Generator
 
 import uvicorn
 
+from reconciler import events
 from reconciler.caches import Caches
+from reconciler.evict import Upholders
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
 from reconciler.metrics import Metrics
@@ -61,6 +63,7 @@ class Reconciler:
             gateway, ns, settings.identity, clock, settings.leader, self._on_leadership
         )
         self.caches = Caches(gateway, settings, clock)
+        self.upholders = Upholders(self.caches, gateway, settings, clock, events.emit)
         self._leading = False
         self._lead_task: asyncio.Task[None] | None = None
         self._server: _Server | None = None
@@ -73,7 +76,11 @@ class Reconciler:
     def leader_loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The loops only the leader runs (started after the startup sync)."""
         interval = self.settings.fetch_interval_s
-        return [(SYNC_TASK, lambda: self.syncer.run(interval)), *self.caches.loops()]
+        return [
+            (SYNC_TASK, lambda: self.syncer.run(interval)),
+            *self.caches.loops(),
+            *self.upholders.loops(),
+        ]
 
     async def start(self, sock: socket.socket | None = None) -> None:
         """Serve HTTP, then join the election (or lead at once when it is disabled)."""

@@ -6,8 +6,9 @@ Bearer``) unless the header is ``Bearer <token>`` (scheme case-insensitive, toke
 compared in constant time); 422 when the body or any entry is malformed — then nothing
 is applied; else every entry is upserted by id (with the same never-backwards rule as
 the sync) and the answer counts ``applied`` (active entries), ``cancelled`` (in-window
-cancellations of a reservation we held as active), ``adopted`` (owner changes handled
-by evicting pods: 0 until eviction exists) and ``total_active``. Any replica serves it:
+cancellations of a reservation we held as active), ``adopted`` (in-window owner
+changes of a reservation we held as active — the previous owner's pods are evicted by
+the leader, ``reconciler.evict``) and ``total_active``. Any replica serves it:
 it only writes GPUReservation objects, which the leader then reacts to.
 """
 
@@ -101,7 +102,7 @@ async def apply(syncer: Syncer, entries: list[Reservation]) -> PushResult:
             await syncer.refresh_classes()
         now = syncer.clock.now()
         before = await syncer.mirror()
-        applied = cancelled = 0
+        applied = cancelled = adopted = 0
         for entry in entries:
             facts = facts_from(entry, syncer.classes)
             applied += entry.is_active
@@ -109,10 +110,12 @@ async def apply(syncer: Syncer, entries: list[Reservation]) -> PushResult:
                 continue
             if _cancels_in_window(facts, before.get(facts.name), now):
                 cancelled += 1
+            if _reassigns_in_window(facts, before.get(facts.name), now):
+                adopted += 1
             await syncer.writer.upsert(facts, now)
         after = await syncer.mirror()
     total = sum(1 for r in after.values() if r.facts.state is model.State.ACTIVE)
-    result = PushResult(applied, cancelled, 0, total)
+    result = PushResult(applied, cancelled, adopted, total)
     log(_log, logging.INFO, "push.applied", entries=len(entries), **result.as_json())
     return result
 
@@ -124,3 +127,13 @@ def _cancels_in_window(
     if facts.state is model.State.ACTIVE or held is None:
         return False
     return held.facts.state is model.State.ACTIVE and facts.start <= now < facts.end
+
+
+def _reassigns_in_window(
+    facts: model.ReservationFacts, held: model.GPUReservation | None, now: datetime
+) -> bool:
+    """A pushed active entry, open now, that we held as active under another owner."""
+    if facts.state is not model.State.ACTIVE or held is None:
+        return False
+    changed = held.facts.owner != facts.owner
+    return changed and held.facts.state is model.State.ACTIVE and facts.start <= now < facts.end
