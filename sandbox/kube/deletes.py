@@ -9,6 +9,7 @@ namespace removes its contents; deleting a CRD removes its custom objects.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -41,6 +42,14 @@ def read_options(call: Call, body: Any) -> Obj:
     return options
 
 
+def _as_options_say(call: Call, options: Obj) -> Call:
+    """The call with the options' ``dryRun`` (a body's replaces the query's)."""
+    query = {k: v for k, v in call.query.items() if k != "dryRun"}
+    if "All" in (options.get("dryRun") or []):
+        query["dryRun"] = "All"
+    return dataclasses.replace(call, query=query)
+
+
 def _check_preconditions(call: Call, old: Obj, options: Obj) -> None:
     pre = options.get("preconditions") or {}
     meta = old["metadata"]
@@ -49,8 +58,8 @@ def _check_preconditions(call: Call, old: Obj, options: Obj) -> None:
             call.rtype.plural,
             call.rtype.group,
             call.name,
-            f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
-            f"{meta.get('uid')}. The object might have been deleted and then recreated",
+            f"the UID in the precondition ({pre['uid']}) does not match the UID in record "
+            f"({meta.get('uid')}). The object might have been deleted and then recreated",
         )
     rv = pre.get("resourceVersion")
     if rv and rv != meta.get("resourceVersion"):
@@ -58,8 +67,8 @@ def _check_preconditions(call: Call, old: Obj, options: Obj) -> None:
             call.rtype.plural,
             call.rtype.group,
             call.name,
-            f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in "
-            f"object meta: {meta.get('resourceVersion')}. The object might have been modified",
+            f"the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion "
+            f"in record ({meta.get('resourceVersion')}). The object might have been modified",
         )
 
 
@@ -69,6 +78,7 @@ async def delete(cluster: Cluster, call: Call, body: Any) -> Obj:
     if old is None:
         raise not_found(call.rtype.plural, call.rtype.group, call.name)
     options = read_options(call, body)
+    call = _as_options_say(call, options)
     _check_preconditions(call, old, options)
     extra = {k: v for k, v in options.items() if k not in ("apiVersion", "kind")}
     await cluster.admit(

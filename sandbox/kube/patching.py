@@ -51,7 +51,7 @@ async def patch(
             rtype = call.rtype
             raise invalid(
                 rtype.kind,
-                rtype.group if rtype.is_custom else "",
+                rtype.kind_group,
                 call.name,
                 [required("fieldManager", "is required for apply requests")],
             )

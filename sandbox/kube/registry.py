@@ -104,6 +104,14 @@ class ResourceType:
         return self.storage or (self.group, self.plural)
 
     @property
+    def kind_group(self) -> str:
+        """The group a 422 message qualifies the kind with (``Kind.group``; none for core).
+
+        The group of the stored type: events.k8s.io Events are core Events inside.
+        """
+        return self.store_key[0]
+
+    @property
     def is_custom(self) -> bool:
         """A custom resource, served from a CRD."""
         return self.crd_version is not None

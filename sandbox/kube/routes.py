@@ -35,8 +35,14 @@ _PUBLIC = frozenset({"/healthz", "/readyz", "/livez", "/version"})
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
+def warning_header(text: str) -> str:
+    """``299 - "<text>"`` with ``\\`` and ``"`` escaped (apimachinery ``NewWarningHeader``)."""
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{quoted}"'
+
+
 def _json(body: Any, code: int = 200, warnings: list[str] | None = None) -> Response:
-    headers = [("Warning", f'299 - "{w}"') for w in warnings or []]
+    headers = [("Warning", warning_header(w)) for w in warnings or []]
     response = JSONResponse(body, status_code=code)
     for name, value in headers:
         response.headers.append(name, value)

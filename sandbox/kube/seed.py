@@ -17,6 +17,7 @@ from sandbox.kube.admission_api import UserInfo
 from sandbox.kube.auth import ADMIN_USER, MASTERS
 from sandbox.kube.cluster import Call, Cluster
 from sandbox.kube.errors import ApiError
+from sandbox.kube.meta import format_time
 from sandbox.kube.writes import create
 from shared import vocab
 
@@ -155,6 +156,11 @@ async def seed(cluster: Cluster, scenario: dict[str, Any]) -> None:
     if not isinstance(nodes_section, list):
         raise _fail("nodes", "must be a list")
     nodes = [node_object(n, i) for i, n in enumerate(nodes_section)]
+    stamp = format_time(cluster.now())
+    for node in nodes:
+        for condition in node["status"]["conditions"]:
+            condition.setdefault("lastHeartbeatTime", stamp)
+            condition.setdefault("lastTransitionTime", stamp)
     wanted = list(dict.fromkeys([*SYSTEM_NAMESPACES, *namespace_names(scenario.get("namespaces"))]))
     for name in wanted:
         await _create(

@@ -132,7 +132,7 @@ def validate_new(call: Call, obj: Obj) -> None:
     errors = names.name_errors(rtype, meta.get("name") or "")
     errors += m.validate_labels_annotations(meta)
     errors += call.strategy.validate_create(obj)
-    check(rtype.kind, rtype.group if rtype.is_custom else "", meta.get("name") or "", errors)
+    check(rtype.kind, rtype.kind_group, meta.get("name") or "", errors)
 
 
 async def update(cluster: Cluster, call: Call, body: Any) -> tuple[int, Obj]:
@@ -153,9 +153,9 @@ async def update(cluster: Cluster, call: Call, body: Any) -> tuple[int, Obj]:
         rtype = call.rtype
         raise invalid(
             rtype.kind,
-            rtype.group if rtype.is_custom else "",
+            rtype.kind_group,
             call.name,
-            [invalid_value("metadata.resourceVersion", "0x0", "must be specified for an update")],
+            [invalid_value("metadata.resourceVersion", 0, "must be specified for an update")],
         )
     if rv and rv != old["metadata"]["resourceVersion"]:
         raise stale(call.rtype.plural, call.rtype.group, call.name)
@@ -165,7 +165,7 @@ async def update(cluster: Cluster, call: Call, body: Any) -> tuple[int, Obj]:
 async def apply_update(cluster: Cluster, call: Call, new: Obj, old: Obj, options: Obj) -> Obj:
     """Combine ``new`` with the stored ``old``, admit, validate and store."""
     ctx = cluster.context(call)
-    _keep_system_metadata(new, old)
+    _keep_system_metadata(call, new, old)
     new = call.strategy.prepare_update(new, old, ctx)
     new = call.strategy.prune(new, ctx)
     if not call.subresource:
@@ -178,7 +178,7 @@ async def apply_update(cluster: Cluster, call: Call, new: Obj, old: Obj, options
         options_body("UpdateOptions", call, options),
     )
     new = call.strategy.prune(call.strategy.to_storage(admitted or new), ctx)
-    _keep_system_metadata(new, old)
+    _keep_system_metadata(call, new, old)
     _bump_generation(call, new, old)
     _validate_update(call, new, old, ctx)
     if _same(new, old):
@@ -193,7 +193,7 @@ async def apply_update(cluster: Cluster, call: Call, new: Obj, old: Obj, options
     return present(call, stored)
 
 
-def _keep_system_metadata(new: Obj, old: Obj) -> None:
+def _keep_system_metadata(call: Call, new: Obj, old: Obj) -> None:
     meta, old_meta = new.setdefault("metadata", {}), old["metadata"]
     uid = meta.get("uid")
     if uid and uid != old_meta.get("uid"):
@@ -212,8 +212,8 @@ def _keep_system_metadata(new: Obj, old: Obj) -> None:
         meta["deletionGracePeriodSeconds"] = old_meta.get("deletionGracePeriodSeconds")
     elif meta.get("deletionTimestamp") or meta.get("deletionGracePeriodSeconds") is not None:
         raise invalid(
-            "Object",
-            "",
+            call.rtype.kind,
+            call.rtype.kind_group,
             old_meta["name"],
             [
                 invalid_value(
@@ -251,7 +251,7 @@ def _validate_update(call: Call, new: Obj, old: Obj, ctx: Any) -> None:
                 )
             )
     errors += call.strategy.validate_update(new, old, ctx)
-    check(rtype.kind, rtype.group if rtype.is_custom else "", call.name, errors)
+    check(rtype.kind, rtype.kind_group, call.name, errors)
 
 
 def _same(new: Obj, old: Obj) -> bool:

@@ -80,6 +80,8 @@ def hooks() -> FakeWebhooks:
 
 
 async def test_patch_and_warnings_are_returned(hooks: FakeWebhooks) -> None:
+    """Rule: the webhook's JSON Patch is applied; its warnings are returned (Warning headers)."""
+
     def handle(review: dict[str, Any]) -> dict[str, Any]:
         ops = [{"op": "add", "path": "/metadata/labels", "value": {"seen": "yes"}}]
         return answer(review, patch=ops, warnings=["hello from the webhook"])
@@ -92,6 +94,8 @@ async def test_patch_and_warnings_are_returned(hooks: FakeWebhooks) -> None:
 
 
 async def test_failure_policy(hooks: FakeWebhooks) -> None:
+    """Rule: a failed call is skipped under Ignore and fails the request under Fail with 500
+    ``Internal error occurred: failed calling webhook "<name>": ...``."""
     hooks.add("a", webhook("a.example.com", failurePolicy="Ignore"), lambda r: httpx.Response(500))
     assert (await hooks.admit()).object == pod("p")
     hooks.add("b", webhook("b.example.com"), lambda r: {"not": "a review"})
@@ -105,6 +109,8 @@ async def test_failure_policy(hooks: FakeWebhooks) -> None:
 
 
 async def test_an_unappliable_patch_fails_even_under_ignore(hooks: FakeWebhooks) -> None:
+    """Rule: a JSON Patch that cannot be applied fails the request with 500 whatever the
+    failurePolicy."""
     bad = [{"op": "add", "path": "/metadata/annotations/x", "value": "1"}]
     raw = webhook("a.example.com", failurePolicy="Ignore")
     hooks.add("a", raw, lambda r: answer(r, patch=bad))
@@ -114,6 +120,8 @@ async def test_an_unappliable_patch_fails_even_under_ignore(hooks: FakeWebhooks)
 
 
 async def test_a_denial_carries_the_webhooks_code(hooks: FakeWebhooks) -> None:
+    """Rule: allowed:false gives the webhook's status code (raised to at least 400) and ``admission
+    webhook "<name>" denied the request: <message>``."""
     status = {"code": 200, "message": "no GPUs for you"}
     hooks.add("a", webhook("a.example.com"), lambda r: answer(r, allowed=False, status=status))
     with pytest.raises(AdmissionError) as info:
@@ -125,6 +133,8 @@ async def test_a_denial_carries_the_webhooks_code(hooks: FakeWebhooks) -> None:
 
 
 async def test_dry_run_needs_side_effect_free_webhooks(hooks: FakeWebhooks) -> None:
+    """Rule: a dry-run request reaching a webhook with sideEffects Some/Unknown fails with 400
+    ``admission webhook "<name>" does not support dry run`` and the webhook is not called."""
     hooks.add("a", webhook("a.example.com", sideEffects="Some"), allow)
     with pytest.raises(AdmissionError) as info:
         await hooks.admit(attrs(pod("p"), dry_run=True))
@@ -136,6 +146,8 @@ async def test_dry_run_needs_side_effect_free_webhooks(hooks: FakeWebhooks) -> N
 
 
 async def test_condition_error_under_fail_is_forbidden(hooks: FakeWebhooks) -> None:
+    """Rule: a matchCondition evaluation error rejects the request under Fail (403) and skips the
+    webhook under Ignore."""
     conditions = [{"name": "broken", "expression": "object.spec.missing == 1"}]
     hooks.add("a", webhook("a.example.com", matchConditions=conditions), allow)
     with pytest.raises(AdmissionError) as info:
@@ -149,6 +161,8 @@ async def test_condition_error_under_fail_is_forbidden(hooks: FakeWebhooks) -> N
 
 
 async def test_configurations_run_by_name_then_list_order(hooks: FakeWebhooks) -> None:
+    """Rule: configurations are called in order of metadata.name, webhooks inside one in list
+    order."""
     hooks.add("b", webhook("b1.example.com"), allow)
     hooks.add("a", webhook("a1.example.com"), allow)
     hooks.add("a", webhook("a2.example.com"), allow)
@@ -157,6 +171,8 @@ async def test_configurations_run_by_name_then_list_order(hooks: FakeWebhooks) -
 
 
 async def test_reinvocation_calls_earlier_if_needed_webhooks_once_more(hooks: FakeWebhooks) -> None:
+    """Rule: one extra round at most, only for IfNeeded webhooks already called whose object
+    changed after their call, each call with a new uid."""
     hooks.add("a", webhook("first.example.com", reinvocationPolicy="IfNeeded"), add_annotation("a"))
     hooks.add(
         "b", webhook("second.example.com", reinvocationPolicy="IfNeeded"), add_annotation("b")
@@ -178,12 +194,14 @@ async def test_reinvocation_calls_earlier_if_needed_webhooks_once_more(hooks: Fa
 
 
 async def test_no_reinvocation_without_a_change(hooks: FakeWebhooks) -> None:
+    """Rule: no second round when no webhook changed the object."""
     hooks.add("a", webhook("first.example.com", reinvocationPolicy="IfNeeded"), allow)
     await hooks.admit()
     assert hooks.called() == ["first.example.com"]
 
 
 async def test_a_webhook_skipped_in_round_one_is_not_reinvoked(hooks: FakeWebhooks) -> None:
+    """Rule: a webhook skipped in round 1 (selector mismatch) is not called in round 2."""
     selector = {"matchLabels": {"late": "yes"}}
     skipped = webhook("skip.example.com", reinvocationPolicy="IfNeeded", objectSelector=selector)
     hooks.add("a", skipped, allow)
@@ -199,6 +217,7 @@ async def test_a_webhook_skipped_in_round_one_is_not_reinvoked(hooks: FakeWebhoo
 
 
 async def test_subresources_and_exempt_objects_skip_pod_webhooks(hooks: FakeWebhooks) -> None:
+    """Rule: a ``pods`` rule does not match a subresource request (pods/status)."""
     hooks.add("a", webhook("a.example.com"), allow)
     await hooks.admit(attrs(pod("p"), "UPDATE", old=pod("p"), subresource="status"))
     assert hooks.calls == []

@@ -147,6 +147,8 @@ spec:
 async def test_kubectl_sees_the_warning_and_the_webhook_a_correct_review(
     emulator: Emulator, tmp_path: Path
 ) -> None:
+    """Rule: the webhook gets a correct AdmissionReview (no name for generateName, no uid,
+    oldObject null), its patch is applied and its warning reaches kubectl as a Warning header."""
     with serve_webhook(tmp_path, [DNS_NAME], label) as hook:
         await emulator.register([hook.port], hook.ca_bundle)
         code, out, err = await kubectl(emulator.kubeconfig, "create", "-f", "-", stdin=POD_YAML)
@@ -180,6 +182,7 @@ def check_create_review(review: dict[str, Any]) -> None:
 async def test_a_down_webhook_under_ignore_lets_the_pod_through(
     emulator: Emulator, tmp_path: Path
 ) -> None:
+    """Rule: with failurePolicy Ignore a down webhook lets the pod through unmutated."""
     with serve_webhook(tmp_path, [DNS_NAME], label) as hook:
         bundle = hook.ca_bundle
     await emulator.register([closed_port()], bundle, failurePolicy="Ignore")
@@ -190,6 +193,8 @@ async def test_a_down_webhook_under_ignore_lets_the_pod_through(
 async def test_a_down_webhook_under_fail_fails_the_create(
     emulator: Emulator, tmp_path: Path
 ) -> None:
+    """Rule: with failurePolicy Fail a down webhook fails the create with 500 ``failed calling
+    webhook "<name>"``."""
     with serve_webhook(tmp_path, [DNS_NAME], label) as hook:
         bundle = hook.ca_bundle
     await emulator.register([closed_port()], bundle)
@@ -202,6 +207,8 @@ async def test_a_down_webhook_under_fail_fails_the_create(
 async def test_an_unappliable_patch_fails_with_500_even_under_ignore(
     emulator: Emulator, tmp_path: Path
 ) -> None:
+    """Rule: over HTTP, an unappliable patch fails the create with 500 even under Ignore."""
+
     def bad_patch(review: dict[str, Any]) -> dict[str, Any]:
         return answer(
             review, patch=[{"op": "add", "path": "/metadata/annotations/x", "value": "1"}]
@@ -219,6 +226,7 @@ async def test_an_unappliable_patch_fails_with_500_even_under_ignore(
 async def test_a_certificate_not_matching_the_service_name_counts_as_down(
     emulator: Emulator, tmp_path: Path
 ) -> None:
+    """Rule: a serving certificate without the ``<svc>.<ns>.svc`` SAN is a failed call (down)."""
     with serve_webhook(tmp_path, ["elsewhere.hooks.svc"], label) as hook:
         await emulator.register([hook.port], hook.ca_bundle, failurePolicy="Ignore")
         pod = await emulator.create_pod()
@@ -227,6 +235,8 @@ async def test_a_certificate_not_matching_the_service_name_counts_as_down(
 
 
 async def test_a_configuration_with_unbound_cel_is_422(emulator: Emulator) -> None:
+    """Rule: a configuration whose matchCondition uses an unknown variable is refused with 422 at
+    creation."""
     conditions = [{"name": "bad", "expression": "params.gpu == 1"}]
     raw = webhook("cel.example.com", matchConditions=conditions)
     with pytest.raises(Invalid) as info:

@@ -34,6 +34,8 @@ RULE = {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"]}
     ],
 )
 def test_resource_patterns(resources: list[str], subresource: str, expected: bool) -> None:
+    """Rule: ``pods`` matches only the main resource, ``pods/*`` and ``pods/<sub>`` the
+    subresources, ``*`` main resources only, ``*/*`` everything."""
     request = attrs(subresource=subresource)
     assert rule_matches({**RULE, "resources": resources}, request) is expected
 
@@ -48,11 +50,13 @@ def test_resource_patterns(resources: list[str], subresource: str, expected: boo
     ],
 )
 def test_rule_fields(field: str, values: list[str], expected: bool) -> None:
+    """Rule: operations, apiGroups and apiVersions must all match (``*`` matches any)."""
     rule = {**RULE, "resources": ["pods"], field: values}
     assert rule_matches(rule, attrs()) is expected
 
 
 def test_scope() -> None:
+    """Rule: scope Namespaced/Cluster limits the rule to namespaced/cluster-scoped requests."""
     rule = {**RULE, "resources": ["pods"]}
     assert rule_matches({**rule, "scope": "Namespaced"}, attrs())
     assert not rule_matches({**rule, "scope": "Cluster"}, attrs())
@@ -60,6 +64,7 @@ def test_scope() -> None:
 
 
 def test_configuration_objects_are_exempt() -> None:
+    """Rule: webhooks are never called for webhook configuration objects."""
     request = dataclasses.replace(
         attrs(), group="admissionregistration.k8s.io", resource="mutatingwebhookconfigurations"
     )
@@ -68,6 +73,8 @@ def test_configuration_objects_are_exempt() -> None:
 
 
 def test_namespace_selector_reads_the_namespace_labels() -> None:
+    """Rule: namespaceSelector matches the labels of the object's namespace; cluster-scoped objects
+    are never skipped."""
     selector = {"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}
     assert namespace_selector_matches(selector, attrs(), {"team": "a"})
     assert not namespace_selector_matches(selector, attrs(), {"team": "b"})
@@ -75,6 +82,7 @@ def test_namespace_selector_reads_the_namespace_labels() -> None:
 
 
 def test_object_selector_matches_new_or_old_object() -> None:
+    """Rule: objectSelector runs the webhook if either the object or oldObject matches."""
     selector = {"matchLabels": {"app": "x"}}
     with_label = pod("p", labels={"app": "x"})
     assert object_selector_matches(selector, attrs(pod("p"), "UPDATE", old=with_label))
@@ -83,6 +91,8 @@ def test_object_selector_matches_new_or_old_object() -> None:
 
 
 def test_selector_operators() -> None:
+    """Rule: label selector operators In, NotIn, Exists, DoesNotExist; an unknown operator is an
+    error."""
     assert matches({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {})
     assert not matches({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {})
     assert matches({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["x"]}]}, {})

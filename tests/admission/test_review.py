@@ -9,6 +9,8 @@ from tests.admission.builders import answer, attrs, pod
 
 
 def test_a_generate_name_create_has_no_name_and_no_old_object() -> None:
+    """Rule: a generateName CREATE is reviewed as AdmissionReview v1 without request.name, with
+    oldObject null, dryRun false, CreateOptions and the caller's userInfo."""
     review = build_review(attrs(pod(generate_name="job-")), pod(generate_name="job-"))
     request = review["request"]
     assert review["apiVersion"] == "admission.k8s.io/v1"
@@ -28,11 +30,13 @@ def test_a_generate_name_create_has_no_name_and_no_old_object() -> None:
 
 
 def test_every_review_gets_a_fresh_uid() -> None:
+    """Rule: every webhook call gets a fresh request.uid."""
     first = build_review(attrs(), pod("p"))["request"]["uid"]
     assert first != build_review(attrs(), pod("p"))["request"]["uid"]
 
 
 def test_delete_sends_a_null_object_and_delete_options() -> None:
+    """Rule: a DELETE review has object null, the stored oldObject and DeleteOptions."""
     review = build_review(attrs(None, "DELETE", old=pod("p")), None)
     assert review["request"]["object"] is None
     assert review["request"]["oldObject"] == pod("p")
@@ -40,6 +44,8 @@ def test_delete_sends_a_null_object_and_delete_options() -> None:
 
 
 def test_a_valid_answer() -> None:
+    """Rule: a 200 AdmissionReview v1 echoing the uid, with patch and patchType JSONPatch, is
+    accepted with its warnings."""
     review = build_review(attrs(), pod("p"))
     body = answer(review, patch=[{"op": "add", "path": "/x", "value": 1}], warnings=["w"])
     verdict = verify(body, review["request"]["uid"])
@@ -63,6 +69,9 @@ def test_a_valid_answer() -> None:
     ],
 )
 def test_invalid_answers(mutate, message: str) -> None:
+    """Rule: a wrong uid, a wrong apiVersion/kind, patch without patchType (or the reverse), a
+    patchType other than JSONPatch, a patch that is not base64 or no response at all make an
+    invalid answer (a failed call)."""
     review = build_review(attrs(), pod("p"))
     body = answer(review, patch=[])
     mutate(body)

@@ -21,17 +21,16 @@ def _widget(name: str = "w", **spec: object) -> dict[str, Any]:
 
 
 def test_unknown_fields_are_pruned_with_a_warning(api: httpx.Client, ns: str, widgets: str) -> None:
-    """Rule: undeclared fields are dropped (Warning header); preserve-unknown-fields keeps them; "
-    "defaults apply."""
+    """Rule: undeclared fields are dropped with a ``Warning: 299 - "unknown field \\"<path>\\""``
+    header (quotes escaped as in any Warning header); preserve-unknown-fields keeps them;
+    defaults apply."""
     response = api.post(widgets.format(ns=ns), json=_widget(extra=1, free={"any": {"thing": 1}}))
     assert response.status_code == 201
     spec = response.json()["spec"]
     assert "extra" not in spec
     assert spec["free"] == {"any": {"thing": 1}}
     assert spec["color"] == "red"
-    assert any(
-        "unknown field" in w and "spec.extra" in w for w in response.headers.get_list("warning")
-    )
+    assert response.headers.get_list("warning") == ['299 - "unknown field \\"spec.extra\\""']
 
 
 def test_strict_field_validation_refuses_unknown_fields(
@@ -102,11 +101,40 @@ def test_generation_counts_spec_changes(api: httpx.Client, ns: str, widgets: str
 
 
 def test_custom_object_put_needs_resource_version(api: httpx.Client, ns: str, widgets: str) -> None:
-    """Rule: PUT of a custom object without resourceVersion → 422; to /status too."""
+    """Rule: PUT of a custom object without resourceVersion → 422 on metadata.resourceVersion;
+    to /status too."""
     api.post(widgets.format(ns=ns), json=_widget())
     path = f"{widgets.format(ns=ns)}/w"
-    assert api.put(path, json=_widget(size=2)).status_code == 422
+    response = api.put(path, json=_widget(size=2))
+    assert response.status_code == 422
+    assert response.json()["message"].startswith('Widget.example.com "w" is invalid: ')
+    assert response.json()["details"]["causes"][0]["field"] == "metadata.resourceVersion"
     assert api.put(f"{path}/status", json={**_widget(), "status": {"used": 1}}).status_code == 422
+
+
+def test_status_put_replaces_status_with_conflict_rule(
+    api: httpx.Client, ns: str, widgets: str
+) -> None:
+    """Rule: a PUT to /status with a stale resourceVersion → 409; one without a ``status`` key
+    removes the status; spec changes sent there are discarded."""
+    created = api.post(widgets.format(ns=ns), json=_widget()).json()
+    path = f"{widgets.format(ns=ns)}/w"
+    first = {**created, "status": {"used": 2}}
+    written = api.put(f"{path}/status", json=first)
+    assert written.status_code == 200
+    assert written.json()["status"] == {"used": 2}
+    stale = api.put(f"{path}/status", json={**created, "status": {"used": 3}})
+    assert stale.status_code == 409
+    assert stale.json()["message"] == (
+        'Operation cannot be fulfilled on widgets.example.com "w": the object has been modified; '
+        "please apply your changes to the latest version and try again"
+    )
+    current = written.json()
+    current.pop("status")
+    current["spec"] = {"size": 7}
+    cleared = api.put(f"{path}/status", json=current).json()
+    assert "status" not in cleared
+    assert cleared["spec"]["size"] == 1
 
 
 def test_delete_answers_success_status(api: httpx.Client, ns: str, widgets: str) -> None:
@@ -116,7 +144,9 @@ def test_delete_answers_success_status(api: httpx.Client, ns: str, widgets: str)
     assert body["status"] == "Success"
     assert body["details"] == {"name": "w", "group": "example.com", "kind": "widgets", "uid": uid}
     missing = api.get(f"{widgets.format(ns=ns)}/w").json()
+    assert (missing["code"], missing["reason"]) == (404, "NotFound")
     assert missing["message"] == 'widgets.example.com "w" not found'
+    assert missing["details"] == {"name": "w", "group": "example.com", "kind": "widgets"}
 
 
 def test_table_uses_printer_columns(api: httpx.Client, ns: str, widgets: str) -> None:

@@ -29,11 +29,14 @@ def _lines(api: httpx.Client, path: str, **params: str) -> list[dict[str, Any]]:
 
 
 def test_pagination_is_a_consistent_snapshot(api: httpx.Client, ns: str) -> None:
-    """Rule: limit/continue pages share one list RV; writes after page 1 do not show."""
+    """Rule: a list is ``{kind: <Kind>List, apiVersion, metadata{resourceVersion, continue},
+    items}``; limit/continue pages share one list RV; writes after page 1 do not show; the last
+    page has no continue token."""
     for i in range(5):
         api.post(CM.format(ns=ns), json=_cm(f"c{i}"))
     first = api.get(CM.format(ns=ns), params={"limit": 2}).json()
-    assert first["kind"] == "ConfigMapList"
+    assert (first["kind"], first["apiVersion"]) == ("ConfigMapList", "v1")
+    assert isinstance(first["metadata"]["resourceVersion"], str)
     assert len(first["items"]) == 2
     api.post(CM.format(ns=ns), json=_cm("c9"))
     token = first["metadata"]["continue"]
@@ -44,6 +47,21 @@ def test_pagination_is_a_consistent_snapshot(api: httpx.Client, ns: str) -> None
         names += [i["metadata"]["name"] for i in page["items"]]
         token = page["metadata"].get("continue")
     assert names == [f"c{i}" for i in range(5)]
+    whole = api.get(CM.format(ns=ns)).json()
+    assert not whole["metadata"].get("continue")
+    assert len(whole["items"]) == 6
+    assert int(whole["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
+
+
+def test_custom_object_list_shape(api: httpx.Client, ns: str, widgets: str) -> None:
+    """Rule: a custom resource list is ``<Kind>List`` in the CR's group/version."""
+    body = api.get(widgets.format(ns=ns)).json()
+    assert (body["kind"], body["apiVersion"], body["items"]) == (
+        "WidgetList",
+        "example.com/v1",
+        [],
+    )
+    assert body["metadata"]["resourceVersion"]
 
 
 def test_expired_continue_token_is_410(kube: Running, api: httpx.Client, ns: str) -> None:
@@ -80,8 +98,8 @@ def test_label_selectors(api: httpx.Client, ns: str) -> None:
 
 
 def test_field_selectors_only_documented_fields(api: httpx.Client, ns: str) -> None:
-    """Rule: only the kind's field labels are accepted; others → 400 ``field label not "
-    "supported``."""
+    """Rule: only the kind's field labels are accepted; others → 400 ``field label not
+    supported: <f>``."""
     api.post(
         f"/api/v1/namespaces/{ns}/pods",
         json={"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
@@ -91,18 +109,112 @@ def test_field_selectors_only_documented_fields(api: httpx.Client, ns: str) -> N
         params={"fieldSelector": "spec.nodeName=,status.phase=Pending"},
     ).json()
     assert [i["metadata"]["name"] for i in found["items"]] == ["p"]
+    none = api.get(
+        f"/api/v1/namespaces/{ns}/pods", params={"fieldSelector": "status.phase!=Pending"}
+    ).json()
+    assert none["items"] == []
     response = api.get(f"/api/v1/namespaces/{ns}/pods", params={"fieldSelector": "spec.priority=0"})
     assert response.status_code == 400
+    assert response.json()["reason"] == "BadRequest"
     assert response.json()["message"] == "field label not supported: spec.priority"
 
 
+def test_field_selectors_of_nodes_and_custom_objects(
+    api: httpx.Client, ns: str, widgets: str
+) -> None:
+    """Rule: nodes select on metadata.name and spec.unschedulable, custom objects on
+    metadata.name/namespace only; anything else → 400 ``field label not supported: <f>``."""
+    cordoned = {"metadata": {"name": f"cordoned-{ns}"}, "spec": {"unschedulable": True}}
+    assert api.post("/api/v1/nodes", json=cordoned).status_code == 201
+    try:
+        listed = api.get("/api/v1/nodes", params={"fieldSelector": "spec.unschedulable=true"})
+        assert [n["metadata"]["name"] for n in listed.json()["items"]] == [f"cordoned-{ns}"]
+        named = api.get("/api/v1/nodes", params={"fieldSelector": "metadata.name=n1"}).json()
+        assert [n["metadata"]["name"] for n in named["items"]] == ["n1"]
+        bad = api.get("/api/v1/nodes", params={"fieldSelector": "status.phase=Running"})
+        assert (bad.status_code, bad.json()["message"]) == (
+            400,
+            "field label not supported: status.phase",
+        )
+    finally:
+        api.delete(f"/api/v1/nodes/cordoned-{ns}")
+    for name in ("a", "b"):
+        widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}}
+        api.post(widgets.format(ns=ns), json={**widget, "spec": {"size": 1}})
+    picked = api.get(widgets.format(ns=ns), params={"fieldSelector": "metadata.name!=a"}).json()
+    assert [w["metadata"]["name"] for w in picked["items"]] == ["b"]
+    bad = api.get(widgets.format(ns=ns), params={"fieldSelector": "spec.size=1"})
+    assert (bad.status_code, bad.json()["message"]) == (
+        400,
+        "field label not supported: spec.size",
+    )
+
+
 def test_watch_replays_then_streams_and_times_out(api: httpx.Client, ns: str) -> None:
-    """Rule: RV unset replays current objects as ADDED; timeoutSeconds ends the stream; Python's "
-    "``True`` is a boolean."""
+    """Rule: RV unset replays current objects as ADDED; timeoutSeconds ends the stream; Python's
+    ``True`` is a boolean."""
     api.post(CM.format(ns=ns), json=_cm("a"))
     events = _lines(api, CM.format(ns=ns), timeoutSeconds="1", watch="True")
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a")]
     assert events[0]["object"]["kind"] == "ConfigMap"
+
+
+def test_watch_stream_format_and_rv_zero_replay(api: httpx.Client, ns: str) -> None:
+    """Rule: a watch answers HTTP 200, ``Content-Type: application/json``, chunked, one
+    ``{"type","object"}`` JSON per line; RV "0" replays current objects as ADDED (with kind and
+    apiVersion); a specific RV sends only later changes."""
+    rv = api.post(CM.format(ns=ns), json=_cm("a")).json()["metadata"]["resourceVersion"]
+    api.post(CM.format(ns=ns), json=_cm("b"))
+    params = {"watch": "true", "resourceVersion": "0", "timeoutSeconds": "1"}
+    with api.stream("GET", CM.format(ns=ns), params=params) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("application/json")
+        assert response.headers["transfer-encoding"] == "chunked"
+        raw = response.read().decode()
+    lines = raw.split("\n")
+    assert lines[-1] == ""
+    events = [json.loads(line) for line in lines[:-1]]
+    assert all(set(e) == {"type", "object"} for e in events)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+    ]
+    assert {(e["object"]["kind"], e["object"]["apiVersion"]) for e in events} == {
+        ("ConfigMap", "v1")
+    }
+    later = _lines(api, CM.format(ns=ns), resourceVersion=rv, timeoutSeconds="1")
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in later] == [("ADDED", "b")]
+
+
+@pytest.mark.parametrize("spelling", ["1", "t", "T", "TRUE", "true", "True"])
+def test_watch_accepts_go_parse_bool_spellings(api: httpx.Client, ns: str, spelling: str) -> None:
+    """Rule: boolean query values accept Go ParseBool spellings (1, t, T, TRUE, true, True for
+    true; 0, f, F, FALSE, false, False for false)."""
+    api.post(CM.format(ns=ns), json=_cm("a"))
+    params = {"watch": spelling, "timeoutSeconds": "5"}
+    with api.stream("GET", CM.format(ns=ns), params=params) as response:
+        assert response.status_code == 200
+        first = json.loads(next(response.iter_lines()))
+    assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "a")
+    negative = {"0": "1", "f": "t", "F": "T", "FALSE": "TRUE", "false": "true", "False": "True"}
+    no = next(k for k, v in negative.items() if v == spelling)
+    listed = api.get(CM.format(ns=ns), params={"watch": no})
+    assert listed.json()["kind"] == "ConfigMapList"
+
+
+def test_watch_rejects_non_boolean_spellings(api: httpx.Client, ns: str) -> None:
+    """Rule: a value Go's ParseBool refuses (``yes``) is a 400 BadRequest."""
+    response = api.get(CM.format(ns=ns), params={"watch": "yes"})
+    assert (response.status_code, response.json()["reason"]) == (400, "BadRequest")
+
+
+def test_idle_watch_writes_no_blank_or_keep_alive_lines(api: httpx.Client, ns: str) -> None:
+    """Rule: a watch stream never carries blank or keep-alive lines (the Python client v33+
+    yields ``None`` for them): an idle watch without bookmarks sends no bytes at all."""
+    params = {"watch": "true", "timeoutSeconds": "1"}
+    with api.stream("GET", CM.format(ns=ns), params=params) as response:
+        assert response.status_code == 200
+        assert response.read() == b""
 
 
 def test_watch_from_rv_sees_selector_transitions_and_deletes(api: httpx.Client, ns: str) -> None:
@@ -138,7 +250,8 @@ def test_watch_from_compacted_rv_gets_one_410_error(
 
 
 def test_bookmarks_only_when_allowed(kube: Running, api: httpx.Client, ns: str) -> None:
-    """Rule: BOOKMARK events (RV-only objects) come only with allowWatchBookmarks=true."""
+    """Rule: BOOKMARK events (RV-only objects of the watched kind) come only with
+    allowWatchBookmarks=true."""
     kube.server.bookmark_interval = 0.2
     try:
         with_marks = _lines(api, CM.format(ns=ns), allowWatchBookmarks="true", timeoutSeconds="1")
@@ -148,6 +261,7 @@ def test_bookmarks_only_when_allowed(kube: Running, api: httpx.Client, ns: str) 
     assert with_marks
     assert all(e["type"] == "BOOKMARK" for e in with_marks)
     assert set(with_marks[0]["object"]["metadata"]) == {"resourceVersion"}
+    assert with_marks[0]["object"]["kind"] == "ConfigMap"
     assert without == []
 
 

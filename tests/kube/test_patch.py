@@ -25,16 +25,31 @@ def _patch(api: httpx.Client, path: str, body: object, content_type: str) -> htt
 
 
 def test_json_patch_test_failure_is_422(api: httpx.Client, ns: str) -> None:
-    """Rule: a failed JSON Patch ``test`` → 422 Invalid (a field-level compare-and-swap)."""
-    _setup(api, ns)
+    """Rule: a failed JSON Patch ``test`` → 422 Invalid with the message ``the server rejected our
+    request due to an error in our request`` and nothing written (a field-level
+    compare-and-swap)."""
+    created = _setup(api, ns)
     ops = [
         {"op": "test", "path": "/data/a", "value": "2"},
         {"op": "replace", "path": "/data/a", "value": "3"},
     ]
     response = _patch(api, f"{CM.format(ns=ns)}/c", ops, "application/json-patch+json")
     assert response.status_code == 422
-    assert response.json()["reason"] == "Invalid"
-    assert api.get(f"{CM.format(ns=ns)}/c").json()["data"] == {"a": "1"}
+    body = response.json()
+    assert (body["kind"], body["status"], body["reason"], body["code"]) == (
+        "Status",
+        "Failure",
+        "Invalid",
+        422,
+    )
+    assert body["message"] == "the server rejected our request due to an error in our request"
+    current = api.get(f"{CM.format(ns=ns)}/c").json()
+    assert current["data"] == {"a": "1"}
+    assert current["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    ops[0]["value"] = "1"
+    passed = _patch(api, f"{CM.format(ns=ns)}/c", ops, "application/json-patch+json")
+    assert passed.status_code == 200
+    assert passed.json()["data"] == {"a": "3"}
 
 
 def test_json_patch_on_missing_path_is_422(api: httpx.Client, ns: str) -> None:
@@ -47,20 +62,26 @@ def test_json_patch_on_missing_path_is_422(api: httpx.Client, ns: str) -> None:
 
 
 def test_patch_with_stale_resource_version_conflicts(api: httpx.Client, ns: str) -> None:
-    """Rule: a patch setting metadata.resourceVersion is a precondition → 409 when stale; "
-    "without it no conflict."""
+    """Rule: a patch setting metadata.resourceVersion (merge patch or a JSON Patch ``replace``) is
+    a precondition → 409 with the "object has been modified" message when stale; without it a
+    patch applies to the current object and never conflicts."""
     created = _setup(api, ns)
     api.patch(
         f"{CM.format(ns=ns)}/c",
         json={"data": {"b": "2"}},
         headers={"Content-Type": "application/merge-patch+json"},
     )
-    stale = {
-        "metadata": {"resourceVersion": created["metadata"]["resourceVersion"]},
-        "data": {"c": "3"},
-    }
+    old_rv = created["metadata"]["resourceVersion"]
+    stale = {"metadata": {"resourceVersion": old_rv}, "data": {"c": "3"}}
     response = _patch(api, f"{CM.format(ns=ns)}/c", stale, "application/merge-patch+json")
     assert response.status_code == 409
+    assert response.json()["message"] == (
+        'Operation cannot be fulfilled on configmaps "c": the object has been modified; please '
+        "apply your changes to the latest version and try again"
+    )
+    ops = [{"op": "replace", "path": "/metadata/resourceVersion", "value": old_rv}]
+    response = _patch(api, f"{CM.format(ns=ns)}/c", ops, "application/json-patch+json")
+    assert (response.status_code, response.json()["reason"]) == (409, "Conflict")
     assert (
         _patch(
             api, f"{CM.format(ns=ns)}/c", {"data": {"c": "3"}}, "application/merge-patch+json"
@@ -116,7 +137,8 @@ def test_strategic_merge_replaces_tolerations_and_merges_containers(
 
 
 def test_custom_resources_refuse_strategic_merge(api: httpx.Client, ns: str, widgets: str) -> None:
-    """Rule: custom resources do not accept strategic merge patch → 415."""
+    """Rule: custom resources do not accept strategic merge patch → 415 naming the accepted types;
+    JSON Patch, merge patch and apply work on them."""
     api.post(
         widgets.format(ns=ns),
         json={
@@ -126,23 +148,37 @@ def test_custom_resources_refuse_strategic_merge(api: httpx.Client, ns: str, wid
             "spec": {"size": 1},
         },
     )
-    response = _patch(
-        api,
-        f"{widgets.format(ns=ns)}/w",
-        {"spec": {"size": 2}},
-        "application/strategic-merge-patch+json",
-    )
+    path = f"{widgets.format(ns=ns)}/w"
+    response = _patch(api, path, {"spec": {"size": 2}}, "application/strategic-merge-patch+json")
     assert response.status_code == 415
     assert response.json()["reason"] == "UnsupportedMediaType"
+    assert response.json()["message"] == (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    )
+    ops = [{"op": "replace", "path": "/spec/size", "value": 3}]
+    assert _patch(api, path, ops, "application/json-patch+json").json()["spec"]["size"] == 3
+    merged = _patch(api, path, {"spec": {"size": 4}}, "application/merge-patch+json")
+    assert merged.json()["spec"]["size"] == 4
+    manifest = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec: {size: 5}\n"
+    applied = api.patch(
+        path,
+        content=manifest,
+        headers={"Content-Type": "application/apply-patch+yaml"},
+        params={"fieldManager": "me"},
+    )
+    assert (applied.status_code, applied.json()["spec"]["size"]) == (200, 5)
 
 
 def test_json_patch_with_too_many_operations(api: httpx.Client, ns: str) -> None:
-    """Rule: a JSON Patch with more than 10000 operations → 413."""
+    """Rule: a JSON Patch may have 10000 operations; more → 413 RequestEntityTooLarge."""
     _setup(api, ns)
-    ops = [{"op": "test", "path": "/data/a", "value": "1"}] * 10001
-    assert (
-        _patch(api, f"{CM.format(ns=ns)}/c", ops, "application/json-patch+json").status_code == 413
-    )
+    ops = [{"op": "test", "path": "/data/a", "value": "1"}] * 10000
+    path = f"{CM.format(ns=ns)}/c"
+    assert _patch(api, path, ops, "application/json-patch+json").status_code == 200
+    response = _patch(api, path, [*ops, ops[0]], "application/json-patch+json")
+    assert response.status_code == 413
+    assert response.json()["reason"] == "RequestEntityTooLarge"
 
 
 def test_apply_patch_requires_field_manager(api: httpx.Client, ns: str) -> None:

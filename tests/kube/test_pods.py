@@ -105,14 +105,31 @@ def test_toleration_seconds_may_change(api: httpx.Client, ns: str) -> None:
 
 
 def test_adding_a_scheduling_gate_is_forbidden(api: httpx.Client, ns: str) -> None:
-    """Rule: gates can only be removed after creation; a new one → 422 with the exact message."""
+    """Rule: gates can only be removed after creation; a new one → 422 Invalid, cause
+    FieldValueForbidden on ``spec.schedulingGates[i].name`` with the exact message; once the
+    list is empty nothing can be re-added."""
     _create(api, ns, pod())
     response = _patch(api, ns, "p", {"spec": {"schedulingGates": [{"name": "example.com/late"}]}})
     assert response.status_code == 422
-    assert response.json()["message"] == (
+    body = response.json()
+    assert body["reason"] == "Invalid"
+    assert body["message"] == (
         'Pod "p" is invalid: spec.schedulingGates[0].name: Forbidden: only deletion is allowed, '
         "but found new scheduling gate 'example.com/late'"
     )
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueForbidden",
+            "message": "Forbidden: only deletion is allowed, but found new scheduling gate "
+            "'example.com/late'",
+            "field": "spec.schedulingGates[0].name",
+        }
+    ]
+    _create(api, ns, pod("g", schedulingGates=[{"name": "example.com/a"}]))
+    assert _patch(api, ns, "g", {"spec": {"schedulingGates": None}}).status_code == 200
+    again = _patch(api, ns, "g", {"spec": {"schedulingGates": [{"name": "example.com/a"}]}})
+    assert again.status_code == 422
+    assert again.json()["details"]["causes"][0]["field"] == "spec.schedulingGates[0].name"
 
 
 def test_removing_a_gate_with_strategic_delete_succeeds(api: httpx.Client, ns: str) -> None:
@@ -126,16 +143,43 @@ def test_removing_a_gate_with_strategic_delete_succeeds(api: httpx.Client, ns: s
 
 
 def test_node_selector_narrowing_allowed_only_while_gated(api: httpx.Client, ns: str) -> None:
-    """Rule: nodeSelector may gain keys while gated; changes and ungated edits are forbidden."""
+    """Rule: nodeSelector may gain keys while gated; changing a key is 422 on spec.nodeSelector;
+    on an ungated pod any nodeSelector edit is the generic ``spec: Forbidden: pod updates may not
+    change fields other than ...``."""
     _create(api, ns, pod("g", schedulingGates=[{"name": "example.com/a"}], nodeSelector={"a": "1"}))
     assert _patch(api, ns, "g", {"spec": {"nodeSelector": {"b": "2"}}}).status_code == 200
     changed = _patch(api, ns, "g", {"spec": {"nodeSelector": {"a": "9"}}})
     assert changed.status_code == 422
-    assert "only additions to spec.nodeSelector are allowed" in changed.json()["message"]
+    cause = changed.json()["details"]["causes"][0]
+    assert cause["field"] == "spec.nodeSelector"
+    assert cause["message"].endswith(
+        "only additions to spec.nodeSelector are allowed (no mutations or deletions)"
+    )
+    removed = _patch(api, ns, "g", {"spec": {"nodeSelector": {"a": None}}})
+    assert removed.status_code == 422
     _create(api, ns, pod("u"))
     ungated = _patch(api, ns, "u", {"spec": {"nodeSelector": {"b": "2"}}})
     assert ungated.status_code == 422
-    assert "pod updates may not change fields other than" in ungated.json()["message"]
+    assert ungated.json()["message"].startswith(
+        'Pod "u" is invalid: spec: Forbidden: pod updates may not change fields other than '
+    )
+    assert ungated.json()["details"]["causes"][0]["reason"] == "FieldValueForbidden"
+
+
+def test_active_deadline_seconds_may_only_be_lowered(api: httpx.Client, ns: str) -> None:
+    """Rule: activeDeadlineSeconds may be set or lowered, never raised or removed."""
+    _create(api, ns, pod("unset"))
+    assert _patch(api, ns, "unset", {"spec": {"activeDeadlineSeconds": 100}}).status_code == 200
+    assert _patch(api, ns, "unset", {"spec": {"activeDeadlineSeconds": 50}}).status_code == 200
+    raised = _patch(api, ns, "unset", {"spec": {"activeDeadlineSeconds": 500}})
+    assert raised.status_code == 422
+    assert raised.json()["details"]["causes"][0]["field"] == "spec.activeDeadlineSeconds"
+    assert raised.json()["message"].endswith("must be less than or equal to previous value")
+    removed = _patch(api, ns, "unset", {"spec": {"activeDeadlineSeconds": None}})
+    assert removed.status_code == 422
+    assert removed.json()["message"].endswith(
+        "must not update from a positive integer to nil value"
+    )
 
 
 def test_required_affinity_terms_only_grow_while_gated(api: httpx.Client, ns: str) -> None:
@@ -234,17 +278,21 @@ def test_binding_sets_node_name_and_scheduled_condition(api: httpx.Client, ns: s
 
 
 def test_binding_refused_for_gated_bound_and_terminating_pods(api: httpx.Client, ns: str) -> None:
-    """Rule: binding a gated, an already bound or a terminating pod is a 409."""
+    """Rule: binding a gated, an already bound or a terminating pod is a 409 Conflict; the gated
+    case says ``pod <n> has non-empty .spec.schedulingGates``."""
     _create(api, ns, pod("g", schedulingGates=[{"name": "example.com/a"}]))
     gated = _bind(api, ns, "g")
     assert gated.status_code == 409
+    assert gated.json()["reason"] == "Conflict"
     assert gated.json()["message"] == (
         'Operation cannot be fulfilled on pods/binding "g": pod g has non-empty '
         ".spec.schedulingGates"
     )
     _create(api, ns, pod("b"))
     assert _bind(api, ns, "b").status_code == 201
-    assert _bind(api, ns, "b", "other").status_code == 409
+    rebound = _bind(api, ns, "b", "other")
+    assert (rebound.status_code, rebound.json()["reason"]) == (409, "Conflict")
+    assert api.get(f"{PODS.format(ns=ns)}/b").json()["spec"]["nodeName"] == "n1"
     api.delete(f"{PODS.format(ns=ns)}/b")
     _create(api, ns, pod("c"))
     api.patch(
@@ -253,11 +301,15 @@ def test_binding_refused_for_gated_bound_and_terminating_pods(api: httpx.Client,
         headers={"Content-Type": "application/merge-patch+json"},
     )
     api.delete(f"{PODS.format(ns=ns)}/c")
-    assert _bind(api, ns, "c").status_code == 409
+    terminating = _bind(api, ns, "c")
+    assert (terminating.status_code, terminating.json()["reason"]) == (409, "Conflict")
+    assert not api.get(f"{PODS.format(ns=ns)}/c").json()["spec"].get("nodeName")
 
 
 def test_graceful_delete_of_bound_pod_keeps_it_terminating(api: httpx.Client, ns: str) -> None:
-    """Rule: deleting a bound pod sets deletionTimestamp and grace; grace 0 removes it."""
+    """Rule: deleting a bound pod sets deletionTimestamp and grace (terminationGracePeriodSeconds,
+    default 30); a repeat with a longer grace changes nothing, a shorter one lowers it; grace 0
+    removes it."""
     _create(api, ns, pod())
     _bind(api, ns, "p")
     first = api.delete(f"{PODS.format(ns=ns)}/p")
@@ -266,11 +318,30 @@ def test_graceful_delete_of_bound_pod_keeps_it_terminating(api: httpx.Client, ns
     assert meta["deletionTimestamp"]
     assert meta["deletionGracePeriodSeconds"] == 30
     assert api.get(f"{PODS.format(ns=ns)}/p").status_code == 200
+    longer = api.delete(f"{PODS.format(ns=ns)}/p", params={"gracePeriodSeconds": "60"}).json()
+    assert longer["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert longer["metadata"]["deletionTimestamp"] == meta["deletionTimestamp"]
+    shorter = api.delete(f"{PODS.format(ns=ns)}/p", params={"gracePeriodSeconds": "5"}).json()
+    assert shorter["metadata"]["deletionGracePeriodSeconds"] == 5
+    assert shorter["metadata"]["deletionTimestamp"] <= meta["deletionTimestamp"]
     api.request(
         "DELETE",
         f"{PODS.format(ns=ns)}/p",
         json={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
     )
+    assert api.get(f"{PODS.format(ns=ns)}/p").status_code == 404
+
+
+def test_finished_pod_is_deleted_at_once(api: httpx.Client, ns: str) -> None:
+    """Rule: a bound pod in phase Succeeded/Failed is deleted immediately (grace forced to 0)."""
+    _create(api, ns, pod())
+    _bind(api, ns, "p")
+    api.patch(
+        f"{PODS.format(ns=ns)}/p/status",
+        json={"status": {"phase": "Succeeded"}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert api.delete(f"{PODS.format(ns=ns)}/p").status_code == 200
     assert api.get(f"{PODS.format(ns=ns)}/p").status_code == 404
 
 
