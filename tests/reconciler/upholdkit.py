@@ -152,7 +152,13 @@ def raw_pod(
         annotations[vocab.BOOKING_REFERENCE] = ref
         annotations[vocab.ADMISSION_CLAIM] = claim or f"claim-{name}"
     spec: dict[str, Any] = {
-        "containers": [{"name": "c", "resources": {"limits": {vocab.GPU_RESOURCE: str(gpus)}}}],
+        "containers": [
+            {
+                "name": "c",
+                "image": "busybox",
+                "resources": {"limits": {vocab.GPU_RESOURCE: str(gpus)}},
+            }
+        ],
         "tolerations": [granted_toleration("a100")],
     }
     if node:
