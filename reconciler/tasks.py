@@ -54,7 +54,7 @@ class Tasks:
             raise
         except Exception as exc:
             self.failed[name] = f"crashed: {type(exc).__name__}: {exc}"[:200]
-            _log.error("task.crashed", exc_info=True, extra={"fields": {"task": name}})
+            log(_log, logging.ERROR, "task.crashed", exc_info=True, task=name)
             return
         self.failed[name] = "exited"
         log(_log, logging.ERROR, "task.exited", task=name)

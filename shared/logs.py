@@ -59,11 +59,16 @@ def configure(level: int = logging.INFO, library_level: int = logging.WARNING) -
         logging.getLogger(name).setLevel(max(level, library_level))
 
 
-def log(logger: logging.Logger, level: int, event: str, **fields: Any) -> None:
-    """Log ``event`` with structured ``fields`` (None values are dropped)."""
+def log(
+    logger: logging.Logger, level: int, event: str, *, exc_info: bool = False, **fields: Any
+) -> None:
+    """Log ``event`` with structured ``fields`` (None values are dropped).
+
+    ``exc_info=True`` attaches the exception being handled (rendered as ``exception``).
+    """
     if logger.isEnabledFor(level):
         clean = {k: v for k, v in fields.items() if v is not None}
-        logger.log(level, event, extra={_FIELDS: clean})
+        logger.log(level, event, exc_info=exc_info, extra={_FIELDS: clean})
 
 
 def fields_of(record: logging.LogRecord) -> dict[str, Any]:
