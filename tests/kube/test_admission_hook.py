@@ -83,3 +83,28 @@ def test_webhook_configurations_are_never_admitted(recorder: Recorder, api: http
     body = {"metadata": {"name": "x-test"}, "webhooks": []}
     api.post("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", json=body)
     assert len(recorder.calls) == before
+
+
+class Quoting:
+    """Warns with a text holding quotes and a backslash."""
+
+    async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
+        return AdmissionResult(attrs.object, ['field "a" \\ b', "second"])
+
+
+def test_admission_warnings_become_escaped_warning_headers(
+    kube: Running, api: httpx.Client, ns: str
+) -> None:
+    """Rule: each admission warning becomes one ``Warning: 299 - "<text>"`` header, quotes and
+    backslashes escaped (apimachinery ``NewWarningHeader``)."""
+    plugin = Quoting()
+    kube.server.mutating_admission.append(plugin)
+    try:
+        response = api.post(f"/api/v1/namespaces/{ns}/pods", json=pod())
+    finally:
+        kube.server.mutating_admission.remove(plugin)
+    assert response.status_code == 201
+    assert response.headers.get_list("warning") == [
+        '299 - "field \\"a\\" \\\\ b"',
+        '299 - "second"',
+    ]

@@ -316,7 +316,10 @@ def test_labels_and_annotations_are_always_mutable(api: httpx.Client, ns: str) -
     binding = {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}}
     assert api.post(f"/api/v1/namespaces/{ns}/pods/p/binding", json=binding).status_code == 201
     merge = {"Content-Type": "application/merge-patch+json"}
-    meta = {"labels": {"a": "1"}, "annotations": {"example.com/x": "y"}}
+    meta: dict[str, dict[str, str | None]] = {
+        "labels": {"a": "1"},
+        "annotations": {"example.com/x": "y"},
+    }
     response = api.patch(f"/api/v1/namespaces/{ns}/pods/p", json={"metadata": meta}, headers=merge)
     assert response.status_code == 200, response.text
     meta = {"labels": {"a": None, "b": "2"}, "annotations": {"example.com/x": None}}

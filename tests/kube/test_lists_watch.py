@@ -232,6 +232,8 @@ def test_watch_from_rv_sees_selector_transitions_and_deletes(api: httpx.Client, 
     )
     assert [e["type"] for e in events] == ["ADDED", "MODIFIED", "DELETED", "ADDED", "DELETED"]
     assert events[2]["object"]["metadata"]["labels"] == {"w": "1"}
+    versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+    assert versions == sorted(set(versions)), "a selector exit is stamped with the new RV"
 
 
 def test_watch_from_compacted_rv_gets_one_410_error(

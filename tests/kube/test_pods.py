@@ -346,9 +346,13 @@ def test_finished_pod_is_deleted_at_once(api: httpx.Client, ns: str) -> None:
 
 
 def test_unbound_pod_is_deleted_at_once(api: httpx.Client, ns: str) -> None:
-    """Rule: a pod with no nodeName is deleted immediately (grace forced to 0)."""
-    _create(api, ns, pod())
-    assert api.delete(f"{PODS.format(ns=ns)}/p").json()["kind"] == "Pod"
+    """Rule: a pod with no nodeName is deleted immediately (grace forced to 0); the DELETE answers
+    with the pod object itself (not a Status)."""
+    created = _create(api, ns, pod())
+    answer = api.delete(f"{PODS.format(ns=ns)}/p")
+    assert answer.status_code == 200
+    assert (answer.json()["kind"], answer.json()["apiVersion"]) == ("Pod", "v1")
+    assert answer.json()["metadata"]["uid"] == created["metadata"]["uid"]
     assert api.get(f"{PODS.format(ns=ns)}/p").status_code == 404
 
 
