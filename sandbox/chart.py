@@ -56,10 +56,19 @@ class ChartObjects:
     #: The MutatingWebhookConfiguration without a caBundle (see ``with_ca_bundle``).
     webhook_configuration: Obj
     namespace: str = field(default="")
+    #: The serving Secret the webhook Deployment mounts (its ``tls.crt``/``tls.key``).
+    webhook_secret: str = field(default="")
+    #: The literal environment of the self-signed hook Job (``python -m certs ensure``);
+    #: empty in cert-manager mode.
+    certs_environment: dict[str, str] = field(default_factory=dict)
+
+    def rbac_objects(self) -> list[Obj]:
+        """Every component's ServiceAccount, Roles and bindings."""
+        return [obj for component in COMPONENTS for obj in self.rbac.get(component, [])]
 
     def install_order(self) -> list[Obj]:
         """Everything, in the order to create it (CRDs and RBAC before their users)."""
-        rbac = [obj for component in COMPONENTS for obj in self.rbac.get(component, [])]
+        rbac = self.rbac_objects()
         return [*self.crds, *rbac, self.webhook_service, self.webhook_configuration]
 
 
@@ -112,7 +121,31 @@ def objects(namespace: str, values: dict[str, Any] | None = None) -> ChartObject
         webhook_service=_one(docs, "Service", "webhook"),
         webhook_configuration=configuration,
         namespace=namespace,
+        webhook_secret=_mounted_secret(_one(docs, "Deployment", "webhook")),
+        certs_environment=_job_environment(docs),
     )
+
+
+def _pod_spec(workload: Obj) -> Obj:
+    spec: Obj = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def _mounted_secret(deployment: Obj) -> str:
+    """The Secret behind the webhook's ``tls`` volume."""
+    for volume in _pod_spec(deployment).get("volumes") or []:
+        if "secret" in volume:
+            return str(volume["secret"]["secretName"])
+    raise LookupError("the webhook Deployment mounts no Secret")
+
+
+def _job_environment(docs: list[Obj]) -> dict[str, str]:
+    """The literal ``env`` of the certs hook Job (``valueFrom`` entries are skipped)."""
+    jobs = [d for d in docs if d.get("kind") == "Job" and _component(d) == "certs"]
+    if not jobs:
+        return {}
+    container = _pod_spec(jobs[0])["containers"][0]
+    return {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
 
 
 def with_ca_bundle(configuration: Obj, ca_pem: bytes) -> Obj:

@@ -1,10 +1,12 @@
 """``ReconcilerComponent``: the real reconciler, run as ``python -m reconciler``.
 
-Installs the GPUReservation CRD (the chart's own file) and the controller namespace
-into the Kubernetes emulator, then starts the reconciler as a subprocess wired to the
-app emulator: ``RESERVATION_API_URL`` = ``ctx.endpoints["app"]``, the ``read_write``
-key, ``INBOUND_API_TOKEN`` = ``ctx.inbound_token``, a kubeconfig written into the state
-directory, loopback HTTP on a free port and short intervals. It publishes
+Installs the controller namespace, the chart's CRD and every component's RBAC into the
+Kubernetes emulator (``sandbox.install.install_base``, from the chart's render), then
+starts the reconciler as a subprocess wired to the app emulator:
+``RESERVATION_API_URL`` = ``ctx.endpoints["app"]``, the ``read_write`` key,
+``INBOUND_API_TOKEN`` = ``ctx.inbound_token``, a kubeconfig holding a token of the
+chart's reconciler service account (so it runs with exactly the chart's RBAC: a
+missing permission is a 403 here), loopback HTTP on a free port and short intervals. It publishes
 ``ctx.endpoints["reconciler"]``, which the app emulator pushes to.
 
 Why a subprocess and not in-process: it is exactly what production runs (settings
@@ -27,17 +29,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
-import yaml
 
+from sandbox import chart
+from sandbox.install import account_kubeconfig, install_base
 from sandbox.runner import SandboxContext
-from shared import vocab
 from shared.clock import ScaledClock, format_utc
-from shared.errors import Conflict
 from shared.gateway import Gateway
-from shared.resources import CRDS, GPU_RESERVATIONS, NAMESPACES
 
 ROOT = Path(__file__).resolve().parents[1]
-CRD_FILE = ROOT / "charts" / vocab.PRODUCT_NAME / "crds" / f"{vocab.CRD_NAME}.yaml"
 
 #: Short sandbox intervals (seconds of the sandbox clock).
 SANDBOX_ENV = {
@@ -59,22 +58,11 @@ def free_port() -> int:
 
 
 async def install(kubeconfig: Path, namespace: str) -> None:
-    """Create the controller namespace and the CRD (existing ones are kept); wait
-    until GPUReservations are served."""
+    """Install the chart's namespace, CRD and RBAC with the admin ``kubeconfig``
+    (existing objects are kept or replaced); wait until GPUReservations are served."""
     gateway = Gateway.from_kubeconfig(str(kubeconfig))
     try:
-        crd = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
-        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-        for res, body in ((NAMESPACES, ns), (CRDS, crd)):
-            with contextlib.suppress(Conflict):
-                await gateway.create(res, body)
-        for _ in range(100):
-            try:
-                await gateway.list_all(GPU_RESERVATIONS, namespace)
-                return
-            except Exception:
-                await asyncio.sleep(0.05)
-        raise RuntimeError("the emulator does not serve GPUReservations")
+        await install_base(gateway, chart.objects(namespace))
     finally:
         gateway.close()
 
@@ -100,6 +88,12 @@ def environment(ctx: SandboxContext, kubeconfig: Path, port: int, name: str) -> 
     return env
 
 
+def account(ctx: SandboxContext, path: Path) -> Path:
+    """A kubeconfig for the chart's reconciler service account (``install`` made its RBAC)."""
+    account_name = chart.objects(ctx.namespace).service_accounts["reconciler"]
+    return account_kubeconfig(ctx.handles["kube"], ctx.namespace, account_name, path)
+
+
 class ReconcilerProcess:
     """One ``python -m reconciler`` replica; logs go to ``<state-dir>/<name>.log``."""
 
@@ -108,7 +102,7 @@ class ReconcilerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = ctx.state_dir / f"{name}.log"
-        kubeconfig = ctx.state_dir / "reconciler.kubeconfig"
+        kubeconfig = account(ctx, ctx.state_dir / f"{name}.kubeconfig")
         self.env = {**environment(ctx, kubeconfig, self.port, name), **(extra_env or {})}
         self.proc: asyncio.subprocess.Process | None = None
         self._log: IO[bytes] | None = None
@@ -187,10 +181,10 @@ class ReconcilerComponent:
     async def start(self, ctx: SandboxContext) -> None:
         if ctx.kubeconfig is None:
             raise RuntimeError("the reconciler needs the kube component (no kubeconfig)")
-        kubeconfig = ctx.state_dir / "reconciler.kubeconfig"
-        kubeconfig.write_text(ctx.kubeconfig, encoding="utf-8")
-        kubeconfig.chmod(0o600)
-        await install(kubeconfig, ctx.namespace)
+        admin = ctx.state_dir / "reconciler-admin.kubeconfig"
+        admin.write_text(ctx.kubeconfig, encoding="utf-8")
+        admin.chmod(0o600)
+        await install(admin, ctx.namespace)
         self.process = ReconcilerProcess(ctx, "reconciler-0")
         await self.process.start()
         ctx.endpoints[self.name] = self.process.url

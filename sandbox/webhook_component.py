@@ -1,20 +1,23 @@
 """``WebhookComponent``: N replicas of the real webhook behind one Service.
 
-What it sets up in the Kubernetes emulator, as a cluster operator would with the chart:
+What it sets up in the Kubernetes emulator — from the chart (``sandbox.chart`` renders
+it, ``sandbox.install`` puts it in), as ``helm install`` would:
 
-- a CA and a serving certificate for ``<service>.<namespace>.svc`` (``certs.issue``),
-  as files in ``<state-dir>/webhook-tls/`` that every replica reads and reloads;
-- the ``gpu-reservation-webhook`` ServiceAccount with a Role allowing what the webhook
-  needs (read GPUReservations, write their status) and a token minted for it; each
-  replica runs ``python -m webhook`` as that account (its own kubeconfig);
-- a Service with port 443 (``https``) and an Endpoints object with one subset per
-  replica on 127.0.0.1 — the dispatch resolves the Service to them round-robin;
-- the ``MutatingWebhookConfiguration`` from ``webhook.configuration`` (the chart's
-  values) with the CA as ``caBundle``.
+- the namespace, the CRD and every component's RBAC (``install_base``, idempotent);
+- the chart's webhook Service and MutatingWebhookConfiguration, verbatim;
+- the certificates exactly as the chart's self-signed hook Job makes them:
+  ``certs.apply.ensure`` with the Job's environment under the ``certs`` service
+  account — the serving Secret, the CA Secret, the ``caBundle``;
+- the Secret "mounted" like the kubelet does: ``<state-dir>/webhook-tls/tls.crt`` and
+  ``tls.key`` follow the Secret, and every replica reads and reloads them;
+- N ``python -m webhook`` replicas under the chart's webhook service account (its own
+  kubeconfig, exactly the chart's RBAC);
+- an Endpoints object with one subset per replica on 127.0.0.1 (the sandbox's stand-in
+  for the endpoints controller) — the dispatch resolves the Service to them round-robin.
 
 ``ctx.handles["webhook"]`` is this component: tests stop and start replicas and
-rotate the certificate through it. ``ctx.handles["webhook.replicas"]`` (set by
-``--webhook-replicas``) chooses how many replicas start.
+renew the certificate through it (``rotate``/``renew``). ``ctx.handles["webhook.replicas"]``
+(set by ``--webhook-replicas``) chooses how many replicas start.
 """
 
 from __future__ import annotations
@@ -25,65 +28,35 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx
 
-from certs import issue
-from certs.pem import KeyPair
-from sandbox.kube.admission.install import install as install_dispatch
-from sandbox.kube.auth import service_account_user
-from sandbox.reconciler_component import ROOT, free_port, install
-from sandbox.runner import SandboxContext
-from shared import vocab
-from shared.clock import ScaledClock, format_utc
-from shared.errors import Conflict, NotFound
-from shared.gateway import Gateway
-from shared.resources import (
-    MUTATING_WEBHOOK_CONFIGURATIONS,
-    SERVICEACCOUNTS,
-    SERVICES,
-    Resource,
+from certs.apply import Outcome
+from certs.pem import KeyPair, load_pair
+from certs.plan import TLS_CRT, TLS_KEY
+from sandbox import chart
+from sandbox.install import (
+    MountedSecret,
+    account_kubeconfig,
+    ensure_certificates,
+    install_base,
+    install_webhook,
+    put_endpoints,
+    renewal_overrides,
+    secret_data,
+    write_private,
 )
-from webhook.configuration import CONFIGURATION_NAME, SERVICE_NAME, configuration
+from sandbox.kube.admission.install import install as install_dispatch
+from sandbox.reconciler_component import ROOT, free_port
+from sandbox.runner import SandboxContext
+from shared.clock import ScaledClock, SystemClock, format_utc
+from shared.gateway import Gateway
+from webhook.configuration import CONFIGURATION_NAME
 
-ENDPOINTS = Resource("", "v1", "endpoints", "Endpoints")
-ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
-ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
-ACCOUNT = f"{vocab.PRODUCT_NAME}-webhook"
-PORT_NAME = "https"
 START_TIMEOUT_S = 20.0
-
-
-def _write(path: Path, content: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` atomically (write beside it, then rename)."""
-    scratch = path.with_name(f".{path.name}.tmp")
-    scratch.write_bytes(content)
-    scratch.chmod(mode)
-    os.replace(scratch, path)
-
-
-class Certificates:
-    """The sandbox CA and the serving pair, as files."""
-
-    def __init__(self, directory: Path, namespace: str) -> None:
-        self.directory = directory
-        self.names = issue.service_dns_names(SERVICE_NAME, namespace)
-        self.ca: KeyPair = issue.issue_ca(datetime.now(UTC))
-        self.cert_file = directory / "tls.crt"
-        self.key_file = directory / "tls.key"
-        directory.mkdir(parents=True, exist_ok=True)
-        _write(directory / "ca.crt", self.ca.cert_pem, 0o644)
-        self.rotate()
-
-    def rotate(self) -> KeyPair:
-        """Issue a new serving pair and write it (key first; the reloader waits for both)."""
-        pair = issue.issue_serving(self.ca, self.names, datetime.now(UTC))
-        _write(self.key_file, pair.key_pem)
-        _write(self.cert_file, pair.cert_pem, 0o644)
-        return pair
 
 
 class WebhookReplica:
@@ -152,64 +125,6 @@ class WebhookReplica:
             self._log = None
 
 
-def _rbac(namespace: str) -> list[tuple[Resource, dict[str, Any]]]:
-    meta = {"name": ACCOUNT, "namespace": namespace}
-    rules = [
-        {
-            "apiGroups": [vocab.CRD_GROUP],
-            "resources": [vocab.CRD_PLURAL],
-            "verbs": ["get", "list", "watch"],
-        },
-        {
-            "apiGroups": [vocab.CRD_GROUP],
-            "resources": [f"{vocab.CRD_PLURAL}/status"],
-            "verbs": ["get", "update", "patch"],
-        },
-    ]
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": meta,
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ACCOUNT},
-        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}],
-    }
-    return [
-        (SERVICEACCOUNTS, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
-        (
-            ROLES,
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": meta,
-                "rules": rules,
-            },
-        ),
-        (ROLE_BINDINGS, binding),
-    ]
-
-
-def _service(namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": SERVICE_NAME, "namespace": namespace},
-        "spec": {"ports": [{"name": PORT_NAME, "port": 443, "targetPort": 8443}]},
-    }
-
-
-def _endpoints(namespace: str, replicas: list[WebhookReplica]) -> dict[str, Any]:
-    subsets = [
-        {"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": PORT_NAME, "port": r.port}]}
-        for r in replicas
-    ]
-    return {
-        "apiVersion": "v1",
-        "kind": "Endpoints",
-        "metadata": {"name": SERVICE_NAME, "namespace": namespace},
-        "subsets": subsets,
-    }
-
-
 class WebhookComponent:
     """The sandbox's admission webhook: N replicas behind one Service."""
 
@@ -219,32 +134,45 @@ class WebhookComponent:
         self.count = replicas
         self.extra_env = dict(extra_env or {})
         self.replicas: list[WebhookReplica] = []
-        self.certificates: Certificates | None = None
+        self.objects: chart.ChartObjects | None = None
+        #: The serving Secret as the replicas see it (``tls.crt``/``tls.key`` files).
+        self.mount: MountedSecret | None = None
+        self._ctx: SandboxContext | None = None
         self._gateway: Gateway | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self, ctx: SandboxContext) -> None:
         if ctx.kubeconfig is None or "kube" not in ctx.handles:
             raise RuntimeError("the webhook needs the kube component")
+        self._ctx, self._loop = ctx, asyncio.get_running_loop()
         count = int(ctx.handles.get("webhook.replicas", self.count))
         install_dispatch(ctx.handles["kube"])  # idempotent: the kube component may have
         admin = ctx.state_dir / "webhook-admin.kubeconfig"
-        _write(admin, ctx.kubeconfig.encode())
-        await install(admin, ctx.namespace)  # namespace and CRD (idempotent)
+        write_private(admin, ctx.kubeconfig.encode())
         self._gateway = Gateway.from_kubeconfig(str(admin))
-        self.certificates = Certificates(ctx.state_dir / "webhook-tls", ctx.namespace)
-        await self._apply_rbac(ctx.namespace)
+        self.objects = chart.objects(ctx.namespace)
+        await install_base(self._gateway, self.objects)  # namespace, CRD, RBAC (idempotent)
+        await install_webhook(self._gateway, self.objects)  # Service, configuration
+        await self.ensure_certificates()  # the hook Job: Secrets and caBundle
+        self.mount = MountedSecret(
+            ctx.handles["kube"], ctx.namespace, self.objects.webhook_secret, self._tls_dir(ctx)
+        )
+        self.mount.sync()
+        self.mount.start()
         env = self._environment(ctx, self._account_kubeconfig(ctx))
         self.replicas = [
             WebhookReplica(f"webhook-{i}", env, ctx.state_dir / f"webhook-{i}.log")
             for i in range(count)
         ]
         await asyncio.gather(*(r.start() for r in self.replicas))
-        await self._register(ctx.namespace)
+        await put_endpoints(self._gateway, self.objects, [r.port for r in self.replicas])
         ctx.endpoints[self.name] = self.replicas[0].health_url
         ctx.handles[self.name] = self
 
     async def stop(self) -> None:
         await asyncio.gather(*(r.stop() for r in self.replicas))
+        if self.mount is not None:
+            await self.mount.stop()
         if self._gateway is not None:
             self._gateway.close()
             self._gateway = None
@@ -257,23 +185,52 @@ class WebhookComponent:
     async def start_replicas(self, wait_ready: bool = True) -> None:
         await asyncio.gather(*(r.start(wait_ready) for r in self.replicas if not r.running))
 
+    async def ensure_certificates(self, overrides: Mapping[str, str] | None = None) -> Outcome:
+        """Run the chart's hook Job (``certs.apply.ensure``) against the sandbox."""
+        assert self._ctx is not None
+        assert self.objects is not None
+        server = self._ctx.handles["kube"]
+        return await ensure_certificates(server, self.objects, self._ctx.state_dir, overrides)
+
+    async def renew(self) -> KeyPair:
+        """Renew the serving certificate as a near-expiry run would; the mount and the
+        replicas pick it up. Returns the new pair (from the Secret)."""
+        current = self.serving_pair()
+        overrides = renewal_overrides(current.not_after, SystemClock().now())
+        await self.ensure_certificates(overrides)
+        assert self.mount is not None
+        self.mount.sync()
+        return self.serving_pair()
+
     def rotate(self) -> KeyPair:
-        """Issue and write a new serving certificate (replicas reload it)."""
-        assert self.certificates is not None
-        return self.certificates.rotate()
+        """``renew`` from another thread than the sandbox's loop (blocking)."""
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(self.renew(), self._loop).result(30)
+
+    def serving_pair(self) -> KeyPair:
+        """The serving certificate and key the Secret holds now."""
+        assert self._ctx is not None
+        assert self.objects is not None
+        server, namespace = self._ctx.handles["kube"], self._ctx.namespace
+        data = secret_data(server, namespace, self.objects.webhook_secret)
+        return load_pair(data[TLS_CRT], data[TLS_KEY], "serving certificate")
 
     # --- setup ----------------------------------------------------------------------
 
+    @staticmethod
+    def _tls_dir(ctx: SandboxContext) -> Path:
+        return ctx.state_dir / "webhook-tls"
+
     def _environment(self, ctx: SandboxContext, kubeconfig: Path) -> dict[str, str]:
-        assert self.certificates is not None
+        assert self.mount is not None
         env = {
             "PATH": os.environ.get("PATH", ""),
             "PYTHONPATH": str(ROOT),
             "KUBECONFIG": str(kubeconfig),
             "POD_NAMESPACE": ctx.namespace,
             "WEBHOOK_HOST": "127.0.0.1",
-            "TLS_CERT_FILE": str(self.certificates.cert_file),
-            "TLS_KEY_FILE": str(self.certificates.key_file),
+            "TLS_CERT_FILE": str(self.mount.cert_file),
+            "TLS_KEY_FILE": str(self.mount.key_file),
             "TLS_RELOAD_SECONDS": "0.2",
             **self.extra_env,
         }
@@ -284,42 +241,10 @@ class WebhookComponent:
         return env
 
     def _account_kubeconfig(self, ctx: SandboxContext) -> Path:
-        assert ctx.kubeconfig is not None
-        username, groups = service_account_user(ctx.namespace, ACCOUNT)
-        kube = ctx.handles["kube"]
-        token = kube.mint_token(username, groups)
+        assert self.objects is not None
+        account = self.objects.service_accounts["webhook"]
         path = ctx.state_dir / "webhook.kubeconfig"
-        _write(path, str(kube.kubeconfig(token=token, user=ACCOUNT)).encode())
-        return path
-
-    async def _apply_rbac(self, namespace: str) -> None:
-        for res, body in _rbac(namespace):
-            await self._put(res, body, namespace)
-
-    async def _register(self, namespace: str) -> None:
-        assert self.certificates is not None
-        await self._put(SERVICES, _service(namespace), namespace)
-        await self._put(ENDPOINTS, _endpoints(namespace, self.replicas), namespace)
-        config = configuration(namespace, self.certificates.ca.cert_pem)
-        await self._put(MUTATING_WEBHOOK_CONFIGURATIONS, config, None)
-
-    async def _put(self, res: Resource, body: dict[str, Any], namespace: str | None) -> None:
-        """Create, or replace what is there (keeping its resourceVersion)."""
-        assert self._gateway is not None
-        try:
-            await self._gateway.create(res, body, namespace)
-        except Conflict:
-            name = body["metadata"]["name"]
-            with contextlib.suppress(NotFound):
-                current = await self._gateway.get(res, name, namespace)
-                body = {
-                    **body,
-                    "metadata": {
-                        **body["metadata"],
-                        "resourceVersion": current["metadata"]["resourceVersion"],
-                    },
-                }
-            await self._gateway.replace(res, name, body, namespace)
+        return account_kubeconfig(ctx.handles["kube"], ctx.namespace, account, path)
 
 
 #: ``CONFIGURATION_NAME`` is what the dispatch reads; re-exported for tests.
