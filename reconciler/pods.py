@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from shared import vocab
+from shared.clock import parse_utc
 from shared.ledger import PodUse
 from shared.policy.matching import MatchRules, PodProfile, annotations_of, labels_of, profile
 from shared.policy.tolerations import is_granted, tolerations_of
@@ -73,7 +75,16 @@ class PodView:
 
     def use(self) -> PodUse:
         """The pod as a ledger entry of its reservation."""
-        return PodUse(self.name, self.uid, self.gpus, self.claim)
+        return PodUse(self.name, self.uid, self.gpus, self.claim, self.admitted_at)
+
+    @property
+    def admitted_at(self) -> datetime | None:
+        """``galends/admitted-at`` as an instant (None when absent or unreadable)."""
+        text = self.annotations.get(vocab.ADMITTED_AT)
+        try:
+            return parse_utc(text) if text else None
+        except ValueError:
+            return None
 
 
 def wanted(pod: Mapping[str, Any], prof: PodProfile) -> bool:

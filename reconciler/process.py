@@ -18,11 +18,13 @@ from collections.abc import Awaitable, Callable, Generator
 import uvicorn
 
 from reconciler import events
+from reconciler.admit import Admitter, Knowledge
 from reconciler.caches import Caches
 from reconciler.evict import Upholders
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
 from reconciler.metrics import Metrics
+from reconciler.queue import QueueMetrics
 from reconciler.settings import ReconcilerSettings
 from reconciler.sync import ReservationSource, Syncer
 from reconciler.tasks import Tasks
@@ -64,6 +66,14 @@ class Reconciler:
         )
         self.caches = Caches(gateway, settings, clock)
         self.upholders = Upholders(self.caches, gateway, settings, clock, events.emit)
+        self.admitter = Admitter(
+            gateway,
+            self.caches,
+            settings,
+            clock,
+            QueueMetrics(self.metrics.registry),
+            Knowledge(lambda: self.syncer.fetched, self._class_labels),
+        )
         self._leading = False
         self._lead_task: asyncio.Task[None] | None = None
         self._server: _Server | None = None
@@ -80,7 +90,14 @@ class Reconciler:
             (SYNC_TASK, lambda: self.syncer.run(interval)),
             *self.caches.loops(),
             *self.upholders.loops(),
+            *self.admitter.loops(),
         ]
+
+    def _class_labels(self) -> set[str] | None:
+        """The app's class labels once its class list was fetched (else unknown)."""
+        if not self.syncer.classes_known:
+            return None
+        return {c.label_value for c in self.syncer.classes.values() if c.label_value}
 
     async def start(self, sock: socket.socket | None = None) -> None:
         """Serve HTTP, then join the election (or lead at once when it is disabled)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
@@ -50,6 +50,25 @@ class ClockSettings:
 
 
 @dataclass(frozen=True)
+class QueueSettings:
+    """The reserved queue and what it tells waiting pods."""
+
+    #: POD_SCHEDULING_GATE_NAME (seed): the gate the webhook adds to queued pods and
+    #: the reconciler removes at admission (None: no gate).
+    gate_name: str | None = None
+    #: RESERVATION_WAIT_EVENT_ENABLED (seed): WaitingForReservation, ReservationFull,
+    #: ReservationTooSmall on queued pods.
+    wait_events: bool = True
+    #: POD_PROBLEM_EVENT_ENABLED (seed): UnknownGpuClass, NoReservation, AnnotationIgnored.
+    problem_events: bool = True
+    #: SUPPORT_CONTACT (seed): named at the end of the pod-problem Events.
+    support_contact: str | None = None
+    #: ONDEMAND_DENIAL_EVENT_REPEAT_MINUTES (seed, >= 0): an unchanged status is restated
+    #: at most this often (0: every time).
+    repeat: timedelta = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
 class ReconcilerSettings:
     """Everything the reconciler reads from the environment."""
 
@@ -83,6 +102,8 @@ class ReconcilerSettings:
     #: POD_ADOPTION_ENABLED (seed, default on): re-link overstaying pods, and the pods of
     #: a booking cancelled mid-window, onto another open booking of their owner.
     adoption_enabled: bool = True
+    #: Admission of queued pods and the Events on waiting pods (issue 7).
+    queue: QueueSettings = field(default_factory=lambda: QueueSettings())
 
 
 def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvReader]:
@@ -108,6 +129,7 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         leader=_leader(reader),
         clock=_clock(reader),
         adoption_enabled=reader.boolean("POD_ADOPTION_ENABLED", True, strict=False),
+        queue=queue_from(reader),
     )
     reader.check()
     return settings, reader
@@ -124,6 +146,18 @@ def rules_from(reader: EnvReader) -> MatchRules:
         default_minimum_runtime_s=reader.integer(
             "DEFAULT_MINIMUM_RUNTIME_SECONDS", 0, 0, strict=False
         ),
+    )
+
+
+def queue_from(reader: EnvReader) -> QueueSettings:
+    """The seed's queue and Event variables (lenient, like the seed)."""
+    repeat = reader.integer("ONDEMAND_DENIAL_EVENT_REPEAT_MINUTES", 30, 0, strict=False)
+    return QueueSettings(
+        gate_name=reader.string("POD_SCHEDULING_GATE_NAME") or None,
+        wait_events=reader.boolean("RESERVATION_WAIT_EVENT_ENABLED", True, strict=False),
+        problem_events=reader.boolean("POD_PROBLEM_EVENT_ENABLED", True, strict=False),
+        support_contact=reader.string("SUPPORT_CONTACT") or None,
+        repeat=timedelta(minutes=repeat),
     )
 
 

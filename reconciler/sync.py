@@ -66,6 +66,10 @@ class Syncer:
         self.classes: dict[int, GpuClass] = {}
         self.lock = asyncio.Lock()
         self._failures = 0
+        #: A full reservation fetch has succeeded (waiting Events may say "no match").
+        self.fetched = False
+        #: The app's class list was fetched at least once (UnknownGpuClass may be said).
+        self.classes_known = False
 
     async def run(self, interval_s: float) -> None:
         """Sync every ``interval_s`` (the first pass already ran at startup)."""
@@ -78,6 +82,7 @@ class Syncer:
         got = await self.source.list_gpu_classes()
         if isinstance(got, Fetched):
             self.classes = {c.id: c for c in got.value}
+            self.classes_known = True
         else:
             log(_log, logging.WARNING, "api.gpu_classes_fetch_failed", error=_describe(got))
 
@@ -147,6 +152,7 @@ class Syncer:
 
     def _fetch_ok(self, count: int) -> None:
         self._failures = 0
+        self.fetched = True
         self._metrics.fetches.labels("ok").inc()
         self._metrics.fetch_failures_in_a_row.set(0)
         self._metrics.last_good_fetch.set(self.clock.now().timestamp())

@@ -100,6 +100,12 @@ def bind(res: GPUReservation, claim_id: str, pod: str, pod_uid: str) -> GPUReser
     return replace(res, holds=holds)
 
 
+def announce(res: GPUReservation, claim_id: str) -> GPUReservation:
+    """``res`` with the hold ``claim_id`` marked announced (RuntimeGuaranteed sent)."""
+    holds = tuple(replace(h, announced=True) if h.claim == claim_id else h for h in res.holds)
+    return replace(res, holds=holds)
+
+
 def stale_claims(res: GPUReservation, now: datetime, ttl_s: float) -> list[str]:
     """Claim ids of unbound holds made more than ``ttl_s`` seconds before ``now``."""
     cutoff = now - timedelta(seconds=ttl_s)
@@ -120,6 +126,21 @@ class PodUse:
     gpus: int
     #: The pod's ``galends/admission-claim`` (None: admitted without one, e.g. legacy).
     claim: str | None = None
+    #: The pod's ``galends/admitted-at`` (None: unknown or unreadable).
+    admitted_at: datetime | None = None
+
+
+def presumed_announced(pod: PodUse, now: datetime, ttl_s: float) -> bool:
+    """Whether a pod found without a hold was surely announced already.
+
+    Admissions are announced within seconds, so a pod admitted more than the claim
+    TTL ago whose hold is missing (a wiped status) was announced then, and a pod
+    without a readable ``admitted-at`` (legacy) is not announced afresh. Only a pod
+    admitted within the TTL is announced (again, at worst).
+    """
+    if pod.admitted_at is None:
+        return True
+    return pod.admitted_at <= now - timedelta(seconds=ttl_s)
 
 
 def rebuild(
@@ -129,7 +150,9 @@ def rebuild(
 
     Each pod keeps the hold that matches it (by uid, else by claim id), bound to it and
     sized by its request; a pod without a hold gets one (claim = its annotation, else
-    ``pod-<uid>``). Bound holds whose pod is gone are dropped; unbound holds are kept
+    ``pod-<uid>``), marked announced unless it was admitted within the TTL
+    (``presumed_announced``: a wiped status must not re-announce old admissions).
+    Bound holds whose pod is gone are dropped; unbound holds are kept
     while younger than the TTL (their pod may still be being created). The result may
     exceed the budget when pods were admitted outside the ledger: it records the truth,
     and further claims are refused until enough of them leave.
@@ -141,7 +164,7 @@ def rebuild(
         match = by_uid.get(pod.uid) or (by_claim.get(pod.claim) if pod.claim else None)
         claim_id = match.claim if match else (pod.claim or f"pod-{pod.uid}")
         at = match.at if match else now
-        announced = match.announced if match else False
+        announced = match.announced if match else presumed_announced(pod, now, ttl_s)
         kept.append(Hold(claim_id, pod.gpus, at, pod.name, pod.uid, announced))
     taken = {h.claim for h in kept}
     cutoff = now - timedelta(seconds=ttl_s)

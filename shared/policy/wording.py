@@ -161,7 +161,7 @@ def no_reservation(
 
 def unknown_gpu_class(label: str, known: Sequence[str], contact: str | None) -> str:
     """UnknownGpuClass: the label is no class the app knows; the ones that exist."""
-    listed = ", ".join(sorted(known)) or "none"
+    listed = ", ".join(sorted(known)) or "(none)"
     text = (
         f"The {vocab.GPU_CLASS_LABEL} label {quoted(label)!r} names no GPU class the "
         f"reservation system knows, so nothing can admit the pod. Known classes: {listed}."

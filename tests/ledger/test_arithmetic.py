@@ -108,7 +108,8 @@ def test_rebuild_binds_keeps_adds_and_drops() -> None:
     assert set(by_claim) == {"c-live", "c-pending", "c-kept", "pod-uid-l"}
     assert by_claim["c-live"].pod_uid == "uid-a"
     assert by_claim["c-kept"].announced is True
-    assert by_claim["pod-uid-l"] == model.Hold("pod-uid-l", 3, NOW, "legacy", "uid-l")
+    # No readable admitted-at: presumed announced (a wiped status never re-announces).
+    assert by_claim["pod-uid-l"] == model.Hold("pod-uid-l", 3, NOW, "legacy", "uid-l", True)
 
 
 def test_rebuild_from_nothing_is_the_same_ledger() -> None:

@@ -1,0 +1,374 @@
+"""Admission of queued pods on the leader, the RuntimeGuaranteed announcement, waiting Events.
+
+Each *pass* routes every GPU pod that is not yet admitted (``reconciler.queue``) over
+the reservation cache:
+- ADMIT: the pod is re-read (R11: a finished, deleted or already admitted pod is left
+  alone), the budget claimed with ``ledger.claim`` (the cache's copy first, a fresh GET
+  after a conflict), then the pod patched once (``queue.admission_patch``). If the
+  patch fails the hold is dropped again (``ledger.amend``). Pods of one reservation
+  are admitted one after another, reservations concurrently.
+- QUEUE: the pod is told why it waits (WaitingForReservation, ReservationFull,
+  ReservationTooSmall) when ``RESERVATION_WAIT_EVENT_ENABLED``.
+- NONE: UnknownGpuClass / NoReservation when ``POD_PROBLEM_EVENT_ENABLED`` and a full
+  fetch happened; AnnotationIgnored on its own topic.
+- JIT: left to the lease path (a later issue).
+
+Every admitted pod whose ledger hold is not marked announced — ours or the
+webhook's — gets ``RuntimeGuaranteed`` (``BestEffortAdmitted`` for a best-effort
+stub), then the hold is marked (``ledger.announce``), so a restart does not say it
+twice. Waiting statuses go through the R39 throttle.
+
+Triggers: a pass runs when the caches are first synced, on any pod or reservation
+cache change (a holder leaving frees its hold through upkeep, whose status write
+arrives as a reservation change), at the next window start (a timer on the injected
+clock, re-armed every pass) and every ``QUEUE_PROCESSOR_INTERVAL`` as a backstop.
+Changes during a pass cause exactly one more pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from reconciler import events, queue
+from reconciler.caches import Caches
+from reconciler.pods import PodView, project_pod
+from reconciler.settings import ReconcilerSettings
+from reconciler.throttle import ANNOTATIONS, HOLD, Throttle
+from reconciler.upkeep import wait_either
+from shared import ledger, model, vocab
+from shared.clock import Clock
+from shared.errors import KubeError, NotFound
+from shared.logs import log
+from shared.model import GPUReservation, Hold, Kind
+from shared.policy import statuses, wording
+from shared.policy.routing import Path, Route, Wait, route
+from shared.policy.statuses import Status
+from shared.policy.windows import guarantee_end
+from shared.resources import PODS
+
+_log = logging.getLogger(__name__)
+ADMIT_TASK = "reserved-queue"
+#: Seconds one admission (claim + patch) may take.
+ADMIT_DEADLINE_S = 10.0
+#: Events written at once (the gateway has a bounded worker pool anyway).
+EVENT_CONCURRENCY = 16
+
+Emit = Callable[..., Awaitable[bool]]
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    """What the sync knows, for the pod-problem Events (R4.4)."""
+
+    fetched: Callable[[], bool]
+    classes: Callable[[], Collection[str] | None]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """One admission made by this pass, to announce."""
+
+    pod: PodView
+    reservation: GPUReservation
+    claim: str
+
+
+def find_hold(res: GPUReservation, pod: PodView) -> Hold | None:
+    """The pod's hold in ``res``: by uid, else by its claim id."""
+    by_uid = next((h for h in res.holds if h.pod_uid and h.pod_uid == pod.uid), None)
+    if by_uid is not None or pod.claim is None:
+        return by_uid
+    return next((h for h in res.holds if h.claim == pod.claim), None)
+
+
+class Admitter:
+    """The reserved queue of one leader term."""
+
+    def __init__(
+        self,
+        gateway: Any,
+        caches: Caches,
+        settings: ReconcilerSettings,
+        clock: Clock,
+        metrics: queue.QueueMetrics,
+        knowledge: Knowledge,
+        emit: Emit = events.emit,
+    ) -> None:
+        self._gateway = gateway
+        self._caches = caches
+        self._settings = settings
+        self._clock = clock
+        self._metrics = metrics
+        self._knowledge = knowledge
+        self._emit = emit
+        self._ns = settings.common.namespace
+        self._zone = settings.common.display_timezone
+        self.throttle = Throttle(clock, settings.queue.repeat)
+        self._wake = asyncio.Event()
+        self._announced: set[tuple[str, str]] = set()
+        self._waited_open: dict[str, str] = {}
+        self._events = asyncio.Semaphore(EVENT_CONCURRENCY)
+        self.passes = 0
+        caches.pods.listeners.append(self._pod_changed)
+        caches.reservations.listeners.append(lambda _k, _o, _n: self._wake.set())
+
+    def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """The leader's loop for the queue."""
+        return [(ADMIT_TASK, lambda: self.run(float(self._settings.queue_interval_s)))]
+
+    def _pod_changed(self, _key: str, old: PodView | None, new: PodView | None) -> None:
+        if (new is None or new.finished or new.admitted) and old is not None:
+            self.throttle.forget(old.uid)
+            if new is None or new.finished:
+                self._waited_open.pop(old.uid, None)
+        self._wake.set()
+
+    async def run(self, tick_s: float) -> None:
+        """A pass now, then on every change, at each window start and every ``tick_s``."""
+        while not self._caches.ready():  # noqa: ASYNC110 - polls two caches' sync flags
+            await asyncio.sleep(0.05)
+        while True:
+            self._wake.clear()
+            await self.once()
+            await wait_either(self._clock.sleep(self._delay(tick_s)), self._wake.wait())
+
+    def _delay(self, tick_s: float) -> float:
+        now = self._clock.now()
+        upcoming = queue.next_start(self._caches.reservations.items.values(), now)
+        if upcoming is None:
+            return tick_s
+        return min(tick_s, (upcoming - now).total_seconds())
+
+    async def once(self) -> list[Admitted]:
+        """One pass over every waiting pod; the admissions it made."""
+        if not self._caches.ready():
+            return []
+        self.passes += 1
+        now = self._clock.now()
+        pool = list(self._caches.reservations.items.values())
+        pods = list(self._caches.pods.items.values())
+        groups: dict[str, list[tuple[PodView, Route]]] = {}
+        told: list[Awaitable[None]] = []
+        depth: dict[str, int] = {}
+        for pod in queue.waiting(pods):
+            found = route(pod.profile, pool, now, self._settings.rules)
+            if found.path is Path.ADMIT:
+                groups.setdefault(found.candidates[0].name, []).append((pod, found))
+                continue
+            if found.path is Path.QUEUE and found.wait is not None:
+                depth[found.wait.value] = depth.get(found.wait.value, 0) + 1
+                if found.wait is Wait.OPENS_LATER and found.reservation is not None:
+                    self._waited_open.setdefault(pod.uid, found.reservation.name)
+            told.append(self._tell(pod, found, pool, pods, now))
+        for wait in ("opens_later", "full", "too_small"):
+            self._metrics.depth.labels(wait).set(depth.get(wait, 0))
+        results = await asyncio.gather(
+            *(self._admit_group(items, pool, now) for items in groups.values())
+        )
+        admitted = [a for batch in results for a in batch]
+        await asyncio.gather(*told)
+        await self._announce_all(pods, admitted, now)
+        self.throttle.prune({p.uid for p in queue.waiting(pods)})
+        return admitted
+
+    # --- admission ---------------------------------------------------------------------
+
+    async def _admit_group(
+        self, items: list[tuple[PodView, Route]], pool: list[GPUReservation], now: datetime
+    ) -> list[Admitted]:
+        """Admit the pods of one reservation in turn (their claims would only conflict)."""
+        latest: dict[str, GPUReservation] = {}
+        done = []
+        for pod, found in items:
+            got = await self._admit(pod, found, pool, latest, now)
+            if got is not None:
+                done.append(got)
+        return done
+
+    async def _admit(
+        self,
+        pod: PodView,
+        found: Route,
+        pool: list[GPUReservation],
+        latest: dict[str, GPUReservation],
+        now: datetime,
+    ) -> Admitted | None:
+        raw = await self._reread(pod)
+        if raw is None:
+            return None
+        for cand in found.candidates:
+            res = latest.get(cand.name, cand)
+            got = await ledger.claim(
+                self._gateway,
+                self._ns,
+                res.name,
+                pod.gpus,
+                pod=pod.name,
+                now=now,
+                deadline=time.monotonic() + ADMIT_DEADLINE_S,
+                cached=model.to_object(res, self._ns, now),
+            )
+            if got.reservation is not None:
+                latest[cand.name] = got.reservation
+            if got.admitted and got.claim is not None and got.reservation is not None:
+                return await self._stamp(pod, raw, got.reservation, got.claim, pool, now)
+            if got.reason in {"error", "deadline"}:
+                return None
+        return None
+
+    async def _reread(self, pod: PodView) -> dict[str, Any] | None:
+        """The pod as it is now, when it still waits (R11 step 3); else None."""
+        try:
+            raw: dict[str, Any] = await self._gateway.get(PODS, pod.name, pod.namespace)
+        except NotFound:
+            return None
+        except KubeError as exc:
+            log(_log, logging.WARNING, "queue.read_failed", pod=pod.key, error=str(exc))
+            return None
+        fresh = project_pod(raw, self._settings.rules)
+        if fresh is None or fresh.uid != pod.uid or not queue.waiting([fresh]):
+            return None
+        return raw
+
+    async def _stamp(
+        self,
+        pod: PodView,
+        raw: dict[str, Any],
+        res: GPUReservation,
+        claim: str,
+        pool: list[GPUReservation],
+        now: datetime,
+    ) -> Admitted | None:
+        """Patch the pod after a successful claim; drop the hold again if that fails."""
+        until = self._until(res, pool, now)
+        patch = queue.admission_patch(raw, res, claim, until, now, self._settings.queue.gate_name)
+        try:
+            await self._gateway.patch(PODS, pod.name, patch, pod.namespace)
+        except KubeError as exc:
+            log(_log, logging.WARNING, "queue.patch_failed", pod=pod.key, error=str(exc))
+            await ledger.amend(
+                self._gateway,
+                self._ns,
+                res.name,
+                lambda cur: ledger.drop(cur, {claim}),
+                now=now,
+                deadline=time.monotonic() + ADMIT_DEADLINE_S,
+            )
+            return None
+        lag = (self._clock.now() - res.facts.start).total_seconds()
+        if self._waited_open.pop(pod.uid, None) == res.name:
+            self._metrics.lag.observe(max(0.0, lag))
+        self._metrics.admissions.labels("reserved").inc()
+        log(
+            _log,
+            logging.INFO,
+            "queue.admitted",
+            namespace=pod.namespace,
+            pod=pod.name,
+            reservation=res.name,
+            claim=claim,
+            since_open_s=round(lag, 3),
+        )
+        return Admitted(pod, res, claim)
+
+    def _until(self, res: GPUReservation, pool: list[GPUReservation], now: datetime) -> datetime:
+        facts = [r.facts for r in pool]
+        use_group = self._settings.rules.use_group
+        return guarantee_end(res.facts, facts, now, use_group=use_group)
+
+    # --- RuntimeGuaranteed -----------------------------------------------------------
+
+    async def _announce_all(
+        self, pods: list[PodView], admitted: list[Admitted], now: datetime
+    ) -> None:
+        """Announce this pass's admissions and every unannounced admitted pod."""
+        by_name = self._caches.by_name()
+        todo = {(a.reservation.name, a.claim): a for a in admitted}
+        for pod in pods:
+            res = by_name.get(pod.reference or "")
+            if res is None or pod.finished or pod.deleting:
+                continue
+            hold = find_hold(res, pod)
+            if hold is not None and not hold.announced and (res.name, hold.claim) not in todo:
+                todo[(res.name, hold.claim)] = Admitted(pod, res, hold.claim)
+        fresh = [a for key, a in todo.items() if key not in self._announced]
+        await asyncio.gather(*(self._announce(a, now, a not in admitted) for a in fresh))
+
+    async def _announce(self, item: Admitted, now: datetime, webhook: bool) -> None:
+        res, pod = item.reservation, item.pod
+        pool = list(self._caches.reservations.items.values())
+        if res.facts.kind is Kind.BEST_EFFORT:
+            reason, text = vocab.REASON_BEST_EFFORT_ADMITTED, wording.best_effort_admitted(res)
+        else:
+            until = self._until(res, pool, now)
+            reason = vocab.REASON_RUNTIME_GUARANTEED
+            text = wording.runtime_guaranteed(res, until, self._zone)
+        if not await self._send(pod, reason, text, now):
+            return
+        self._announced.add((res.name, item.claim))
+        if webhook:
+            self._metrics.admissions.labels("webhook").inc()
+
+        def mark(cur: GPUReservation) -> GPUReservation:
+            return ledger.announce(ledger.bind(cur, item.claim, pod.name, pod.uid), item.claim)
+
+        deadline = time.monotonic() + ADMIT_DEADLINE_S
+        await ledger.amend(self._gateway, self._ns, res.name, mark, now=now, deadline=deadline)
+
+    # --- waiting Events --------------------------------------------------------------
+
+    async def _tell(
+        self,
+        pod: PodView,
+        found: Route,
+        pool: list[GPUReservation],
+        pods: list[PodView],
+        now: datetime,
+    ) -> None:
+        """Tell the pod its waiting or problem status (throttled, switches honoured)."""
+        q = self._settings.queue
+        if found.path is Path.QUEUE and q.wait_events:
+            owner = pod.namespace
+            res = found.reservation
+            names = queue.holders(res, pods, owner) if res is not None else []
+            status = statuses.waiting(found, pod.gpus, names, self._zone)
+            await self._say(pod, HOLD, status, now)
+        if found.path is Path.NONE and q.problem_events and self._knowledge.fetched():
+            known = self._knowledge.classes()
+            status = statuses.unmatched(
+                pod.profile,
+                found,
+                pool,
+                now,
+                self._settings.rules,
+                known_classes=known,
+                contact=q.support_contact,
+                zone=self._zone,
+            )
+            await self._say(pod, HOLD, status, now)
+        if found.path in {Path.NONE, Path.JIT} and q.problem_events:
+            ignored = statuses.ignored_annotations(
+                pod.annotations, self._settings.rules, q.support_contact
+            )
+            await self._say(pod, ANNOTATIONS, ignored, now)
+
+    async def _say(self, pod: PodView, topic: str, status: Status | None, now: datetime) -> None:
+        if status is None or not self.throttle.due(pod.uid, topic, status.reason, status.message):
+            return
+        if await self._send(pod, status.reason, status.message, now):
+            self.throttle.sent(pod.uid, topic, status.reason, status.message)
+
+    async def _send(self, pod: PodView, reason: str, message: str, now: datetime) -> bool:
+        async with self._events:
+            return await self._emit(
+                self._gateway, pod, reason, message, now=now, on_sent=self._count
+            )
+
+    def _count(self, reason: str) -> None:
+        self._metrics.events.labels(reason).inc()

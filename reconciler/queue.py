@@ -1,0 +1,140 @@
+"""The reserved queue's pure parts: who waits, when the next window opens, the patch.
+
+The queue holds no state of its own: every pass re-routes each pod that is not yet
+admitted (``shared.policy.routing.route`` over the reservation cache), so a pod always
+waits on a reservation that can take it (R12: an open one with room wins; an entry
+whose window ended simply routes elsewhere or nowhere). What is kept in memory is only
+what the metrics need (since when a pod waited for a window to open).
+
+``admission_patch`` is the one JSON Patch that admits a pod: ``test`` preconditions
+on the pod's uid and resourceVersion (any concurrent change — another admission, a
+user edit — makes it fail as a whole, and the claim is then dropped), the granted
+toleration, every admission annotation, and removal of the scheduling gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from reconciler.metrics import NAMESPACE
+from reconciler.pods import PodView
+from shared.model import GPUReservation, State
+from shared.policy.annotations import admission_annotations
+from shared.policy.tolerations import granted_toleration
+
+#: Lag buckets (seconds) from a window opening to a waiting pod being tolerated.
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+def waiting(pods: Iterable[PodView]) -> list[PodView]:
+    """Pods the queue must route: GPU pods not admitted, alive, not tolerated by hand."""
+    return [
+        p
+        for p in pods
+        if not p.admitted and not p.finished and not p.deleting and not p.tolerated and p.uid
+    ]
+
+
+def next_start(reservations: Iterable[GPUReservation], now: datetime) -> datetime | None:
+    """The soonest window start after ``now`` (the timer's next instant)."""
+    starts = [
+        r.facts.start for r in reservations if r.facts.state is State.ACTIVE and r.facts.start > now
+    ]
+    return min(starts, default=None)
+
+
+def holders(res: GPUReservation, pods: Iterable[PodView], owner: str) -> list[str]:
+    """The owner's own live pods admitted under ``res`` (never other users' pods)."""
+    return sorted(
+        p.name for p in pods if p.reference == res.name and p.namespace == owner and not p.finished
+    )
+
+
+def pointer(key: str) -> str:
+    """A JSON Pointer segment (RFC 6901: ``~`` → ``~0``, ``/`` → ``~1``)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = pod.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def admission_patch(
+    pod: Mapping[str, Any],
+    res: GPUReservation,
+    claim: str,
+    until: datetime,
+    now: datetime,
+    gate: str | None,
+) -> list[dict[str, Any]]:
+    """The JSON Patch admitting ``pod`` (as read) under ``res`` with ``claim``."""
+    meta, spec = _meta(pod), _spec(pod)
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+    ]
+    toleration = granted_toleration(res.facts.gpu_class)
+    if isinstance(spec.get("tolerations"), list):
+        ops.append({"op": "add", "path": "/spec/tolerations/-", "value": toleration})
+    else:
+        ops.append({"op": "add", "path": "/spec/tolerations", "value": [toleration]})
+    notes = admission_annotations(
+        res.facts, claim=claim, guaranteed_until=until, now=now, admitted_at=now
+    )
+    if isinstance(meta.get("annotations"), Mapping):
+        for key, value in sorted(notes.items()):
+            path = f"/metadata/annotations/{pointer(key)}"
+            ops.append({"op": "add", "path": path, "value": value})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": notes})
+    gates = spec.get("schedulingGates")
+    if gate and isinstance(gates, list):
+        # Highest index first, so earlier removals do not shift later ones.
+        found = [i for i, g in enumerate(gates) if isinstance(g, Mapping) and g.get("name") == gate]
+        ops.extend({"op": "remove", "path": f"/spec/schedulingGates/{i}"} for i in reversed(found))
+    return ops
+
+
+class QueueMetrics:
+    """The reserved path's metrics, on the reconciler's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.depth = Gauge(
+            "reserved_queue_depth",
+            "Pods waiting on a reservation, by why (opens_later, full, too_small).",
+            ["wait"],
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.lag = Histogram(
+            "window_open_to_admitted_seconds",
+            "From a window opening to a pod that waited for it being tolerated.",
+            namespace=NAMESPACE,
+            registry=registry,
+            buckets=LAG_BUCKETS,
+        )
+        self.admissions = Counter(
+            "admissions",
+            "Admissions by path (reserved: the reconciler's queue; webhook: announced "
+            "here, admitted at create).",
+            ["path"],
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.events = Counter(
+            "events",
+            "Events written on pods, by reason.",
+            ["reason"],
+            namespace=NAMESPACE,
+            registry=registry,
+        )

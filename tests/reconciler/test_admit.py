@@ -1,0 +1,293 @@
+"""The reserved queue on the manual clock: route, queue, timer, admit; the patch; announce once."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from datetime import timedelta
+from typing import Any
+
+import jsonpatch
+import pytest
+from prometheus_client import CollectorRegistry
+
+from reconciler.admit import Admitter, Knowledge
+from reconciler.caches import Caches
+from reconciler.queue import QueueMetrics, admission_patch, next_start
+from reconciler.settings import load
+from shared import ledger, model, vocab
+from shared.clock import ManualClock, format_utc
+from shared.errors import Conflict, Invalid, NotFound
+from shared.policy.tolerations import granted_toleration
+from shared.resources import EVENTS, GPU_RESERVATIONS, PODS, Resource
+from tests.reconciler.builders import END, NS, START
+from tests.reconciler.fakekube import FakeKube
+
+GATE = "gpu-reservation.galends.io/queued"
+BEFORE = START - timedelta(minutes=5)
+
+
+class PatchKube(FakeKube):
+    """FakeKube plus JSON Patch on pods (with ``test`` semantics) and Event creates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_patch = False
+
+    async def patch(
+        self, res: Resource, name: str, patch: Any, namespace: str | None = None, **_: Any
+    ) -> dict[str, Any]:
+        self._check("patch", res)
+        key = (res.plural, namespace, name)
+        if key not in self.objects:
+            raise NotFound(404, "not found", "NotFound")
+        if self.fail_patch:
+            raise Invalid(422, "refused", "Invalid")
+        try:
+            new = jsonpatch.apply_patch(copy.deepcopy(self.objects[key]), patch)
+        except jsonpatch.JsonPatchTestFailed as exc:
+            raise Conflict(409, str(exc), "Conflict") from exc
+        self.objects[key] = self._bump(new)
+        return copy.deepcopy(new)
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        found = [o for (p, _, _), o in self.objects.items() if p == EVENTS.plural]
+        return [e for e in found if reason is None or e["reason"] == reason]
+
+
+def facts(rid: int = 1, gpus: int = 2, start=START, end=END) -> model.ReservationFacts:
+    return model.ReservationFacts(
+        rid, "alice", "a100", "A100", gpus, model.Kind.BOOKING, start, end,
+        model.State.ACTIVE, START,
+    )  # fmt: skip
+
+
+def gpu_pod(name: str, gpus: int = 1, gated: bool = True, **meta: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "resources": {"limits": {vocab.GPU_RESOURCE: str(gpus)}}}]
+    }
+    if gated:
+        spec["schedulingGates"] = [{"name": "other"}, {"name": GATE}]
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "alice",
+            "uid": f"uid-{name}",
+            "labels": {vocab.GPU_CLASS_LABEL: "a100"},
+            **meta,
+        },
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+
+
+class World:
+    def __init__(self, now=BEFORE, **env: str) -> None:
+        self.kube = PatchKube()
+        self.clock = ManualClock(now)
+        base = {
+            "RESERVATION_API_URL": "http://app",
+            "RESERVATION_API_KEY": "k",
+            "POD_NAMESPACE": NS,
+            "POD_SCHEDULING_GATE_NAME": GATE,
+            "EVENT_DISPLAY_TIMEZONE": "Europe/Berlin",
+        }
+        self.settings, _ = load({**base, **env})
+        self.caches = Caches(self.kube, self.settings, self.clock)
+        self.admitter = Admitter(
+            self.kube,
+            self.caches,
+            self.settings,
+            self.clock,
+            QueueMetrics(CollectorRegistry()),
+            Knowledge(lambda: True, lambda: {"a100"}),
+        )
+
+    def book(self, f: model.ReservationFacts, holds: tuple[model.Hold, ...] = ()) -> None:
+        res = model.GPUReservation(f, holds)
+        self.kube.add(GPU_RESERVATIONS, model.to_object(res, NS, self.clock.now()), NS)
+
+    def ledger_of(self, rid: int = 1) -> model.GPUReservation:
+        return model.from_object(
+            self.kube.objects[(GPU_RESERVATIONS.plural, NS, model.reference(rid))]
+        )
+
+    def pod(self, name: str) -> dict[str, Any]:
+        return self.kube.objects[(PODS.plural, "alice", name)]
+
+    async def sync(self) -> None:
+        await self.caches.pods.relist()
+        await self.caches.reservations.relist()
+
+    async def step(self) -> None:
+        await self.sync()
+        await self.admitter.once()
+        await self.sync()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_patch_applies_to_the_original_pod() -> None:
+    res = model.GPUReservation(facts())
+    raw = gpu_pod("p", gated=True)
+    raw["metadata"]["resourceVersion"] = "7"
+    ops = admission_patch(raw, res, "c-1", END, START, GATE)
+    assert ops[:2] == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-p"},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+    ]
+    out = jsonpatch.apply_patch(raw, ops)
+    assert out["spec"]["tolerations"] == [granted_toleration("a100")]
+    notes = out["metadata"]["annotations"]
+    assert notes[vocab.BOOKING_REFERENCE] == "res-1"
+    assert notes[vocab.ADMISSION_CLAIM] == "c-1"
+    assert notes[vocab.ADMITTED_AT] == format_utc(START)
+    assert notes[vocab.GUARANTEED_UNTIL] == format_utc(END)
+    assert out["spec"]["schedulingGates"] == [{"name": "other"}]
+    # Existing tolerations and annotations are kept (appended / added key by key).
+    raw["spec"]["tolerations"] = [{"key": "x", "operator": "Exists"}]
+    raw["metadata"]["annotations"] = {"keep": "me", "a/b~c": "1"}
+    out = jsonpatch.apply_patch(raw, admission_patch(raw, res, "c-1", END, START, None))
+    assert out["spec"]["tolerations"][0] == {"key": "x", "operator": "Exists"}
+    assert out["metadata"]["annotations"]["keep"] == "me"
+    assert out["spec"]["schedulingGates"] == raw["spec"]["schedulingGates"]
+    raw["metadata"]["resourceVersion"] = "8"
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(raw, ops)  # the pod changed since it was read
+
+
+def test_queued_pod_waits_then_is_admitted_at_window_open_by_the_timer() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.book(facts())
+        w.kube.add(PODS, gpu_pod("train"))
+        await w.sync()
+        assert next_start(w.caches.reservations.items.values(), w.clock.now()) == START
+        task = asyncio.create_task(w.admitter.run(300.0))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        waiting = w.kube.events(vocab.REASON_WAITING_FOR_RESERVATION)
+        assert len(waiting) == 1
+        assert "res-1" in waiting[0]["message"]
+        assert "2026-01-05 10:00 CET" in waiting[0]["message"]
+        assert waiting[0]["involvedObject"]["uid"] == "uid-train"
+        assert vocab.BOOKING_REFERENCE not in (w.pod("train")["metadata"].get("annotations") or {})
+        await w.clock.advance(299)
+        assert not w.ledger_of().holds
+        await w.clock.advance(1)  # the window opens: the timer fires at START exactly
+        for _ in range(50):
+            await asyncio.sleep(0)
+        notes = w.pod("train")["metadata"]["annotations"]
+        assert notes[vocab.BOOKING_REFERENCE] == "res-1"
+        assert notes[vocab.ADMITTED_AT] == format_utc(START)
+        assert w.pod("train")["spec"]["schedulingGates"] == [{"name": "other"}]
+        hold = w.ledger_of().holds[0]
+        assert hold.claim == notes[vocab.ADMISSION_CLAIM]
+        assert hold.announced
+        assert hold.pod_uid == "uid-train"
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    run(scenario())
+
+
+def test_announce_once_also_for_webhook_admissions_and_after_restart() -> None:
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        hold = model.Hold("c-9", 1, START, pod="web")
+        w.book(facts(), (hold,))
+        notes = {vocab.BOOKING_REFERENCE: "res-1", vocab.ADMISSION_CLAIM: "c-9"}
+        w.kube.add(PODS, gpu_pod("web", gated=False, annotations=notes))
+        await w.step()
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+        assert w.ledger_of().holds[0].announced
+        await w.step()
+        # A new process (fresh memory) reads the announced flag from the ledger.
+        w2 = World(now=START + timedelta(minutes=2))
+        w2.kube = w.kube
+        w2.caches = Caches(w.kube, w2.settings, w2.clock)
+        w2.admitter = Admitter(
+            w.kube, w2.caches, w2.settings, w2.clock, QueueMetrics(CollectorRegistry()),
+            Knowledge(lambda: True, lambda: None),
+        )  # fmt: skip
+        await w2.step()
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+
+    run(scenario())
+
+
+def test_full_reservation_names_the_holder_and_admits_when_it_leaves() -> None:
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(gpus=1))
+        w.kube.add(PODS, gpu_pod("first", gated=False))
+        await w.step()
+        assert w.pod("first")["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == "res-1"
+        w.kube.add(PODS, gpu_pod("second"))
+        await w.step()
+        full = w.kube.events(vocab.REASON_RESERVATION_FULL)
+        assert len(full) == 1
+        assert "first" in full[0]["message"]
+        assert full[0]["type"] == "Warning"
+        await w.step()  # unchanged: throttled
+        assert len(w.kube.events(vocab.REASON_RESERVATION_FULL)) == 1
+        del w.kube.objects[(PODS.plural, "alice", "first")]
+        await w.sync()
+        await w.caches.keeper.once()  # upkeep drops the holder's hold
+        await w.step()
+        assert w.pod("second")["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == "res-1"
+
+    run(scenario())
+
+
+def test_too_small_and_no_reservation_and_switches() -> None:
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1), SUPPORT_CONTACT="help@example.org")
+        w.book(facts(gpus=2))
+        w.kube.add(PODS, gpu_pod("big", gpus=3))
+        other = gpu_pod("h", gated=False)
+        other["metadata"]["labels"][vocab.GPU_CLASS_LABEL] = "h100x"
+        w.kube.add(PODS, other)
+        await w.step()
+        small = w.kube.events(vocab.REASON_RESERVATION_TOO_SMALL)
+        assert len(small) == 1
+        assert "requests 3" in small[0]["message"]
+        unknown = w.kube.events(vocab.REASON_UNKNOWN_GPU_CLASS)
+        assert len(unknown) == 1
+        assert unknown[0]["message"].endswith("contact support: help@example.org")
+        quiet = World(
+            now=START, RESERVATION_WAIT_EVENT_ENABLED="false", POD_PROBLEM_EVENT_ENABLED="false"
+        )
+        quiet.book(facts(gpus=2))
+        quiet.kube.add(PODS, gpu_pod("big", gpus=3))
+        await quiet.step()
+        assert quiet.kube.events() == []
+
+    run(scenario())
+
+
+def test_patch_failure_drops_the_claim_again() -> None:
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts())
+        w.kube.add(PODS, gpu_pod("p"))
+        w.kube.fail_patch = True
+        await w.step()
+        assert w.ledger_of().holds == ()
+        w.kube.fail_patch = False
+        await w.step()
+        assert len(w.ledger_of().holds) == 1
+
+    run(scenario())
+
+
+def test_rebuild_keeps_announcements_of_old_admissions() -> None:
+    res = model.GPUReservation(facts())
+    now = START + timedelta(hours=1)
+    old = ledger.PodUse("a", "ua", 1, "c-a", START)
+    new = ledger.PodUse("b", "ub", 1, "c-b", now - timedelta(seconds=5))
+    rebuilt = ledger.rebuild(res, [old, new], now, 120)
+    assert [h.announced for h in rebuilt.holds] == [True, False]
