@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import os
 from collections.abc import Mapping
 from datetime import datetime
@@ -79,7 +80,9 @@ MOUNT_SYNC_SECONDS = 0.1
 
 
 async def put(gateway: Gateway, body: Obj) -> None:
-    """Create ``body``, or replace what is there (at its resourceVersion)."""
+    """Create ``body``, or bring the live object to it as ``helm upgrade`` would: no
+    write when the live object already carries every field the chart sets; else a
+    replace that keeps what others set on fields the chart leaves out (the caBundle)."""
     res = RESOURCES[body["kind"]]
     name = body["metadata"]["name"]
     namespace = body["metadata"].get("namespace") if res.namespaced else None
@@ -90,9 +93,36 @@ async def put(gateway: Gateway, body: Obj) -> None:
         pass
     with contextlib.suppress(NotFound):
         current = await gateway.get(res, name, namespace)
+        if covers(body, current):
+            return
         version = current["metadata"]["resourceVersion"]
+        body = _keep_ca_bundle(body, current)
         body = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
     await gateway.replace(res, name, body, namespace)
+
+
+def covers(rendered: Any, live: Any) -> bool:
+    """Whether ``live`` holds every field ``rendered`` sets, with the same value."""
+    if isinstance(rendered, dict) and isinstance(live, dict):
+        return all(covers(value, live.get(key)) for key, value in rendered.items())
+    if isinstance(rendered, list) and isinstance(live, list) and len(rendered) == len(live):
+        return all(covers(r, x) for r, x in zip(rendered, live, strict=True))
+    return bool(rendered == live)
+
+
+def _keep_ca_bundle(body: Obj, live: Obj) -> Obj:
+    """A webhook configuration keeps the live caBundle of each webhook it names."""
+    if body["kind"] != "MutatingWebhookConfiguration":
+        return body
+    bundles = {
+        hook.get("name"): (hook.get("clientConfig") or {}).get("caBundle")
+        for hook in live.get("webhooks") or []
+    }
+    out = copy.deepcopy(body)
+    for hook in out.get("webhooks") or []:
+        if bundles.get(hook.get("name")):
+            hook.setdefault("clientConfig", {})["caBundle"] = bundles[hook["name"]]
+    return out
 
 
 async def install_base(gateway: Gateway, objects: ChartObjects) -> None:
