@@ -25,6 +25,7 @@ from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
 from reconciler.metrics import Metrics
 from reconciler.queue import QueueMetrics
+from reconciler.rotation import Rotator
 from reconciler.settings import ReconcilerSettings
 from reconciler.sync import ReservationSource, Syncer
 from reconciler.tasks import Tasks
@@ -74,6 +75,7 @@ class Reconciler:
             QueueMetrics(self.metrics.registry),
             Knowledge(lambda: self.syncer.fetched, self._class_labels),
         )
+        self.rotator = Rotator(gateway, settings.rotation, clock)
         self._leading = False
         self._lead_task: asyncio.Task[None] | None = None
         self._server: _Server | None = None
@@ -91,6 +93,7 @@ class Reconciler:
             *self.caches.loops(),
             *self.upholders.loops(),
             *self.admitter.loops(),
+            *self.rotator.loops(),
         ]
 
     def _class_labels(self) -> set[str] | None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from reconciler.rotation import RotationSettings, rotation_from
 from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
 from shared.policy.matching import MatchRules
 from shared.settings import CommonSettings, EnvReader, SecretStr, read_common
@@ -104,6 +105,9 @@ class ReconcilerSettings:
     adoption_enabled: bool = True
     #: Admission of queued pods and the Events on waiting pods (issue 7).
     queue: QueueSettings = field(default_factory=lambda: QueueSettings())
+    #: CERT_CHECK_INTERVAL and the certs hook Job's CERTS_* names: the leader's
+    #: certificate check in self-signed mode (``reconciler.rotation``); ``None``: off.
+    rotation: RotationSettings | None = None
 
 
 def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvReader]:
@@ -130,6 +134,7 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         clock=_clock(reader),
         adoption_enabled=reader.boolean("POD_ADOPTION_ENABLED", True, strict=False),
         queue=queue_from(reader),
+        rotation=rotation_from(reader),
     )
     reader.check()
     return settings, reader

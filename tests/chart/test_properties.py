@@ -282,12 +282,25 @@ def test_webhook_cannot_touch_pods_or_secrets() -> None:
 
 
 def test_only_the_reconciler_may_delete_pods_and_only_certs_may_touch_secrets() -> None:
+    """Secrets: the certs Job, and in self-signed mode the reconciler's certificate
+    check — the same grants, on the same two named Secrets; with cert-manager, none."""
+    certs = {g for g in _grants(DEFAULT, "Job", "certs") if g[2] == "secrets"}
     for kind, component in ACCOUNTS:
         grants = _grants(DEFAULT, kind, component)
         if component != "reconciler":
             assert ("delete", "", "pods") not in grants
-        if component != "certs":
-            assert not [g for g in grants if g[2] == "secrets"]
+        secrets = {g for g in grants if g[2] == "secrets"}
+        assert secrets == (certs if component in ("certs", "reconciler") else set())
+    assert _secret_names(DEFAULT, "reconciler") == _secret_names(DEFAULT, "certs")
+    reconciler = _grants(CERT_MANAGER, "Deployment", "reconciler")
+    assert not [g for g in reconciler if g[2] == "secrets"]
+
+
+def _secret_names(docs: list[dict[str, Any]], component: str) -> list[list[str]]:
+    kind = "Job" if component == "certs" else "Deployment"
+    roles = bound_roles(docs, NS, service_account_of(docs, kind, component))
+    rules = [r for role in roles for r in role["rules"] if r["resources"] == ["secrets"]]
+    return [sorted(r.get("resourceNames") or []) for r in rules]
 
 
 def test_no_rule_uses_wildcards_and_namespace_objects_use_roles() -> None:
@@ -429,6 +442,7 @@ SETTINGS: list[tuple[str, str, str, Any, str]] = [
     ("selfSigned.renewBeforeDays", "certs", "CERTS_RENEW_BEFORE_DAYS", 20, "20"),
     ("selfSigned.validityDays", "certs", "CERTS_VALIDITY_DAYS", 90, "90"),
     ("selfSigned.caValidityDays", "certs", "CERTS_CA_VALIDITY_DAYS", 1000, "1000"),
+    ("selfSigned.checkIntervalSeconds", "reconciler", "CERT_CHECK_INTERVAL", 600, "600"),
 ]
 
 

@@ -15,6 +15,7 @@ from tests.chart import render
 from tests.chart.cases import CASES
 from tests.chart.rbac_walk import (
     COMPONENTS,
+    Permission,
     bound_roles,
     calls_in,
     granted,
@@ -41,13 +42,39 @@ def test_rbac_grants_exactly_the_calls_the_code_makes(component: str) -> None:
     assert mismatch(WALK.permissions(component), given) == {}
 
 
+def through_certs(component: str) -> set[Permission]:
+    """Permissions charged to ``component`` only through the ``certs`` package (the
+    reconciler's certificate check, which runs in self-signed mode only)."""
+    calls = WALK.of(component)
+    via = {c.permission for c in calls if c.module.split(".")[0] == "certs"}
+    return via - {c.permission for c in calls if c.module.split(".")[0] != "certs"}
+
+
 def test_rbac_is_the_same_in_cert_manager_mode_minus_the_certs_job() -> None:
+    """With cert-manager the certs Job and the reconciler's certificate check are off:
+    the reconciler is granted its calls minus those it makes through ``certs``."""
     docs = render.render(CASES["cert-manager"])
     for component in ("webhook", "reconciler"):
         account = service_account_of(docs, "Deployment", component)
         given = granted(bound_roles(docs, render.NAMESPACE, account))
-        assert mismatch(WALK.permissions(component), given) == {}
+        needed = WALK.permissions(component) - through_certs(component)
+        assert mismatch(needed, given) == {}
     assert not [d for d in docs if d["metadata"]["name"].endswith("-certs")]
+
+
+def test_the_reconciler_checks_certificates_with_the_certs_jobs_permissions() -> None:
+    """Self-signed mode adds exactly ``certs.apply``'s calls to the reconciler: the
+    reconciler imports it (``reconciler.rotation``), so the walk charges them to it."""
+    assert "certs.apply" in modules_of("reconciler")
+    assert "certs.apply" not in modules_of("webhook")
+    assert through_certs("reconciler") == WALK.permissions("certs")
+    self_signed = render.render(CASES["default"])
+    cert_manager = render.render(CASES["cert-manager"])
+    grants = [
+        granted(bound_roles(d, render.NAMESPACE, service_account_of(d, "Deployment", "reconciler")))
+        for d in (self_signed, cert_manager)
+    ]
+    assert grants[0] - grants[1] == through_certs("reconciler")
 
 
 def test_shared_code_is_charged_to_the_components_that_import_it() -> None:
