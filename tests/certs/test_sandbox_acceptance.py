@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from certs.plan import CA_CRT, TLS_CRT
 from shared.gateway import Gateway
@@ -41,7 +43,8 @@ from sandbox.install import (
     renewal_overrides,
 )
 from sandbox.kube.component import KubeComponent
-from sandbox.runner import SandboxContext
+from sandbox.reconciler_component import ReconcilerProcess
+from sandbox.runner import Sandbox, SandboxContext
 from sandbox.scenario import load_scenario
 from sandbox.webhook_component import WebhookComponent
 
@@ -86,9 +89,6 @@ def presented(port: int) -> bytes:
 
 
 def der(pem_b64: str) -> bytes:
-    from cryptography import x509
-    from cryptography.hazmat.primitives.serialization import Encoding
-
     cert = x509.load_pem_x509_certificate(base64.b64decode(pem_b64))
     return cert.public_bytes(Encoding.DER)
 
@@ -193,3 +193,52 @@ async def acceptance(w: World, webhook: WebhookComponent) -> None:
 
 def test_certs_ensure_against_the_sandbox(tmp_path: Path) -> None:
     asyncio.run(scenario(tmp_path))
+
+
+def reconciler_certs_env(namespace: str) -> dict[str, str]:
+    """The certificate-check variables the chart gives the reconciler (self-signed)."""
+    docs = chart.render(namespace)
+    deployment = next(
+        d
+        for d in docs
+        if d["kind"] == "Deployment"
+        and d["metadata"]["labels"].get(chart.COMPONENT_LABEL) == "reconciler"
+    )
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    return {e["name"]: e["value"] for e in env if e["name"].startswith("CERT") and "value" in e}
+
+
+async def rotation_scenario(tmp_path: Path) -> None:
+    ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario())
+    sandbox = Sandbox(ctx, ["kube", "app", "webhook"])
+    await sandbox.start()
+    replica: ReconcilerProcess | None = None
+    try:
+        webhook: WebhookComponent = ctx.handles["webhook"]
+        before = webhook.serving_pair()
+        env = reconciler_certs_env(ctx.namespace)
+        assert env["CERT_CHECK_INTERVAL"] == "3600"
+        overrides = renewal_overrides(before.not_after, datetime.now(UTC))
+        replica = ReconcilerProcess(ctx, "r0", {**env, **overrides, "CERT_CHECK_INTERVAL": "1"})
+        await replica.start()  # under the chart's reconciler account and its RBAC
+        deadline = time.monotonic() + 20
+        while webhook.serving_pair().certificate == before.certificate:
+            assert time.monotonic() < deadline, "the reconciler did not renew the certificate"
+            await asyncio.sleep(0.2)
+        want = webhook.serving_pair().certificate.public_bytes(Encoding.DER)
+        port = webhook.replicas[0].port
+        while await asyncio.to_thread(presented, port) != want:
+            assert time.monotonic() < deadline, "the webhook still presents the old certificate"
+            await asyncio.sleep(0.1)
+        assert not [e for e in replica.logs() if e.get("event") == "certs.check_failed"]
+    finally:
+        if replica is not None:
+            await replica.stop()
+        await sandbox.stop()
+
+
+def test_the_reconcilers_check_renews_with_the_charts_rbac(tmp_path: Path) -> None:
+    """Self-signed mode: the reconciler leader's periodic check, as the chart configures
+    it (only the interval shortened and the lifetimes made due), renews the certificate
+    under the reconciler's own service account; the webhook picks it up."""
+    asyncio.run(rotation_scenario(tmp_path))
