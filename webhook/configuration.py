@@ -1,8 +1,8 @@
 """The one definition of the webhook's ``MutatingWebhookConfiguration``.
 
-The sandbox registers exactly this; the chart renders the same values (``python -m
-webhook.configuration`` prints it as YAML for a given service and namespace, so the
-chart's template can be checked against it). Settings and why (DESIGN §4):
+The chart renders the same values and the sandbox registers the chart's rendering;
+``tests/chart/test_sandbox_chart.py`` checks that the two agree (``python -m
+webhook.configuration`` prints this one as YAML). Settings and why (DESIGN §4):
 
 - ``failurePolicy: Ignore`` — an outage never blocks pod creation; the reconciler
   admits what the webhook missed.
