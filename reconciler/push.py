@@ -116,7 +116,7 @@ async def apply(syncer: Syncer, entries: list[Reservation]) -> PushResult:
         after = await syncer.mirror()
     total = sum(1 for r in after.values() if r.facts.state is model.State.ACTIVE)
     result = PushResult(applied, cancelled, adopted, total)
-    log(_log, logging.INFO, "push.applied", entries=len(entries), **result.as_json())
+    log(_log, logging.INFO, "push.applied", entries=len(entries), result=result.as_json())
     return result
 
 
