@@ -16,7 +16,9 @@ the reservation cache:
 Every admitted pod whose ledger hold is not marked announced — ours or the
 webhook's — gets ``RuntimeGuaranteed`` (``BestEffortAdmitted`` for a best-effort
 stub), then the hold is marked (``ledger.announce``), so a restart does not say it
-twice. Waiting statuses go through the R39 throttle.
+twice. Waiting statuses go through the R39 throttle, seeded for each pod from its own
+Events before the first send of a process, so a restart does not restate a status
+inside the repeat interval.
 
 Triggers: a pass runs when the caches are first synced, on any pod or reservation
 cache change (a holder leaving frees its hold through upkeep, whose status write
@@ -31,18 +33,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from reconciler import events, queue
+from reconciler import events, queue, upkeep
 from reconciler.caches import Caches
 from reconciler.pods import PodView, project_pod
 from reconciler.settings import ReconcilerSettings
 from reconciler.throttle import ANNOTATIONS, HOLD, Throttle
 from reconciler.upkeep import wait_either
 from shared import ledger, model, vocab
-from shared.clock import Clock
+from shared.clock import Clock, parse_utc
 from shared.errors import KubeError, NotFound
 from shared.logs import log
 from shared.model import GPUReservation, Hold, Kind
@@ -50,7 +52,7 @@ from shared.policy import statuses, wording
 from shared.policy.routing import Path, Route, Wait, route
 from shared.policy.statuses import Status
 from shared.policy.windows import guarantee_end
-from shared.resources import PODS
+from shared.resources import EVENTS, PODS
 
 _log = logging.getLogger(__name__)
 ADMIT_TASK = "reserved-queue"
@@ -60,6 +62,17 @@ ADMIT_DEADLINE_S = 10.0
 EVENT_CONCURRENCY = 16
 
 Emit = Callable[..., Awaitable[bool]]
+#: The throttled statuses (their Events are read back after a restart).
+STATUS_REASONS = frozenset(
+    {
+        vocab.REASON_WAITING_FOR_RESERVATION,
+        vocab.REASON_RESERVATION_FULL,
+        vocab.REASON_RESERVATION_TOO_SMALL,
+        vocab.REASON_NO_RESERVATION,
+        vocab.REASON_UNKNOWN_GPU_CLASS,
+        vocab.REASON_ANNOTATION_IGNORED,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,22 @@ def find_hold(res: GPUReservation, pod: PodView) -> Hold | None:
     return next((h for h in res.holds if h.claim == pod.claim), None)
 
 
+def recalled(event: dict[str, Any], uid: str) -> tuple[str, str, str, datetime] | None:
+    """(topic, reason, message, when) of one of our status Events on pod ``uid``."""
+    if (event.get("involvedObject") or {}).get("uid") != uid:
+        return None
+    source = (event.get("source") or {}).get("component") or event.get("reportingComponent")
+    reason = str(event.get("reason", ""))
+    if source != vocab.PRODUCT_NAME or reason not in STATUS_REASONS:
+        return None
+    try:
+        at = parse_utc(str(event.get("lastTimestamp") or event.get("firstTimestamp")))
+    except ValueError:
+        return None
+    topic = ANNOTATIONS if reason == vocab.REASON_ANNOTATION_IGNORED else HOLD
+    return topic, reason, str(event.get("message", "")), at
+
+
 class Admitter:
     """The reserved queue of one leader term."""
 
@@ -112,6 +141,7 @@ class Admitter:
         self.throttle = Throttle(clock, settings.queue.repeat)
         self._wake = asyncio.Event()
         self._announced: set[tuple[str, str]] = set()
+        self._recalled: set[str] = set()
         self._waited_open: dict[str, str] = {}
         self._events = asyncio.Semaphore(EVENT_CONCURRENCY)
         self.passes = 0
@@ -127,6 +157,7 @@ class Admitter:
             self.throttle.forget(old.uid)
             if new is None or new.finished:
                 self._waited_open.pop(old.uid, None)
+                self._recalled.discard(old.uid)
         self._wake.set()
 
     async def run(self, tick_s: float) -> None:
@@ -156,10 +187,15 @@ class Admitter:
         groups: dict[str, list[tuple[PodView, Route]]] = {}
         told: list[Awaitable[None]] = []
         depth: dict[str, int] = {}
+        behind = self._behind(pods, now)
         for pod in queue.waiting(pods):
             found = route(pod.profile, pool, now, self._settings.rules)
             if found.path is Path.ADMIT:
-                groups.setdefault(found.candidates[0].name, []).append((pod, found))
+                ready = tuple(r for r in found.candidates if r.name not in behind)
+                if ready:
+                    groups.setdefault(ready[0].name, []).append(
+                        (pod, replace(found, candidates=ready))
+                    )
                 continue
             if found.path is Path.QUEUE and found.wait is not None:
                 depth[found.wait.value] = depth.get(found.wait.value, 0) + 1
@@ -176,6 +212,16 @@ class Admitter:
         await self._announce_all(pods, admitted, now)
         self.throttle.prune({p.uid for p in queue.waiting(pods)})
         return admitted
+
+    def _behind(self, pods: list[PodView], now: datetime) -> set[str]:
+        """Reservations whose ledger the live pods contradict: no claim until upkeep ran.
+
+        A claim against a ledger missing an admitted pod's hold (a wiped status, a
+        restart before the rebuild) would over-admit; upkeep fixes it at once and its
+        write wakes the next pass."""
+        uses = upkeep.uses_by_reservation(pods)
+        ttl = self._settings.ledger_claim_ttl_s
+        return set(upkeep.stale(self._caches.by_name(), uses, now, ttl))
 
     # --- admission ---------------------------------------------------------------------
 
@@ -309,7 +355,8 @@ class Admitter:
             until = self._until(res, pool, now)
             reason = vocab.REASON_RUNTIME_GUARANTEED
             text = wording.runtime_guaranteed(res, until, self._zone)
-        if not await self._send(pod, reason, text, now):
+        told = webhook and await self._told_before(pod, reason, res.name)
+        if not told and not await self._send(pod, reason, text, now):
             return
         self._announced.add((res.name, item.claim))
         if webhook:
@@ -320,6 +367,24 @@ class Admitter:
 
         deadline = time.monotonic() + ADMIT_DEADLINE_S
         await ledger.amend(self._gateway, self._ns, res.name, mark, now=now, deadline=deadline)
+
+    async def _told_before(self, pod: PodView, reason: str, res_name: str) -> bool:
+        """Whether the pod already carries our announcement of ``res_name`` (read back).
+
+        Only for holds this process did not create (webhook admissions, rebuilt holds):
+        a status wiped between the Event and the flag must not announce twice."""
+        selector = f"involvedObject.uid={pod.uid},reason={reason}"
+        try:
+            listed = await self._gateway.list_all(EVENTS, pod.namespace, field_selector=selector)
+        except KubeError:
+            return False
+        return any(
+            e.get("reportingComponent") == vocab.PRODUCT_NAME
+            and e.get("reason") == reason
+            and (e.get("involvedObject") or {}).get("uid") == pod.uid
+            and res_name in (w.strip(".,:;()") for w in str(e.get("message", "")).split())
+            for e in listed.items
+        )
 
     # --- waiting Events --------------------------------------------------------------
 
@@ -361,8 +426,26 @@ class Admitter:
     async def _say(self, pod: PodView, topic: str, status: Status | None, now: datetime) -> None:
         if status is None or not self.throttle.due(pod.uid, topic, status.reason, status.message):
             return
+        if pod.uid not in self._recalled:
+            await self._recall(pod)
+            if not self.throttle.due(pod.uid, topic, status.reason, status.message):
+                return
         if await self._send(pod, status.reason, status.message, now):
             self.throttle.sent(pod.uid, topic, status.reason, status.message)
+
+    async def _recall(self, pod: PodView) -> None:
+        """Seed the throttle from the pod's own Events (a restart does not restate)."""
+        selector = f"involvedObject.uid={pod.uid}"
+        try:
+            listed = await self._gateway.list_all(EVENTS, pod.namespace, field_selector=selector)
+        except KubeError as exc:
+            log(_log, logging.WARNING, "queue.recall_failed", pod=pod.key, error=str(exc))
+            return
+        self._recalled.add(pod.uid)
+        for told in listed.items:
+            said = recalled(told, pod.uid)
+            if said is not None:
+                self.throttle.recall(pod.uid, *said)
 
     async def _send(self, pod: PodView, reason: str, message: str, now: datetime) -> bool:
         async with self._events:

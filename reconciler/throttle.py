@@ -55,6 +55,12 @@ class Throttle:
         """Record a successful send (only then is the status throttled)."""
         self._said[(uid, topic)] = Said((reason, text), self._clock.now())
 
+    def recall(self, uid: str, topic: str, reason: str, text: str, at: datetime) -> None:
+        """Seed what a previous process already sent (read back from the pod's Events)."""
+        last = self._said.get((uid, topic))
+        if last is None or last.at < at:
+            self._said[(uid, topic)] = Said((reason, text), at)
+
     def forget(self, uid: str) -> None:
         """The pod left, ended, or was admitted: its story is over."""
         for topic in (HOLD, ANNOTATIONS):

@@ -1,0 +1,280 @@
+"""Issue 7 acceptance 1, 2 and 5 in the sandbox with the real kubectl.
+
+kube + app (+ cluster: the emulated scheduler and kubelet) run in-process; the
+reconciler runs as a real process (``sandbox.reconciler_component``). Acceptance 1
+runs on a scaled clock so "five minutes before the window opens" takes seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sandbox.runner import Sandbox, SandboxContext
+from sandbox.scenario import load_scenario
+from shared import vocab
+from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
+from shared.gateway import Gateway
+from shared.resources import EVENTS, PODS
+from tests.reconciler.test_integration import World, eventually
+
+pytest.importorskip("sandbox.kube.component")
+from sandbox.reconciler_component import install
+
+pytestmark = [
+    pytest.mark.kubectl,
+    pytest.mark.slow,
+    pytest.mark.timeout(90),
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+GATE = "gpu-reservation.galends.io/queued"
+ENV = {
+    "LEADER_ELECTION_ENABLED": "false",
+    "RESERVATION_FETCH_INTERVAL": "3600",
+    "POD_SCHEDULING_GATE_NAME": GATE,
+    "EVENT_DISPLAY_TIMEZONE": "Europe/Berlin",
+}
+
+
+@asynccontextmanager
+async def sandbox_world(tmp_path: Path, clock: Clock) -> AsyncIterator[World]:
+    """kube, app and cluster on ``clock``; the caller starts reconciler replicas."""
+    ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario(), clock=clock)
+    box = Sandbox(ctx, ["kube", "app", "cluster"])
+    await box.start()
+    try:
+        assert ctx.kubeconfig is not None
+        kubeconfig = tmp_path / "reconciler.kubeconfig"
+        kubeconfig.write_text(ctx.kubeconfig, encoding="utf-8")
+        await install(kubeconfig, ctx.namespace)
+        gateway = Gateway.from_kubeconfig(str(kubeconfig))
+        async with httpx.AsyncClient(timeout=5) as http:
+            w = World(ctx, gateway, http)
+            try:
+                yield w
+            finally:
+                for proc in w.replicas:
+                    await proc.stop()
+                gateway.close()
+    finally:
+        await box.stop()
+        gc.collect()
+
+
+def kubectl(config: Path, *args: str, stdin: str | None = None) -> str:
+    binary = shutil.which("kubectl") or "kubectl"
+    done = subprocess.run(
+        [binary, "--kubeconfig", str(config), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def manifest(name: str, gpus: int = 1, gated: bool = True) -> dict[str, Any]:
+    """An a100 pod of alice's (a100 nodes are all reserved: untolerated it stays Pending)."""
+    spec: dict[str, Any] = {
+        "tolerations": [
+            {
+                "key": vocab.GPU_CLASS_LABEL,
+                "operator": "Equal",
+                "value": "a100",
+                "effect": vocab.TAINT_EFFECT_NO_SCHEDULE,
+            }
+        ],
+        "containers": [
+            {
+                "name": "c",
+                "image": "busybox",
+                "resources": {"limits": {vocab.GPU_RESOURCE: str(gpus)}},
+            }
+        ],
+    }
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "alice",
+            "labels": {vocab.GPU_CLASS_LABEL: "a100"},
+            "annotations": {vocab.SANDBOX_RUN_SECONDS: "36000"},
+        },
+        "spec": spec,
+    }
+
+
+async def create(config: Path, *pods: dict[str, Any]) -> None:
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(pods)})
+    await asyncio.to_thread(kubectl, config, "create", "--validate=false", "-f", "-", stdin=body)
+
+
+async def events_of(config: Path, pod: str) -> list[dict[str, Any]]:
+    text = await asyncio.to_thread(
+        kubectl, config, "get", "events", "-n", "alice",
+        "--field-selector", f"involvedObject.name={pod}", "-o", "json",
+    )  # fmt: skip
+    items: list[dict[str, Any]] = json.loads(text)["items"]
+    return items
+
+
+async def reasons_of(config: Path, pod: str) -> list[str]:
+    return [str(e.get("reason")) for e in await events_of(config, pod)]
+
+
+async def pod_of(w: World, name: str) -> dict[str, Any]:
+    return await w.gateway.get(PODS, name, "alice")
+
+
+def reference(pod: dict[str, Any]) -> str | None:
+    notes = pod["metadata"].get("annotations") or {}
+    value = notes.get(vocab.BOOKING_REFERENCE)
+    return str(value) if value else None
+
+
+def test_acceptance_1_admitted_at_window_open_scheduled_running_announced(
+    tmp_path: Path,
+) -> None:
+    asyncio.run(window_open(tmp_path))
+
+
+async def window_open(tmp_path: Path) -> None:
+    clock = ScaledClock(factor=20.0)
+    async with sandbox_world(tmp_path, clock) as w:
+        config = tmp_path / "kubeconfig"
+        await w.replica("r1", **ENV)
+        rid = await w.book(gpus=2, start="+5m", end="+1h")
+        name = f"{vocab.RESERVATION_REF_PREFIX}{rid}"
+        res = await eventually(lambda: w.get(name), 10)
+        start = parse_utc(res["spec"]["start"])
+        await create(config, manifest("early"))
+
+        async def waiting() -> bool:
+            return vocab.REASON_WAITING_FOR_RESERVATION in await reasons_of(config, "early")
+
+        await eventually(waiting, 10)
+        told = next(
+            e for e in await events_of(config, "early")
+            if e["reason"] == vocab.REASON_WAITING_FOR_RESERVATION
+        )  # fmt: skip
+        assert name in told["message"]
+        assert " CET" in told["message"]
+        assert reference(await pod_of(w, "early")) is None
+        # Poll the pod on the sandbox clock until it is tolerated.
+        seen = None
+        deadline = time.monotonic() + 30
+        while seen is None and time.monotonic() < deadline:
+            if reference(await pod_of(w, "early")) is not None:
+                seen = clock.now()
+            else:
+                await asyncio.sleep(0.005)
+        assert seen is not None
+        lag = (seen - start).total_seconds()
+        assert lag <= 2.0, f"tolerated {lag:.2f} sandbox seconds after the window opened"
+
+        async def running() -> dict[str, Any] | None:
+            pod = await pod_of(w, "early")
+            return pod if pod.get("status", {}).get("phase") == "Running" else None
+
+        pod = await eventually(running, 10)
+        assert pod["spec"]["nodeName"].startswith("a100-r")
+        assert not pod["spec"].get("schedulingGates")
+
+        async def announced() -> bool:
+            return vocab.REASON_RUNTIME_GUARANTEED in await reasons_of(config, "early")
+
+        await eventually(announced, 5)
+
+
+def test_acceptance_2_and_5_too_small_full_holder_left_and_restart(tmp_path: Path) -> None:
+    asyncio.run(full_and_restart(tmp_path))
+
+
+async def full_and_restart(tmp_path: Path) -> None:
+    async with sandbox_world(tmp_path, SystemClock()) as w:
+        config = tmp_path / "kubeconfig"
+        first = await w.replica("r1", **ENV)
+        rid = await w.book(gpus=2, start="-1m", end="+1h")
+        name = f"{vocab.RESERVATION_REF_PREFIX}{rid}"
+        await eventually(lambda: w.get(name), 10)
+        await create(config, manifest("holder", gpus=2, gated=False), manifest("big", gpus=3))
+
+        async def admitted(pod: str) -> bool:
+            return reference(await pod_of(w, pod)) == name
+
+        await eventually(lambda: admitted("holder"), 10)
+
+        async def said(pod: str, reason: str) -> bool:
+            return reason in await reasons_of(config, pod)
+
+        await eventually(lambda: said("big", vocab.REASON_RESERVATION_TOO_SMALL), 10)
+        await create(config, manifest("waiter", gpus=1))
+        await eventually(lambda: said("waiter", vocab.REASON_RESERVATION_FULL), 10)
+        full = [
+            e for e in await events_of(config, "waiter")
+            if e["reason"] == vocab.REASON_RESERVATION_FULL
+        ]  # fmt: skip
+        assert "holder" in full[0]["message"]
+        await asyncio.to_thread(
+            kubectl, config, "delete", "pod", "holder", "-n", "alice", "--grace-period=0", "--force"
+        )
+        began = time.monotonic()
+        await eventually(lambda: admitted("waiter"), 2)
+        assert time.monotonic() - began <= 2
+        # Acceptance 5: queued pods (too small, full) and an admitted one; restart.
+        await create(config, manifest("queued", gpus=2))
+        await eventually(lambda: said("queued", vocab.REASON_RESERVATION_FULL), 10)
+        await eventually(lambda: said("waiter", vocab.REASON_RUNTIME_GUARANTEED), 5)
+        before = len(await ours(w))
+        holds_before = (await w.get(name) or {}).get("status", {}).get("holds")
+        await first.stop()
+        # Wipe the ledger: the new leader rebuilds it from the live pods.
+        res = await w.get(name)
+        assert res is not None
+        res["status"] = {}
+        await w.gateway.replace(res_resource(), name, res, w.ctx.namespace, subresource="status")
+        await w.replica("r2", **ENV)
+
+        async def rebuilt() -> bool:
+            got = await w.get(name)
+            holds = (got or {}).get("status", {}).get("holds") or []
+            wanted = {h.get("podUid") for h in holds_before or []} - {None}
+            return {h.get("podUid") for h in holds} - {None} == wanted
+
+        await eventually(rebuilt, 10)
+        await asyncio.sleep(2)
+        after = await ours(w)
+        assert len(after) == before, [e["reason"] for e in after[before:]]
+        assert reference(await pod_of(w, "queued")) is None
+        assert reference(await pod_of(w, "waiter")) == name
+        assert reference(await pod_of(w, "big")) is None
+
+
+async def ours(w: World) -> list[dict[str, Any]]:
+    """The Events our reconciler wrote in alice's namespace (not the scheduler's)."""
+    items = (await w.gateway.list_all(EVENTS, "alice")).items
+    return [e for e in items if e.get("reportingComponent") == vocab.PRODUCT_NAME]
+
+
+def res_resource() -> Any:
+    from shared.resources import GPU_RESERVATIONS
+
+    return GPU_RESERVATIONS
