@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shared import vocab
+from shared import model, vocab
 from shared.clock import format_utc
 from shared.resources import PODS
 from tests.reconciler.test_evict_sandbox import kubectl
@@ -44,7 +44,7 @@ async def scenario(tmp_path: Path) -> None:
             gpus=2, start=format_utc(now - timedelta(minutes=1)), end=format_utc(first_end)
         )
         await w.book(gpus=2, start=format_utc(first_end), end=format_utc(second_end))
-        name = f"res-{first}"
+        name = model.reference(first)
         await eventually(lambda: w.get(name), 10)
         pod: dict[str, Any] = raw_pod("chained", name, node=None)
         pod["metadata"].pop("uid")

@@ -76,7 +76,7 @@ def test_event_names_the_pod_by_uid_and_is_typed_by_reason() -> None:
 
 
 def test_emit_writes_logs_and_counts(caplog: pytest.LogCaptureFixture) -> None:
-    gw, seen = Recorder(), []
+    gw, seen = Recorder(), list[str]()
     with caplog.at_level(logging.INFO):
         ok = asyncio.run(
             emit(gw, POD, vocab.REASON_RUNTIME_GUARANTEED, "hi", now=NOW, on_sent=seen.append)

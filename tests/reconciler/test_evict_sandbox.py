@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared import vocab
+from shared import model, vocab
 from shared.errors import NotFound
 from shared.resources import EVENTS, PODS
 from tests.reconciler.test_integration import eventually, world
@@ -59,7 +59,7 @@ async def scenario(tmp_path: Path) -> None:
             "r1", LEADER_ELECTION_ENABLED="false", RESERVATION_FETCH_INTERVAL="3600"
         )
         rid = await w.book(gpus=2, start="-1m", end="+1h")
-        name = f"res-{rid}"
+        name = model.reference(rid)
         await eventually(lambda: w.get(name), 10)
         pod: dict[str, Any] = raw_pod("job", name, node=None)
         pod["metadata"].pop("uid")

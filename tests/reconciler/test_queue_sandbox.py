@@ -160,7 +160,7 @@ async def window_open(tmp_path: Path) -> None:
     clock = ScaledClock(factor=20.0)
     async with sandbox_world(tmp_path, clock) as w:
         config = tmp_path / "kubeconfig"
-        await w.replica("r1", **ENV)
+        await w.replica("r1", True, **ENV)
         rid = await w.book(gpus=2, start="+5m", end="+1h")
         name = f"{vocab.RESERVATION_REF_PREFIX}{rid}"
         res = await eventually(lambda: w.get(name), 10)
@@ -211,7 +211,7 @@ def test_acceptance_2_and_5_too_small_full_holder_left_and_restart(tmp_path: Pat
 async def full_and_restart(tmp_path: Path) -> None:
     async with sandbox_world(tmp_path, SystemClock()) as w:
         config = tmp_path / "kubeconfig"
-        first = await w.replica("r1", **ENV)
+        first = await w.replica("r1", True, **ENV)
         rid = await w.book(gpus=2, start="-1m", end="+1h")
         name = f"{vocab.RESERVATION_REF_PREFIX}{rid}"
         await eventually(lambda: w.get(name), 10)
@@ -251,7 +251,7 @@ async def full_and_restart(tmp_path: Path) -> None:
         assert res is not None
         res["status"] = {}
         await w.gateway.replace(res_resource(), name, res, w.ctx.namespace, subresource="status")
-        await w.replica("r2", **ENV)
+        await w.replica("r2", True, **ENV)
 
         async def rebuilt() -> bool:
             got = await w.get(name)
