@@ -193,7 +193,13 @@ def test_lease_put_creates_and_races_conflict(api: httpx.Client, ns: str) -> Non
         "spec": {"holderIdentity": "c"},
     }
     assert api.put(f"{LEASES.format(ns=ns)}/l", json=one).status_code == 200
-    assert api.put(f"{LEASES.format(ns=ns)}/l", json=two).status_code == 409
+    lost = api.put(f"{LEASES.format(ns=ns)}/l", json=two)
+    assert (lost.status_code, lost.json()["reason"]) == (409, "Conflict")
+    assert lost.json()["message"] == (
+        'Operation cannot be fulfilled on leases.coordination.k8s.io "l": the object has been '
+        "modified; please apply your changes to the latest version and try again"
+    )
+    assert api.get(f"{LEASES.format(ns=ns)}/l").json()["spec"]["holderIdentity"] == "b"
 
 
 def test_lease_post_of_existing_name_is_already_exists(api: httpx.Client, ns: str) -> None:

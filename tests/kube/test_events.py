@@ -25,7 +25,11 @@ def test_classic_event_namespace_must_match(api: httpx.Client, ns: str) -> None:
     """Rule: a classic event's namespace must equal involvedObject.namespace."""
     body = _classic(ns)
     body["involvedObject"]["namespace"] = "other"
-    assert api.post(CORE.format(ns=ns), json=body).status_code == 422
+    response = api.post(CORE.format(ns=ns), json=body)
+    assert response.status_code == 422
+    assert [(c["reason"], c["field"]) for c in response.json()["details"]["causes"]] == [
+        ("FieldValueInvalid", "involvedObject.namespace")
+    ]
     assert api.post(CORE.format(ns=ns), json=_classic(ns)).status_code == 201
 
 

@@ -73,6 +73,9 @@ def test_expired_continue_token_is_410(kube: Running, api: httpx.Client, ns: str
     response = api.get(CM.format(ns=ns), params={"limit": 1, "continue": token})
     assert response.status_code == 410
     assert response.json()["reason"] == "Expired"
+    assert response.json()["message"].startswith(
+        "The provided continue parameter is too old to display a consistent list result."
+    )
     assert response.json()["metadata"]["continue"]
 
 

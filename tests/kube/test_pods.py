@@ -183,7 +183,8 @@ def test_active_deadline_seconds_may_only_be_lowered(api: httpx.Client, ns: str)
 
 
 def test_required_affinity_terms_only_grow_while_gated(api: httpx.Client, ns: str) -> None:
-    """Rule: while gated, each required node affinity term may only get appended expressions."""
+    """Rule: while gated, each required node affinity term may only get appended expressions
+    (an absent requirement may be set freely); an ungated pod's affinity is immutable."""
     expr = {"key": "a", "operator": "In", "values": ["1"]}
     affinity = {
         "nodeAffinity": {
@@ -209,7 +210,12 @@ def test_required_affinity_terms_only_grow_while_gated(api: httpx.Client, ns: st
             }
         }
     }
-    assert _patch(api, ns, "p", {"spec": {"affinity": replaced}}).status_code == 422
+    refused = _patch(api, ns, "p", {"spec": {"affinity": replaced}})
+    assert (refused.status_code, refused.json()["reason"]) == (422, "Invalid")
+    _create(api, ns, pod("free", schedulingGates=[{"name": "example.com/a"}]))
+    assert _patch(api, ns, "free", {"spec": {"affinity": affinity}}).status_code == 200
+    _create(api, ns, pod("ungated"))
+    assert _patch(api, ns, "ungated", {"spec": {"affinity": affinity}}).status_code == 422
 
 
 def test_image_change_allowed_other_spec_changes_forbidden(api: httpx.Client, ns: str) -> None:
