@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksu
 
 $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
-	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { \
+	@$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || { \
 	  echo "python venv support is missing: installing Debian's python3-venv"; \
 	  apt-get update -qq && apt-get install -y -qq python3-venv; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
