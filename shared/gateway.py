@@ -372,10 +372,22 @@ def _watch_event(line: bytes) -> WatchEvent:
 
 
 def _warnings(values: list[str]) -> list[str]:
-    """The texts of ``Warning: 299 - "<text>"`` headers."""
-    texts = []
-    for value in values:
-        parts = value.split(" ", 2)
-        text = parts[2] if len(parts) == 3 else value
-        texts.append(text.strip().strip('"'))
-    return texts
+    """The texts of ``Warning: 299 - "<text>"`` headers (RFC 9111 §5.5 quoted strings:
+    ``\\"`` and ``\\\\`` unescaped); a header that is not in that form is kept whole."""
+    return [_warning_text(value) for value in values]
+
+
+def _warning_text(value: str) -> str:
+    parts = value.split(" ", 2)
+    if len(parts) < 3 or not parts[2].startswith('"'):
+        return value.strip()
+    text: list[str] = []
+    chars = iter(parts[2][1:])
+    for char in chars:
+        if char == "\\":
+            text.append(next(chars, ""))
+        elif char == '"':
+            break
+        else:
+            text.append(char)
+    return "".join(text)
