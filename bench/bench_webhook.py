@@ -149,8 +149,8 @@ def bench_decide(n: int = 5000) -> str:
 
 async def admission() -> Admission:
     store = MemoryStore([model.to_object(r, NS, NOW) for r in reservations(10**6)])
-    cache = ReservationCache(store, NS)  # type: ignore[arg-type]
-    await cache._relist()
+    cache = ReservationCache(store, NS, ManualClock(NOW))  # type: ignore[arg-type]
+    await cache.relist()
     return Admission(POLICY, cache, store, ManualClock(NOW), Metrics(), ledger_deadline_s=5)
 
 

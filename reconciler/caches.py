@@ -16,12 +16,12 @@ from typing import Any
 from reconciler.pods import NodeView, PodView, project_node, project_pod
 from reconciler.settings import ReconcilerSettings
 from reconciler.upkeep import Keeper
-from reconciler.watch import Watched, WatchGateway
 from shared import model
 from shared.clock import Clock
 from shared.ledger import LedgerGateway
 from shared.logs import log
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
+from shared.watch import Watched, WatchGateway
 
 _log = logging.getLogger(__name__)
 PODS_TASK = "watch-pods"
@@ -70,11 +70,18 @@ class Caches:
         rules = settings.rules
         ns = settings.common.namespace
         self.pods: Watched[PodView] = Watched(
-            watch_gw, PODS, lambda o: project_pod(o, rules), resync_s=resync
+            watch_gw, PODS, lambda o: project_pod(o, rules), clock=clock, resync_s=resync
         )
-        self.nodes: Watched[NodeView] = Watched(watch_gw, NODES, project_node, resync_s=resync)
+        self.nodes: Watched[NodeView] = Watched(
+            watch_gw, NODES, project_node, clock=clock, resync_s=resync
+        )
         self.reservations: Watched[model.GPUReservation] = Watched(
-            watch_gw, GPU_RESERVATIONS, project_reservation, namespace=ns, resync_s=resync
+            watch_gw,
+            GPU_RESERVATIONS,
+            project_reservation,
+            clock=clock,
+            namespace=ns,
+            resync_s=resync,
         )
         self.keeper = Keeper(
             ledger_gw,

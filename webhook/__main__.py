@@ -58,7 +58,7 @@ def _server(app: object, host: str, port: int, tls: ReloadingTLS | None) -> _Ser
 async def serve(settings: WebhookSettings) -> None:
     """Run every part until a signal asks to stop."""
     gateway = Gateway.from_kubeconfig(settings.common.kubeconfig, timeout_s=5.0)
-    cache = ReservationCache(gateway, settings.policy.namespace)
+    cache = ReservationCache(gateway, settings.policy.namespace, settings.clock)
     serving = settings.serving
     tls = ReloadingTLS(
         serving.cert_file, serving.key_file, settings.clock, interval_s=serving.tls_reload_s

@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from reconciler.pods import project_node, project_pod
-from reconciler.watch import Watched
 from shared import vocab
+from shared.clock import SystemClock
 from shared.errors import Gone
 from shared.gateway import ListResult, WatchEvent
 from shared.policy.matching import MatchRules
 from shared.resources import PODS
+from shared.watch import Watched
 
 
 def obj(name: str, rv: str, gpus: int = 1, label: bool = True) -> dict[str, Any]:
@@ -55,7 +56,9 @@ class Script:
 
 
 def cache(script: Script) -> Watched[Any]:
-    return Watched(script, PODS, lambda o: project_pod(o, MatchRules()), resync_s=3600)
+    return Watched(
+        script, PODS, lambda o: project_pod(o, MatchRules()), clock=SystemClock(), resync_s=3600
+    )
 
 
 def test_list_then_watch_resumes_from_the_last_version_and_tells_listeners() -> None:

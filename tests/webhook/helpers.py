@@ -92,11 +92,12 @@ async def wired(
     store = StoreGateway()
     for res in reservations:
         store.put(res)
-    cache = ReservationCache(store, CONTROLLER_NS)  # type: ignore[arg-type]
+    clock = ManualClock(NOW)
+    cache = ReservationCache(store, CONTROLLER_NS, clock)  # type: ignore[arg-type]
     if synced:
-        await cache._relist()
+        await cache.relist()
     admission = Admission(
-        policy(**policy_overrides), cache, store, ManualClock(NOW), Metrics(), ledger_deadline_s=5
+        policy(**policy_overrides), cache, store, clock, Metrics(), ledger_deadline_s=5
     )
     return admission, store
 

@@ -202,7 +202,7 @@ async def test_health_readiness_and_metrics() -> None:
         assert "no certificate" in not_ready.text
         loaded[0] = True
         assert (await client.get("/readyz")).status_code == 503
-        await admission.cache._relist()
+        await admission.cache.relist()
         assert (await client.get("/readyz")).status_code == 200
         metrics = (await client.get("/metrics")).text
     assert "gpu_reservation_webhook_cache_age_seconds" in metrics

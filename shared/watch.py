@@ -1,16 +1,22 @@
 """A watched cache of slim projections: LIST, then WATCH resumed by resourceVersion.
 
-``Watched`` keeps ``items`` (key ``namespace/name`` → projection) equal to the API's
-view of one resource. One cycle: LIST (a consistent snapshot, diffed against the
-cache so listeners hear about every change, including deletes missed while away),
-then WATCH from the list's resourceVersion, resuming from the last event or bookmark
-when the server closes the stream. A 410 Gone relists at once; any other error waits
-``retry_s`` and relists. Every ``resync_s`` the cycle ends and a fresh LIST heals any
-drift (periodic resync).
+``Watched`` keeps ``items`` (key → projection) equal to the API's view of one resource.
+One cycle: LIST (a consistent snapshot, diffed against the cache so listeners hear
+about every change, including deletes missed while away), then WATCH from the list's
+resourceVersion, resuming from the last event or bookmark when the server closes the
+stream. A 410 Gone relists at once; any other error waits ``retry_s`` on the injected
+clock and relists. With ``resync_s`` set, the cycle ends that often and a fresh LIST
+heals any drift (periodic resync); with ``None`` the watch goes on until it fails.
 
-A projection function turns each raw object into the few fields decisions need, or
-``None`` to ignore the object (it then counts as absent). Listeners are plain
-callables ``(key, old, new)``; ``new is None`` means gone. They must not block.
+A projection function turns each raw object into the few fields its users need, or
+``None`` to ignore the object (it then counts as absent). The key defaults to
+``namespace/name``. Listeners are plain callables ``(key, old, new)``; ``new is None``
+means gone. They must not block. With ``version_of`` a change older than the cached
+projection (by resourceVersion) is ignored, so a writer can ``upsert`` what it wrote
+ahead of the watch without the watch's older events undoing it.
+
+Used by the reconciler's caches (``reconciler.caches``) and the webhook's
+GPUReservation cache (``webhook.cache``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+from shared.clock import Clock
 from shared.errors import Gone, KubeError
 from shared.gateway import ListResult, WatchEvent
 from shared.logs import log
@@ -29,6 +36,8 @@ from shared.resources import Resource
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 Listener = Callable[[str, T | None, T | None], None]
+#: Server-side timeout of one watch stream when no resync deadline bounds it.
+STREAM_TIMEOUT_S = 270
 
 
 class WatchGateway(Protocol):
@@ -50,7 +59,7 @@ class WatchGateway(Protocol):
         resource_version: str,
         namespace: str | None = None,
         label_selector: str | None = None,
-        timeout_s: int = 270,
+        timeout_s: int = STREAM_TIMEOUT_S,
     ) -> AsyncIterator[WatchEvent]:
         """Stream watch events."""
         ...
@@ -63,6 +72,22 @@ def key_of(obj: dict[str, Any]) -> str:
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
 
+def name_of(obj: dict[str, Any]) -> str:
+    """``name`` alone (for a cache of one namespace)."""
+    return str((obj.get("metadata") or {}).get("name"))
+
+
+def not_older(candidate: str, current: str) -> bool:
+    """Whether resourceVersion ``candidate`` is not older than ``current``.
+
+    Versions are opaque to clients; ours are compared only when both are integers
+    (what the apiserver and the emulator hand out), else the candidate wins.
+    """
+    if candidate.isdigit() and current.isdigit():
+        return int(candidate) >= int(current)
+    return True
+
+
 class Watched(Generic[T]):
     """One resource's projections, kept current by LIST + WATCH."""
 
@@ -72,21 +97,33 @@ class Watched(Generic[T]):
         res: Resource,
         project: Callable[[dict[str, Any]], T | None],
         *,
+        clock: Clock,
         namespace: str | None = None,
-        resync_s: float = 300.0,
+        key: Callable[[dict[str, Any]], str] = key_of,
+        version_of: Callable[[T], str] | None = None,
+        resync_s: float | None = 300.0,
         retry_s: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._gateway = gateway
         self.res = res
         self._project = project
+        self._clock = clock
         self._ns = namespace
+        self._key = key
+        self._version_of = version_of
         self._resync_s = resync_s
         self._retry_s = retry_s
+        self._monotonic = monotonic
         self.items: dict[str, T] = {}
         self.listeners: list[Listener[T]] = []
         #: Set once the first LIST has filled the cache.
         self.synced = asyncio.Event()
+        #: Called once, right after the first LIST.
+        self.on_synced: Callable[[], None] = lambda: None
         self.relists = 0
+        #: ``monotonic()`` when the API was last heard from (LIST, event or bookmark).
+        self.heard_at = monotonic()
 
     async def run(self) -> None:
         """Keep the cache current until cancelled."""
@@ -98,7 +135,7 @@ class Watched(Generic[T]):
                 log(_log, logging.INFO, "watch.gone", resource=self.res.plural)
             except KubeError as exc:
                 log(_log, logging.WARNING, "watch.failed", resource=self.res.plural, error=str(exc))
-                await asyncio.sleep(self._retry_s)
+                await self._clock.sleep(self._retry_s)
 
     async def relist(self) -> str:
         """LIST and replace the cache, telling listeners what changed; the list's version."""
@@ -107,7 +144,7 @@ class Watched(Generic[T]):
         for obj in listed.items:
             view = self._project(obj)
             if view is not None:
-                fresh[key_of(obj)] = view
+                fresh[self._key(obj)] = view
         old = self.items
         self.items = fresh
         for key in old.keys() - fresh.keys():
@@ -116,32 +153,54 @@ class Watched(Generic[T]):
             if old.get(key) != view:
                 self._tell(key, old.get(key), view)
         self.relists += 1
-        self.synced.set()
+        self.heard_at = self._monotonic()
+        if not self.synced.is_set():
+            self.synced.set()
+            self.on_synced()
         return listed.resource_version
 
     async def _watch_until_resync(self, version: str) -> None:
-        until = time.monotonic() + self._resync_s
-        while (left := until - time.monotonic()) > 0:
-            stream = self._gateway.watch(self.res, version, self._ns, timeout_s=max(1, int(left)))
+        until = None if self._resync_s is None else self._monotonic() + self._resync_s
+        while True:
+            timeout = STREAM_TIMEOUT_S
+            if until is not None:
+                if (left := until - self._monotonic()) <= 0:
+                    return
+                timeout = max(1, int(left))
+            stream = self._gateway.watch(self.res, version, self._ns, timeout_s=timeout)
             async for event in stream:
                 version = self.apply(event) or version
 
     def apply(self, event: WatchEvent) -> str | None:
         """Apply one watch event to the cache; the resourceVersion to resume from."""
+        self.heard_at = self._monotonic()
         meta = event.object.get("metadata") or {}
         version = meta.get("resourceVersion")
-        if event.type == "BOOKMARK":
-            return str(version) if version else None
-        key = key_of(event.object)
+        if event.type != "BOOKMARK":
+            gone = event.type == "DELETED"
+            self._put(self._key(event.object), None if gone else self._project(event.object))
+        return str(version) if version else None
+
+    def upsert(self, obj: dict[str, Any]) -> None:
+        """Put ``obj`` in as if watched (a write of our own, ahead of the watch)."""
+        self._put(self._key(obj), self._project(obj))
+
+    def _put(self, key: str, new: T | None) -> None:
         old = self.items.get(key)
-        new = None if event.type == "DELETED" else self._project(event.object)
+        if self._stale(old, new):
+            return
         if new is None:
             self.items.pop(key, None)
         else:
             self.items[key] = new
         if old != new:
             self._tell(key, old, new)
-        return str(version) if version else None
+
+    def _stale(self, old: T | None, new: T | None) -> bool:
+        """Whether ``new`` is older than the cached ``old`` (only with ``version_of``)."""
+        if old is None or new is None or self._version_of is None:
+            return False
+        return not not_older(self._version_of(new), self._version_of(old))
 
     def _tell(self, key: str, old: T | None, new: T | None) -> None:
         for listener in self.listeners:
