@@ -1,0 +1,414 @@
+"""Window-open benchmark: 500 queued pods across 50 bookings that open at the same instant.
+
+The sandbox's kube and app emulators run in this process (as in the sandbox tests), one
+real reconciler replica as a subprocess (``sandbox.reconciler_component``); the emulated
+scheduler and kubelet are not started ("tolerated" is the reconciler's work alone).
+
+1. The app emulator gets one class with room for every booking, 50 users (one
+   namespace each in the kube emulator) and one group holding them all.
+2. Each user books ``GPUS_PER_BOOKING`` GPUs, every booking opening at the same instant
+   ``LEAD_WALL_S`` wall seconds ahead (an absolute instant, so all 50 agree exactly).
+3. Each user creates ``GPUS_PER_BOOKING`` gated one-GPU pods in their namespace; the
+   benchmark waits until the reconciler has told every pod ``WaitingForReservation``
+   (its pre-window work is done) before the window opens.
+4. Each pod's lag = the instant it first carries the reservation toleration of its
+   class − the window start, taken three ways: *committed* (the kube emulator's store,
+   in-process, at the write: no delivery delay — the headline figure), *patch
+   answered* (the reconciler's ``queue.admitted`` log, ``since_open_s``) and *seen by
+   an HTTP watch* consumed on its own thread and event loop.
+
+Lags are in sandbox seconds; ``wall = sandbox / factor`` (``BENCH_CLOCK_FACTOR``,
+default 1, where the two are equal). The clock starts on a whole second (see
+``aligned_clock``). Afterwards the ledgers are checked: no booking may hold more GPUs
+than it has. Gives up ``GIVE_UP_S`` wall seconds after the window opened and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import math
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sandbox.kube.server import KubeServer
+from sandbox.kube.store import Change
+from sandbox.reconciler_component import ReconcilerProcess, install
+from sandbox.runner import Sandbox, SandboxContext
+from shared import ledger, model, vocab
+from shared.clock import ScaledClock, format_utc
+from shared.errors import KubeError
+from shared.gateway import Gateway
+from shared.policy.tolerations import is_granted
+from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
+
+BOOKINGS = 50
+GPUS_PER_BOOKING = 10
+GPU_CLASS = "a100"
+GROUP = "bench"
+#: How far ahead (wall seconds) the windows open; the pre-window work must fit.
+LEAD_WALL_S = 40.0
+#: Wall seconds to wait, after the window opened, for every pod to be tolerated.
+GIVE_UP_S = 180.0
+#: Pod creations in flight at once.
+CREATE_CONCURRENCY = 16
+GATE = f"{vocab.PRODUCT_NAME}.galends.io/queued"
+BENCH_LABEL = "bench"
+BENCH_VALUE = "window-open"
+ENV = {
+    "LEADER_ELECTION_ENABLED": "false",
+    "RESERVATION_FETCH_INTERVAL": "3600",
+    "POD_SCHEDULING_GATE_NAME": GATE,
+}
+
+
+def users() -> list[str]:
+    return [f"u{i:02d}" for i in range(BOOKINGS)]
+
+
+def scenario() -> dict[str, Any]:
+    """Namespaces for every user; a class with room for every booking; one group."""
+    names = users()
+    return {
+        "namespaces": [*names, vocab.PRODUCT_NAME],
+        "nodes": [],
+        "app": {
+            "timezone": "UTC",
+            "classes": [
+                {
+                    "id": 1,
+                    "name": "A100",
+                    "label_value": GPU_CLASS,
+                    "total_gpus": BOOKINGS * GPUS_PER_BOOKING,
+                    "max_gpus_per_reservation": GPUS_PER_BOOKING,
+                }
+            ],
+            "users": names,
+            "groups": [{"name": GROUP, "members": names, "classes": [GPU_CLASS]}],
+        },
+    }
+
+
+def manifest(owner: str, index: int) -> dict[str, Any]:
+    """A gated one-GPU pod of ``owner``'s, queued until the booking opens."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"p{index:02d}",
+            "namespace": owner,
+            "labels": {vocab.GPU_CLASS_LABEL: GPU_CLASS, BENCH_LABEL: BENCH_VALUE},
+        },
+        "spec": {
+            "schedulingGates": [{"name": GATE}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {vocab.GPU_RESOURCE: "1"}},
+                }
+            ],
+        },
+    }
+
+
+def tolerated(pod: dict[str, Any]) -> bool:
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    return any(is_granted(t, GPU_CLASS) for t in tolerations)
+
+
+def key_of(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def rank(ordered: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+class Committed(asyncio.Queue[Change | None]):
+    """Fed by the kube emulator's store at each write: notes when a pod is first stored
+    tolerated (the instant the apiserver holds the patch; no delivery delay)."""
+
+    def __init__(self, clock: ScaledClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.seen: dict[str, datetime] = {}
+
+    def put_nowait(self, item: Change | None) -> None:
+        if item is None or item.type == "DELETED":
+            return
+        labels = (item.object.get("metadata") or {}).get("labels") or {}
+        key = key_of(item.object)
+        if (
+            labels.get(BENCH_LABEL) == BENCH_VALUE
+            and key not in self.seen
+            and tolerated(item.object)
+        ):
+            self.seen[key] = self.clock.now()
+
+
+@dataclass
+class Watcher:
+    """Notes when each bench pod is first seen tolerated; runs on its own thread."""
+
+    kubeconfig: str
+    clock: ScaledClock
+    expected: int
+    deadline: float  # time.monotonic()
+    seen: dict[str, datetime] = field(default_factory=dict)
+    ready: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    errors: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._main, name="bench-watch", daemon=True)
+        thread.start()
+        return thread
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._watch())
+        except Exception as exc:  # reported in the figures, never raised on a thread
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            self.ready.set()
+            self.done.set()
+
+    def _note(self, pods: Iterable[dict[str, Any]]) -> None:
+        now = self.clock.now()
+        for pod in pods:
+            key = key_of(pod)
+            if key not in self.seen and tolerated(pod):
+                self.seen[key] = now
+
+    async def _watch(self) -> None:
+        gateway = Gateway.from_kubeconfig(self.kubeconfig)
+        selector = f"{BENCH_LABEL}={BENCH_VALUE}"
+        try:
+            while len(self.seen) < self.expected and not self.stop.is_set():
+                listed = await gateway.list_all(PODS, label_selector=selector)
+                self._note(listed.items)
+                self.ready.set()
+                rv = listed.resource_version
+                remaining = self.deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                with contextlib.suppress(TimeoutError, KubeError):
+                    async with asyncio.timeout(min(remaining, 5.0)):
+                        async for event in gateway.watch(PODS, rv, label_selector=selector):
+                            if event.type in {"ADDED", "MODIFIED"}:
+                                self._note([event.object])
+                            if len(self.seen) >= self.expected or self.stop.is_set():
+                                return
+        finally:
+            gateway.close()
+
+
+async def post(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    answer = await http.post(url, json=body)
+    if answer.status_code not in {200, 201}:
+        raise RuntimeError(f"POST {url}: {answer.status_code} {answer.text}")
+    data: dict[str, Any] = answer.json()
+    return data
+
+
+async def waiting_told(gateway: Gateway) -> int:
+    """Distinct pods told WaitingForReservation so far."""
+    selector = f"reason={vocab.REASON_WAITING_FOR_RESERVATION}"
+    events = (await gateway.list_all(EVENTS, field_selector=selector)).items
+    return len({(e.get("involvedObject") or {}).get("uid") for e in events})
+
+
+async def overbooked(gateway: Gateway, namespace: str) -> tuple[int, int]:
+    """(GPUs held in all ledgers, bookings holding more than they have)."""
+    items = (await gateway.list_all(GPU_RESERVATIONS, namespace)).items
+    held, over = 0, 0
+    for obj in items:
+        res = model.from_object(obj)
+        held += ledger.used(res)
+        over += ledger.used(res) > res.facts.gpu_count
+    return held, over
+
+
+@dataclass
+class Setup:
+    """What happened before the window opened."""
+
+    created_s: float = 0.0
+    told: int = 0
+    spare_s: float = 0.0
+    early: int = 0
+
+
+async def prepare(
+    http: httpx.AsyncClient, gateway: Gateway, app: str, opens: datetime, setup: Setup
+) -> None:
+    """50 bookings opening at ``opens``, then 10 gated one-GPU pods per owner."""
+    for owner in users():
+        body = {
+            "username": owner,
+            "group": GROUP,
+            "gpu_class": GPU_CLASS,
+            "gpu_count": GPUS_PER_BOOKING,
+            "start": format_utc(opens),
+            "end": format_utc(opens + timedelta(hours=2)),
+        }
+        await post(http, f"{app}/_sandbox/bookings", body)
+    limit = asyncio.Semaphore(CREATE_CONCURRENCY)
+
+    async def create(owner: str, index: int) -> None:
+        async with limit:
+            await gateway.create(PODS, manifest(owner, index), owner)
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(create(u, i) for u in users() for i in range(GPUS_PER_BOOKING)))
+    setup.created_s = time.monotonic() - t0
+
+
+async def settle(gateway: Gateway, clock: ScaledClock, opens: datetime, setup: Setup) -> None:
+    """Wait (at most until 1 s before the window) until every pod was told it waits."""
+    total = BOOKINGS * GPUS_PER_BOOKING
+    while clock.now() < opens - timedelta(seconds=1):
+        setup.told = await waiting_told(gateway)
+        if setup.told >= total:
+            break
+        await asyncio.sleep(0.25)
+    setup.spare_s = (opens - clock.now()).total_seconds()
+
+
+def aligned_clock(factor: float) -> ScaledClock:
+    """A scaled clock whose epoch is a whole second.
+
+    The sandbox hands a subprocess its clock as ``CLOCK_EPOCH`` in whole seconds
+    (``format_utc``) with the exact ``CLOCK_STARTED_AT``: a fractional epoch would put
+    the reconciler's clock up to one sandbox second behind ours, and every lag that far
+    ahead. Starting on a whole second makes both clocks agree exactly."""
+    started = float(int(time.time()))
+    return ScaledClock(factor, epoch=datetime.fromtimestamp(started, UTC), started_at=started)
+
+
+async def measure(state: Path, factor: float) -> list[str]:
+    clock = aligned_clock(factor)
+    ctx = SandboxContext(state_dir=state, scenario=scenario(), clock=clock)
+    box = Sandbox(ctx, ["kube", "app"])
+    await box.start()
+    replica: ReconcilerProcess | None = None
+    gateway: Gateway | None = None
+    watcher: Watcher | None = None
+    server: KubeServer = ctx.handles["kube"]
+    committed = Committed(clock)
+    _, subscription = server.store.subscribe("", PODS.plural, server.store.resource_version)
+    subscription.queue = committed
+    setup = Setup()
+    total = BOOKINGS * GPUS_PER_BOOKING
+    try:
+        assert ctx.kubeconfig is not None
+        admin = state / "admin.kubeconfig"
+        admin.write_text(ctx.kubeconfig, encoding="utf-8")
+        await install(admin, ctx.namespace)
+        gateway = Gateway.from_kubeconfig(str(admin))
+        replica = ReconcilerProcess(ctx, "r0", ENV)
+        await replica.start()
+        ctx.endpoints["reconciler"] = replica.url
+        opens = (clock.now() + timedelta(seconds=LEAD_WALL_S * factor)).replace(microsecond=0)
+        async with httpx.AsyncClient(timeout=10) as http:
+            await prepare(http, gateway, ctx.endpoints["app"], opens, setup)
+        wall_to_open = (opens - clock.now()).total_seconds() / factor
+        watcher = Watcher(str(admin), clock, total, time.monotonic() + wall_to_open + GIVE_UP_S)
+        watcher.start()
+        await asyncio.to_thread(watcher.ready.wait, 30)
+        await settle(gateway, clock, opens, setup)
+        setup.early = len(committed.seen)
+        await asyncio.to_thread(watcher.done.wait, wall_to_open + GIVE_UP_S + 5)
+        watcher.stop.set()
+        held, over = await overbooked(gateway, ctx.namespace)
+        await replica.stop()  # flushes its log
+        lines = header(opens, factor, setup)
+        lines += figures("committed (apiserver store)", committed.seen, opens, factor, total)
+        lines += figures(
+            "patch answered (reconciler log)", own_view(replica, opens), opens, factor, total
+        )
+        lines += figures("seen by an HTTP watch client", watcher.seen, opens, factor, total)
+        lines.append(f"ledgers: {held} GPUs held in total, {over} bookings over their count")
+        return lines + [f"watch error: {e}" for e in watcher.errors]
+    finally:
+        server.store.unsubscribe(subscription)
+        if watcher is not None:
+            watcher.stop.set()
+        if replica is not None:
+            await replica.stop()
+        if gateway is not None:
+            gateway.close()
+        await box.stop()
+        gc.collect()
+
+
+def header(opens: datetime, factor: float, setup: Setup) -> list[str]:
+    total = BOOKINGS * GPUS_PER_BOOKING
+    return [
+        f"{total} one-GPU pods queued on {BOOKINGS} bookings of {GPUS_PER_BOOKING} "
+        f"{GPU_CLASS} GPUs, all opening at {format_utc(opens)}; clock factor {factor:g} "
+        f"(lags in sandbox s; wall s = sandbox s / {factor:g})",
+        f"setup: pods created in {setup.created_s:.1f} s wall; {setup.told}/{total} told "
+        f"{vocab.REASON_WAITING_FOR_RESERVATION} {setup.spare_s:.1f} sandbox s before the "
+        f"window; {setup.early} tolerated before it opened",
+    ]
+
+
+def figures(
+    what: str, seen: dict[str, datetime], opens: datetime, factor: float, total: int
+) -> list[str]:
+    """One line of lags (sandbox s, and wall s when the clock is scaled)."""
+    lags = sorted((at - opens).total_seconds() for at in seen.values())
+    if not lags:
+        return [f"{what}: no pod tolerated (gave up {GIVE_UP_S:.0f} wall s after opening)"]
+
+    def both(s: float) -> str:
+        return f"{s:.2f}" if factor == 1 else f"{s:.2f} ({s / factor:.3f} wall)"
+
+    marks = [("min", lags[0]), ("p50", rank(lags, 0.5)), ("p99", rank(lags, 0.99))]
+    text = ", ".join(f"{name} {both(value)}" for name, value in marks)
+    if len(lags) == total:
+        end = f"all {total} after {both(lags[-1])}"
+    else:
+        end = f"only {len(lags)}/{total} by {both(lags[-1])}: GAVE UP after {GIVE_UP_S:.0f} s wall"
+    return [f"{what}: {text}, max {both(lags[-1])}; {end}"]
+
+
+def own_view(replica: ReconcilerProcess, opens: datetime) -> dict[str, datetime]:
+    """Each pod's admission instant as the reconciler logged it once its patch answered
+    (``since_open_s``, on the reconciler's own copy of the sandbox clock)."""
+    seen: dict[str, datetime] = {}
+    for entry in replica.logs():
+        if entry.get("event") == "queue.admitted" and "since_open_s" in entry:
+            key = f"{entry.get('namespace')}/{entry.get('pod')}"
+            lag = timedelta(seconds=float(entry["since_open_s"]))
+            seen.setdefault(key, opens + lag)
+    return seen
+
+
+def run() -> list[str]:
+    factor = float(os.environ.get("BENCH_CLOCK_FACTOR", "1"))
+    state = Path(tempfile.mkdtemp(prefix="bench-window-open-"))
+    try:
+        return asyncio.run(measure(state, factor))
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    print("\n".join(run()))
