@@ -12,12 +12,19 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from reconciler.rotation import RotationSettings, rotation_from
-from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
 from shared.policy.matching import MatchRules
-from shared.settings import CommonSettings, EnvReader, SecretStr, read_common
+from shared.settings import (
+    ClockSettings,
+    CommonSettings,
+    EnvReader,
+    SecretStr,
+    read_clock,
+    read_common,
+    read_rules,
+)
 
 
 @dataclass(frozen=True)
@@ -30,24 +37,6 @@ class LeaderSettings:
     lease_s: float
     #: LEADER_ELECTION_RENEW_SECONDS: how often the leader renews and a standby looks.
     renew_s: float
-
-
-@dataclass(frozen=True)
-class ClockSettings:
-    """The process clock; only the sandbox sets these (scaled time for scenarios)."""
-
-    #: CLOCK_FACTOR: how many seconds of process time pass per wall second.
-    factor: float
-    #: CLOCK_EPOCH: the instant the scaled clock starts at (UTC).
-    epoch: datetime | None
-    #: CLOCK_STARTED_AT: the wall time (Unix seconds) at which ``epoch`` was now.
-    started_at: float | None
-
-    def build(self) -> Clock:
-        """A ``SystemClock`` unless scaling or an epoch is configured."""
-        if self.factor == 1.0 and self.epoch is None:
-            return SystemClock()
-        return ScaledClock(self.factor, self.epoch, self.started_at)
 
 
 @dataclass(frozen=True)
@@ -129,29 +118,15 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         ledger_claim_ttl_s=reader.integer("LEDGER_CLAIM_TTL_SECONDS", 120, 1, 86400),
         queue_interval_s=reader.integer("QUEUE_PROCESSOR_INTERVAL", 300, 1, strict=False),
         watch_resync_s=reader.number("WATCH_RESYNC_SECONDS", 600.0, minimum=1.0),
-        rules=rules_from(reader),
+        rules=read_rules(reader),
         leader=_leader(reader),
-        clock=_clock(reader),
+        clock=read_clock(reader),
         adoption_enabled=reader.boolean("POD_ADOPTION_ENABLED", True, strict=False),
         queue=queue_from(reader),
         rotation=rotation_from(reader),
     )
     reader.check()
     return settings, reader
-
-
-def rules_from(reader: EnvReader) -> MatchRules:
-    """The seed's matching variables (the same names and defaults as the webhook's)."""
-    return MatchRules(
-        required_group_label=reader.string("REQUIRED_GROUP_LABEL"),
-        default_usage_group=reader.string("DEFAULT_USAGE_GROUP"),
-        horizon=timedelta(minutes=reader.integer("ONDEMAND_HORIZON_MINUTES", 30, 0, strict=False)),
-        leases_enabled=reader.boolean("ONDEMAND_LEASE_ENABLED", True, strict=False),
-        best_effort_enabled=reader.boolean("BEST_EFFORT_ENABLED", False, strict=False),
-        default_minimum_runtime_s=reader.integer(
-            "DEFAULT_MINIMUM_RUNTIME_SECONDS", 0, 0, strict=False
-        ),
-    )
 
 
 def queue_from(reader: EnvReader) -> QueueSettings:
@@ -179,16 +154,3 @@ def _leader(reader: EnvReader) -> LeaderSettings:
             f"LEADER_ELECTION_LEASE_SECONDS={lease_s}"
         )
     return LeaderSettings(reader.boolean("LEADER_ELECTION_ENABLED", True), lease_s, renew_s)
-
-
-def _clock(reader: EnvReader) -> ClockSettings:
-    factor = reader.number("CLOCK_FACTOR", 1.0, minimum=0.001)
-    epoch_text = reader.string("CLOCK_EPOCH")
-    epoch = None
-    if epoch_text is not None:
-        try:
-            epoch = parse_utc(epoch_text)
-        except ValueError:
-            reader.problems.append(f"CLOCK_EPOCH={epoch_text!r} is not a UTC instant")
-    started = reader.number("CLOCK_STARTED_AT", -1.0)
-    return ClockSettings(factor, epoch, started if started >= 0 else None)

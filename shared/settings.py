@@ -19,8 +19,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
+from shared.policy.matching import MatchRules
 
 T = TypeVar("T")
 
@@ -245,6 +249,52 @@ def read_common(reader: EnvReader) -> CommonSettings:
         kubeconfig=reader.string("KUBECONFIG"),
         namespace=reader.string("POD_NAMESPACE") or _service_account_namespace() or "default",
     )
+
+
+def read_rules(reader: EnvReader) -> MatchRules:
+    """The seed's matching variables, with the seed's lenient parsing (both processes)."""
+    return MatchRules(
+        required_group_label=reader.string("REQUIRED_GROUP_LABEL"),
+        default_usage_group=reader.string("DEFAULT_USAGE_GROUP"),
+        horizon=timedelta(minutes=reader.integer("ONDEMAND_HORIZON_MINUTES", 30, 0, strict=False)),
+        leases_enabled=reader.boolean("ONDEMAND_LEASE_ENABLED", True, strict=False),
+        best_effort_enabled=reader.boolean("BEST_EFFORT_ENABLED", False, strict=False),
+        default_minimum_runtime_s=reader.integer(
+            "DEFAULT_MINIMUM_RUNTIME_SECONDS", 0, 0, strict=False
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ClockSettings:
+    """The process clock; only the sandbox sets these (scaled time for scenarios)."""
+
+    #: CLOCK_FACTOR: how many seconds of process time pass per wall second.
+    factor: float
+    #: CLOCK_EPOCH: the instant the scaled clock starts at (UTC).
+    epoch: datetime | None
+    #: CLOCK_STARTED_AT: the wall time (Unix seconds) at which ``epoch`` was now.
+    started_at: float | None
+
+    def build(self) -> Clock:
+        """A ``SystemClock`` unless scaling or an epoch is configured."""
+        if self.factor == 1.0 and self.epoch is None:
+            return SystemClock()
+        return ScaledClock(self.factor, self.epoch, self.started_at)
+
+
+def read_clock(reader: EnvReader) -> ClockSettings:
+    """CLOCK_FACTOR / CLOCK_EPOCH / CLOCK_STARTED_AT (both processes)."""
+    factor = reader.number("CLOCK_FACTOR", 1.0, minimum=0.001)
+    epoch_text = reader.string("CLOCK_EPOCH")
+    epoch = None
+    if epoch_text is not None:
+        try:
+            epoch = parse_utc(epoch_text)
+        except ValueError:
+            reader.problems.append(f"CLOCK_EPOCH={epoch_text!r} is not a UTC instant")
+    started = reader.number("CLOCK_STARTED_AT", -1.0)
+    return ClockSettings(factor, epoch, started if started >= 0 else None)
 
 
 _SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

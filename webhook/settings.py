@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
-from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
+from shared.clock import Clock
 from shared.policy.matching import MatchRules
-from shared.settings import CommonSettings, EnvReader, read_common
+from shared.settings import CommonSettings, EnvReader, read_clock, read_common, read_rules
 
 #: RESERVATION_TOLERATION_POLICY values.
 STRIP = "strip"
@@ -84,7 +83,7 @@ def load(env: Mapping[str, str] | None = None) -> tuple[WebhookSettings, EnvRead
         serving=_serving(reader),
         policy=_policy(reader, common.namespace),
         ledger_deadline_s=reader.integer("WEBHOOK_LEDGER_DEADLINE_MS", 2000, 50, 29000) / 1000,
-        clock=_clock(reader),
+        clock=read_clock(reader).build(),
     )
     reader.check()
     return settings, reader
@@ -102,42 +101,12 @@ def _serving(reader: EnvReader) -> ServingSettings:
     )
 
 
-def rules_from(reader: EnvReader) -> MatchRules:
-    """The seed's matching variables, with the seed's lenient parsing."""
-    return MatchRules(
-        required_group_label=reader.string("REQUIRED_GROUP_LABEL"),
-        default_usage_group=reader.string("DEFAULT_USAGE_GROUP"),
-        horizon=timedelta(minutes=reader.integer("ONDEMAND_HORIZON_MINUTES", 30, 0, strict=False)),
-        leases_enabled=reader.boolean("ONDEMAND_LEASE_ENABLED", True, strict=False),
-        best_effort_enabled=reader.boolean("BEST_EFFORT_ENABLED", False, strict=False),
-        default_minimum_runtime_s=reader.integer(
-            "DEFAULT_MINIMUM_RUNTIME_SECONDS", 0, 0, strict=False
-        ),
-    )
-
-
 def _policy(reader: EnvReader, namespace: str) -> PolicySettings:
     accounts = reader.string("CONTROLLER_SERVICE_ACCOUNTS") or ""
     return PolicySettings(
-        rules=rules_from(reader),
+        rules=read_rules(reader),
         gate_name=reader.string("POD_SCHEDULING_GATE_NAME"),
         toleration_policy=reader.choice("RESERVATION_TOLERATION_POLICY", STRIP, (STRIP, DENY)),
         controller_accounts=frozenset(a.strip() for a in accounts.split(",") if a.strip()),
         namespace=namespace,
     )
-
-
-def _clock(reader: EnvReader) -> Clock:
-    """CLOCK_FACTOR / CLOCK_EPOCH / CLOCK_STARTED_AT, shared with the reconciler."""
-    factor = reader.number("CLOCK_FACTOR", 1.0, minimum=0.001)
-    epoch: datetime | None = None
-    epoch_text = reader.string("CLOCK_EPOCH")
-    if epoch_text is not None:
-        try:
-            epoch = parse_utc(epoch_text)
-        except ValueError:
-            reader.problems.append(f"CLOCK_EPOCH={epoch_text!r} is not a UTC instant")
-    started = reader.number("CLOCK_STARTED_AT", -1.0)
-    if factor == 1.0 and epoch is None:
-        return SystemClock()
-    return ScaledClock(factor, epoch, started if started >= 0 else None)
