@@ -26,8 +26,11 @@ import yaml
 
 from shared import vocab
 
-#: The webhook's name (three or more DNS labels, kubernetes-facts §1.6).
-WEBHOOK_NAME = f"pods.{vocab.PRODUCT_NAME}.{vocab.CRD_GROUP}"
+#: The webhook's name (three or more DNS labels, kubernetes-facts §1.6); the chart's
+#: ``gpu-reservation.webhook.hookName``.
+WEBHOOK_NAME = f"{vocab.PRODUCT_NAME}.{vocab.CRD_GROUP}"
+#: The name of its one match condition (the chart's).
+MATCH_CONDITION_NAME = "gpu-pod"
 #: Name of the configuration object and, by default, of the webhook Service.
 CONFIGURATION_NAME = vocab.PRODUCT_NAME
 SERVICE_NAME = f"{vocab.PRODUCT_NAME}-webhook"
@@ -35,22 +38,24 @@ PATH = "/mutate"
 TIMEOUT_SECONDS = 3
 
 
-def _gpu_in(containers: str) -> str:
-    """CEL: some container of ``containers`` requests or limits GPUs."""
+def _asks() -> str:
+    """CEL: container ``c`` requests or limits GPUs."""
     gpu = vocab.GPU_RESOURCE
-    has_gpu = (
-        f"(has(c.resources) && ((has(c.resources.limits) && '{gpu}' in c.resources.limits) "
-        f"|| (has(c.resources.requests) && '{gpu}' in c.resources.requests)))"
+    return (
+        f"has(c.resources) && ((has(c.resources.requests) && '{gpu}' in c.resources.requests)"
+        f" || (has(c.resources.limits) && '{gpu}' in c.resources.limits))"
     )
-    return f"(has(object.spec.{containers}) && object.spec.{containers}.exists(c, {has_gpu}))"
 
 
 def match_expression() -> str:
-    """CEL: the pod carries a ``gpu-class`` label or asks for GPUs."""
+    """CEL: the pod carries a ``gpu-class`` label or asks for GPUs (the chart's text;
+    ``containers`` is required by the Pod schema, ``initContainers`` is not)."""
     labelled = (
         f"(has(object.metadata.labels) && '{vocab.GPU_CLASS_LABEL}' in object.metadata.labels)"
     )
-    return " || ".join((labelled, _gpu_in("containers"), _gpu_in("initContainers")))
+    containers = f"object.spec.containers.exists(c, {_asks()})"
+    init = f"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, {_asks()}))"
+    return " || ".join((labelled, containers, init))
 
 
 def webhook(
@@ -89,7 +94,7 @@ def webhook(
                 }
             ]
         },
-        "matchConditions": [{"name": "gpu-pods", "expression": match_expression()}],
+        "matchConditions": [{"name": MATCH_CONDITION_NAME, "expression": match_expression()}],
     }
 
 

@@ -252,8 +252,8 @@ def test_the_components_run_as_the_charts_service_accounts(running: dict[str, An
 def test_webhook_configuration_module_agrees_with_the_chart() -> None:
     """The sandbox registers the chart's configuration; ``webhook.configuration`` (the
     product's own description, ``python -m webhook.configuration``) must say the same
-    on everything DESIGN §4 fixes. Names of the webhook and of its match condition
-    are free; the CEL expressions must decide the same on every sample pod."""
+    on everything DESIGN §4 fixes, under the same names (the webhook's and its match
+    condition's); the CEL expressions must decide the same on every sample pod."""
     from webhook import configuration as module
 
     ns = SANDBOX.namespace
@@ -270,6 +270,9 @@ def test_webhook_configuration_module_agrees_with_the_chart() -> None:
         "reinvocationPolicy",
     )
     a, b = ours["webhooks"][0], theirs["webhooks"][0]
+    assert a["name"] == b["name"]
+    assert [c["name"] for c in a["matchConditions"]] == [c["name"] for c in b["matchConditions"]]
+    assert a["matchConditions"] == b["matchConditions"]
     assert {k: a[k] for k in fixed} == {k: b[k] for k in fixed}
     assert a["clientConfig"]["service"] == b["clientConfig"]["service"]
     selector_a = a["namespaceSelector"]["matchExpressions"]
