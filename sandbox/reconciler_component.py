@@ -32,8 +32,7 @@ import httpx
 
 from sandbox import chart
 from sandbox.install import account_kubeconfig, install_base
-from sandbox.runner import SandboxContext
-from shared.clock import ScaledClock, format_utc
+from sandbox.runner import SandboxContext, clock_env
 from shared.gateway import Gateway
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +68,7 @@ async def install(kubeconfig: Path, namespace: str) -> None:
 
 def environment(ctx: SandboxContext, kubeconfig: Path, port: int, name: str) -> dict[str, str]:
     """The reconciler's environment in the sandbox."""
-    env = {
+    return {
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": str(ROOT),
         "RESERVATION_API_URL": ctx.endpoints["app"],
@@ -80,12 +79,8 @@ def environment(ctx: SandboxContext, kubeconfig: Path, port: int, name: str) -> 
         "POD_NAME": name,
         "HTTP_PORT": str(port),
         **SANDBOX_ENV,
+        **clock_env(ctx.clock),
     }
-    if isinstance(ctx.clock, ScaledClock):
-        env["CLOCK_FACTOR"] = repr(ctx.clock.factor)
-        env["CLOCK_EPOCH"] = format_utc(ctx.clock.epoch)
-        env["CLOCK_STARTED_AT"] = repr(ctx.clock.started_at)
-    return env
 
 
 def account(ctx: SandboxContext, path: Path) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shared import vocab
-from shared.clock import Clock, SystemClock
+from shared.clock import Clock, ScaledClock, SystemClock
 
 #: Every component the sandbox knows, in start order, with where its class lives.
 #: A later issue adds its component here.
@@ -51,6 +51,21 @@ class SandboxContext:
     kubeconfig: str | None = None
     #: Free-form handles components publish for later ones (e.g. the kube server).
     handles: dict[str, Any] = field(default_factory=dict)
+
+
+def clock_env(clock: Clock) -> dict[str, str]:
+    """The environment that makes a child process's clock agree with ``clock``.
+
+    Empty for the system clock. For a scaled clock the epoch keeps its fraction of a
+    second: rounding it would run the child's clock up to one sandbox second behind.
+    """
+    if not isinstance(clock, ScaledClock):
+        return {}
+    return {
+        "CLOCK_FACTOR": repr(clock.factor),
+        "CLOCK_EPOCH": clock.epoch.isoformat(),
+        "CLOCK_STARTED_AT": repr(clock.started_at),
+    }
 
 
 class SandboxError(Exception):

@@ -51,8 +51,8 @@ from sandbox.install import (
 )
 from sandbox.kube.admission.install import install as install_dispatch
 from sandbox.reconciler_component import ROOT, free_port
-from sandbox.runner import SandboxContext
-from shared.clock import ScaledClock, SystemClock, format_utc
+from sandbox.runner import SandboxContext, clock_env
+from shared.clock import SystemClock
 from shared.gateway import Gateway
 from webhook.configuration import CONFIGURATION_NAME
 
@@ -223,7 +223,7 @@ class WebhookComponent:
 
     def _environment(self, ctx: SandboxContext, kubeconfig: Path) -> dict[str, str]:
         assert self.mount is not None
-        env = {
+        return {
             "PATH": os.environ.get("PATH", ""),
             "PYTHONPATH": str(ROOT),
             "KUBECONFIG": str(kubeconfig),
@@ -233,12 +233,8 @@ class WebhookComponent:
             "TLS_KEY_FILE": str(self.mount.key_file),
             "TLS_RELOAD_SECONDS": "0.2",
             **self.extra_env,
+            **clock_env(ctx.clock),
         }
-        if isinstance(ctx.clock, ScaledClock):
-            env["CLOCK_FACTOR"] = repr(ctx.clock.factor)
-            env["CLOCK_EPOCH"] = format_utc(ctx.clock.epoch)
-            env["CLOCK_STARTED_AT"] = repr(ctx.clock.started_at)
-        return env
 
     def _account_kubeconfig(self, ctx: SandboxContext) -> Path:
         assert self.objects is not None

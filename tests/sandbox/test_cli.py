@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from sandbox.__main__ import main
+from sandbox.runner import clock_env
+from shared.clock import ScaledClock, SystemClock, parse_utc
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -57,3 +60,12 @@ def test_webhook_replicas_must_be_a_positive_whole_number(replicas: str) -> None
     with pytest.raises(SystemExit) as info:
         main(["up", "--webhook-replicas", replicas])
     assert info.value.code == 2
+
+
+def test_a_child_clock_agrees_with_the_sandbox_clock_to_the_fraction() -> None:
+    epoch = datetime(2026, 12, 2, 13, 0, 0, 700000, tzinfo=UTC)
+    env = clock_env(ScaledClock(factor=20, epoch=epoch, started_at=1000.25))
+    assert parse_utc(env["CLOCK_EPOCH"]) == epoch
+    assert float(env["CLOCK_FACTOR"]) == 20
+    assert float(env["CLOCK_STARTED_AT"]) == 1000.25
+    assert clock_env(SystemClock()) == {}
