@@ -120,6 +120,7 @@ class Evictor:
         ready: Callable[[], bool],
         *,
         zone: ZoneInfo | None,
+        on_evicted: Callable[[str], None] | None = None,
     ) -> None:
         self._gateway = gateway
         self._clock = clock
@@ -133,6 +134,7 @@ class Evictor:
         #: uids handled by this process whose deletion the cache has not shown yet.
         self._handled: set[str] = set()
         self.evicted: dict[str, int] = {}
+        self._on_evicted = on_evicted
 
     def touch(self) -> None:
         """A reservation or an admitted pod changed: look again soon."""
@@ -188,6 +190,8 @@ class Evictor:
             log(_log, logging.WARNING, "evict.delete_failed", pod=pod.key, error=str(exc))
             return False
         self.evicted[ev.reason] = self.evicted.get(ev.reason, 0) + 1
+        if self._on_evicted is not None:
+            self._on_evicted(ev.reason)
         log(
             _log,
             logging.INFO,
@@ -223,7 +227,13 @@ class Upholders:
     wakes the keeper for that pod and the other two for a pass."""
 
     def __init__(
-        self, caches: Caches, gateway: Any, settings: ReconcilerSettings, clock: Clock, emit: Emit
+        self,
+        caches: Caches,
+        gateway: Any,
+        settings: ReconcilerSettings,
+        clock: Clock,
+        emit: Emit,
+        on_evicted: Callable[[str], None] | None = None,
     ) -> None:
         pods, by_name, ready = (lambda: caches.pods.items), caches.by_name, caches.ready
         rules, zone = settings.rules, settings.common.display_timezone
@@ -242,7 +252,17 @@ class Upholders:
             enabled=settings.adoption_enabled,
             zone=zone,
         )
-        self.evictor = Evictor(gateway, clock, emit, self.relinker, pods, by_name, ready, zone=zone)
+        self.evictor = Evictor(
+            gateway,
+            clock,
+            emit,
+            self.relinker,
+            pods,
+            by_name,
+            ready,
+            zone=zone,
+            on_evicted=on_evicted,
+        )
         self._tick_s = float(settings.queue_interval_s)
         caches.pods.listeners.append(self._pod_changed)
         caches.reservations.listeners.append(self._reservation_changed)

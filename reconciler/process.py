@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Generator
@@ -66,13 +67,25 @@ class Reconciler:
             gateway, ns, settings.identity, clock, settings.leader, self._on_leadership
         )
         self.caches = Caches(gateway, settings, clock)
-        self.upholders = Upholders(self.caches, gateway, settings, clock, events.emit)
+        queue_metrics = QueueMetrics(self.metrics.registry)
+
+        def counted(reason: str) -> None:
+            queue_metrics.events.labels(reason).inc()
+
+        self.upholders = Upholders(
+            self.caches,
+            gateway,
+            settings,
+            clock,
+            functools.partial(events.emit, on_sent=counted),
+            on_evicted=lambda reason: queue_metrics.evictions.labels(reason).inc(),
+        )
         self.admitter = Admitter(
             gateway,
             self.caches,
             settings,
             clock,
-            QueueMetrics(self.metrics.registry),
+            queue_metrics,
             Knowledge(lambda: self.syncer.fetched, self._class_labels),
         )
         self.rotator = Rotator(gateway, settings.rotation, clock)

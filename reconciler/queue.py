@@ -138,3 +138,10 @@ class QueueMetrics:
             namespace=NAMESPACE,
             registry=registry,
         )
+        self.evictions = Counter(
+            "evictions",
+            "Pods deleted because their booking was cancelled or reassigned, by Event reason.",
+            ["reason"],
+            namespace=NAMESPACE,
+            registry=registry,
+        )

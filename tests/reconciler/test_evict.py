@@ -30,6 +30,7 @@ def test_a_booking_cancelled_mid_window_evicts_its_pod_after_the_event() -> None
     assert "res-1" in text
     assert "was cancelled (reason: project over)" in text
     assert w.evictor.evicted == {vocab.REASON_RESERVATION_CANCELLED: 1}
+    assert w.counted == [vocab.REASON_RESERVATION_CANCELLED]
 
 
 def test_a_second_pass_evicts_nothing_and_says_nothing() -> None:

@@ -203,7 +203,17 @@ class World:
             enabled=self.adoption,
             zone=None,
         )
-        self.evictor = Evictor(self.kube, self.clock, self.emit, self.relinker, *args, zone=None)
+        #: Reasons reported to the evictions metric.
+        self.counted: list[str] = []
+        self.evictor = Evictor(
+            self.kube,
+            self.clock,
+            self.emit,
+            self.relinker,
+            *args,
+            zone=None,
+            on_evicted=self.counted.append,
+        )
 
     def book(self, f: model.ReservationFacts, holds: tuple[Hold, ...] = ()) -> None:
         res = model.GPUReservation(f, holds)
