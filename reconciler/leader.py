@@ -13,12 +13,15 @@ pure function of the Lease as read, this replica's identity and now:
 
 Every write carries the resourceVersion that was read, so two standbys racing for an
 expired Lease cannot both win. A leader that cannot renew for ``lease − renew``
-seconds steps down before anyone else may take over. On shutdown the leader releases
-the Lease (empty holder) so a standby takes over at its next look.
+seconds steps down before anyone else may take over — also when its renew request
+hangs (the step is cut off at that deadline), and it renews at least every
+``(lease − renew) / 2`` seconds so a healthy leader never reaches it. On shutdown the
+leader releases the Lease (empty holder) so a standby takes over at its next look.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable
@@ -186,8 +189,33 @@ class Elector:
     async def run(self) -> None:
         """Look, act, wait — until cancelled."""
         while True:
-            await self.step()
+            await self.bounded_step()
             await self._clock.sleep(self._wait)
+
+    def _limit_s(self) -> float:
+        """How long after its last renew a leader may act without renewing again."""
+        return self._settings.lease_s - self._settings.renew_s
+
+    async def bounded_step(self) -> None:
+        """``step``, but a leader whose step is still unanswered when its renew deadline
+        (last renew + lease − renew) passes steps down then: a hung request must not keep
+        it acting while a standby takes the lapsed Lease over."""
+        if not self.is_leader or self._last_renew is None:
+            await self.step()
+            return
+        left = (self._last_renew - self._clock.now()).total_seconds() + self._limit_s()
+        step = asyncio.ensure_future(self.step())
+        timer = asyncio.ensure_future(self._clock.sleep(left))
+        try:
+            done, _ = await asyncio.wait({step, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (step, timer):
+                task.cancel()
+            await asyncio.gather(step, timer, return_exceptions=True)
+        if step not in done:
+            log(_log, logging.WARNING, "leader.renew_timeout", identity=self.identity)
+            self._wait = self._settings.renew_s
+            self._set(False)
 
     async def step(self) -> None:
         """One round of the election."""
@@ -197,6 +225,9 @@ class Elector:
             view = view_of(raw) if raw is not None else None
             action = decide(view, self.identity, now)
             self._wait = wait_seconds(view, action, now, self._settings.renew_s)
+            if action is not Action.STANDBY:
+                # Renew with at least half the step-down margin to spare.
+                self._wait = min(self._wait, self._limit_s() / 2)
             if action is Action.STANDBY:
                 self._set(False, holder=view.holder if view else None)
                 return
