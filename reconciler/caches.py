@@ -103,6 +103,14 @@ class Caches:
         """Both the pod and the reservation caches hold a full LIST."""
         return self.pods.synced.is_set() and self.reservations.synced.is_set()
 
+    def reset(self) -> None:
+        """Forget everything (the loops are stopped): a later leader term must act on
+        its own LIST, never on what the caches held when the previous term ended —
+        upkeep would rebuild fresh ledgers from pods long gone or not yet seen."""
+        for cache in (self.pods, self.nodes, self.reservations):
+            cache.items = {}
+            cache.synced.clear()
+
     def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The leader's loops these caches need."""
         return [

@@ -3,8 +3,9 @@
 Start order: the HTTP listener (every replica answers health, metrics and push at
 once), then leader election. When this replica becomes leader it runs one full sync
 and only then starts the leader's loops; when it loses the Lease the loops are
-cancelled. ``stop`` (SIGTERM) cancels everything, releases the Lease so a standby
-takes over at its next look, and closes the listener.
+cancelled and the caches emptied (a later term acts only after its own LIST).
+``stop`` (SIGTERM) cancels everything, releases the Lease so a standby takes over at
+its next look, and closes the listener.
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ class Reconciler:
             await asyncio.gather(self._lead_task, return_exceptions=True)
             self._lead_task = None
         await self.tasks.cancel(*(n for n, _ in self.leader_loops()))
+        self.caches.reset()
 
     async def _serve(self, sock: socket.socket | None) -> None:
         state = HttpState(

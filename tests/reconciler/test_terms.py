@@ -1,0 +1,63 @@
+"""Review: a replica that leads again must not act on the caches of its previous term."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from reconciler.process import Reconciler
+from reconciler.settings import load
+from shared import model, vocab
+from shared.clock import ManualClock
+from shared.model import Hold
+from shared.resources import GPU_RESERVATIONS, PODS
+from tests.reconciler.builders import END, NS, START, FakeSource
+from tests.reconciler.fakekube import FakeKube
+
+NOW = START + timedelta(hours=1)
+
+
+def gpu_pod(name: str, claim: str) -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "alice",
+            "uid": f"uid-{name}",
+            "labels": {vocab.GPU_CLASS_LABEL: "a100"},
+            "annotations": {vocab.BOOKING_REFERENCE: "res-1", vocab.ADMISSION_CLAIM: claim},
+        },
+        "spec": {"containers": [{"resources": {"limits": {vocab.GPU_RESOURCE: "1"}}}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_upkeep_of_a_new_term_waits_for_a_fresh_list() -> None:
+    async def scenario() -> None:
+        kube, clock = FakeKube(), ManualClock(NOW)
+        env = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
+        settings, _ = load(env)
+        r = Reconciler(settings, kube, FakeSource(), clock)  # type: ignore[arg-type]
+        f = model.ReservationFacts(
+            1, "alice", "a100", "A100", 2, model.Kind.BOOKING, START, END,
+            model.State.ACTIVE, START,
+        )  # fmt: skip
+        # First term: a claim whose pod is still being created, and the caches filled.
+        pending = model.GPUReservation(f, (Hold("c-x", 1, NOW, "x", None),))
+        kube.add(GPU_RESERVATIONS, model.to_object(pending, NS, NOW), NS)
+        await r.caches.pods.relist()
+        await r.caches.reservations.relist()
+        await r._stop_leading()  # leadership lost
+        # Meanwhile another leader ran: c-x expired, pod q was admitted, its hold bound.
+        kube.add(PODS, gpu_pod("q", "c-q"), "alice")
+        bound = model.GPUReservation(f, (Hold("c-q", 1, NOW, "q", "uid-q", True),))
+        obj = kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]
+        obj["status"] = model.to_object(bound, NS, NOW)["status"]
+        await clock.advance(3600)
+        # A new term: nothing may act before its own LIST.
+        assert not r.caches.ready()
+        assert await r.caches.keeper.once() == []
+        assert await r.admitter.once() == []
+        held = model.from_object(kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")])
+        assert [h.claim for h in held.holds] == ["c-q"]
+
+    asyncio.run(scenario())
