@@ -220,12 +220,19 @@ class Admission:
         return result
 
     def _remember(self, res: GPUReservation, now: datetime) -> None:
-        """Put the ledger as last read or written into the cache (ahead of the watch)."""
+        """Put the object as last read or written into the cache (ahead of the watch).
+
+        Spec and status both come from ``res``: that version may carry a spec newer
+        than the cached one (a 409 re-read), and the cached spec under the new
+        resourceVersion would outrank the watch's newer spec and let the next claim
+        decide (and write ``/status``) on the old budget.
+        """
         entry = self.cache.entry(res.name)
         if entry is None:
             return
         raw = dict(entry.raw)
         raw["metadata"] = {**(raw.get("metadata") or {}), "resourceVersion": res.resource_version}
+        raw["spec"] = model.facts_to_spec(res.facts)
         raw["status"] = model.status_of(res, now)
         self.cache.upsert(raw)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -156,3 +157,16 @@ async def test_a_future_booking_within_reach_is_queued() -> None:
     doc = await call(admission, review(gpu_pod(1).build()))
     assert "queued for reservation res-1" in doc["response"]["warnings"][0]
     assert store.writes == 0
+
+
+async def test_the_cache_keeps_the_spec_the_claim_decided_on() -> None:
+    # The cache is at the first version; the reconciler then shrinks the budget to 1.
+    # The claim meets a 409, re-reads (1 GPU), writes its hold. What the cache learns
+    # from that write must carry the new spec: the old one with the new version would
+    # let the next claim pass the budget check on 2 GPUs and its write go through.
+    admission, store = await wired(reservation(1, gpus=2))
+    store.bump("res-1", lambda r: replace(r, facts=replace(r.facts, gpu_count=1)))
+    await call(admission, review(gpu_pod(1).build()))
+    second = await call(admission, review(gpu_pod(1).build()))
+    assert "patch" not in second["response"]
+    assert store.reservation("res-1").used_gpus == 1
