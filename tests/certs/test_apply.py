@@ -16,8 +16,8 @@ from certs.plan import CA_CRT, TLS_CRT, Action, Policy
 from shared.clock import ManualClock
 from shared.logs import fields_of
 from shared.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS
+from tests.fakekube import FakeKube
 
-from .fake_kube import FakeKube
 from .helpers import NAMESPACE, NOW, SERVICE
 
 TARGET = Target(NAMESPACE, SERVICE, "webhook-tls", "webhook-tls-ca", "gpu-admission")
@@ -42,7 +42,7 @@ def configuration(webhooks: int = 2) -> dict[str, Any]:
 @pytest.fixture
 def kube() -> FakeKube:
     fake = FakeKube()
-    fake.put(MUTATING_WEBHOOK_CONFIGURATIONS, configuration())
+    fake.add(MUTATING_WEBHOOK_CONFIGURATIONS, configuration())
     return fake
 
 
@@ -119,7 +119,7 @@ def test_garbage_in_the_secret_is_reissued_with_a_clear_log(
     stored = secret(kube)
     stored["data"][TLS_CRT] = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nxx").decode()
     stored["data"]["tls.key"] = "%%% not base64 %%%"
-    kube.put(SECRETS, stored, NAMESPACE)
+    kube.add(SECRETS, stored, NAMESPACE)
     with caplog.at_level(logging.INFO, logger="certs.apply"):
         outcome = run(kube)
     assert outcome.action is Action.RENEW_SERVING
@@ -132,7 +132,7 @@ def test_garbage_in_the_secret_is_reissued_with_a_clear_log(
 
 def test_a_secret_of_another_type_is_refused(kube: FakeKube) -> None:
     body = {"metadata": {"name": TARGET.secret}, "type": "Opaque", "data": {}}
-    kube.put(SECRETS, body, NAMESPACE)
+    kube.add(SECRETS, body, NAMESPACE)
     with pytest.raises(CertsError, match="Opaque"):
         run(kube)
 
@@ -143,7 +143,7 @@ def test_a_concurrent_writer_makes_the_run_reread_and_replan(kube: FakeKube) -> 
     def someone_else_touches_the_secret() -> None:
         stored = secret(kube)
         stored["metadata"]["labels"] = {"touched": "yes"}
-        kube.put(SECRETS, stored, NAMESPACE)
+        kube.add(SECRETS, stored, NAMESPACE)
 
     kube.before["replace"] = someone_else_touches_the_secret
     outcome = run(kube, days_later=340)
@@ -154,9 +154,9 @@ def test_a_concurrent_writer_makes_the_run_reread_and_replan(kube: FakeKube) -> 
 
 def test_a_racing_creator_is_resolved_by_a_second_round(kube: FakeKube) -> None:
     rival = FakeKube()
-    rival.put(MUTATING_WEBHOOK_CONFIGURATIONS, configuration())
+    rival.add(MUTATING_WEBHOOK_CONFIGURATIONS, configuration())
     run(rival)
-    kube.before["create"] = lambda: kube.put(SECRETS, secret(rival, TARGET.ca_secret), NAMESPACE)
+    kube.before["create"] = lambda: kube.add(SECRETS, secret(rival, TARGET.ca_secret), NAMESPACE)
     outcome = run(kube)
     assert outcome.action is Action.RENEW_SERVING  # the rival's CA is adopted
     assert data(kube, TLS_CRT, TARGET.ca_secret) == data(rival, TLS_CRT, TARGET.ca_secret)
@@ -164,7 +164,7 @@ def test_a_racing_creator_is_resolved_by_a_second_round(kube: FakeKube) -> None:
 
 def test_a_changed_configuration_fails_the_patch_test_and_is_reread(kube: FakeKube) -> None:
     def someone_edits_the_configuration() -> None:
-        kube.put(MUTATING_WEBHOOK_CONFIGURATIONS, configuration(webhooks=3))
+        kube.add(MUTATING_WEBHOOK_CONFIGURATIONS, configuration(webhooks=3))
 
     kube.before["patch"] = someone_edits_the_configuration
     outcome = run(kube)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -13,10 +12,10 @@ from reconciler import settings as reconciler_settings
 from reconciler.rotation import ROTATION_TASK, RotationSettings, Rotator, rotation_from
 from shared.clock import ManualClock
 from shared.errors import Forbidden
-from shared.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, Resource
+from shared.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS
 from shared.settings import EnvReader, SettingsError
+from tests.fakekube import FakeKube
 
-from .fake_kube import FakeKube
 from .helpers import NAMESPACE, NOW, SERVICE
 from .test_apply import TARGET, configuration
 
@@ -34,7 +33,7 @@ ENV = {
 
 def kube() -> FakeKube:
     fake = FakeKube()
-    fake.put(MUTATING_WEBHOOK_CONFIGURATIONS, configuration())
+    fake.add(MUTATING_WEBHOOK_CONFIGURATIONS, configuration())
     return fake
 
 
@@ -98,15 +97,17 @@ async def _settle(clock: ManualClock) -> None:
     raise AssertionError("the rotation loop did not go back to sleep")
 
 
-class Refusing(FakeKube):
-    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        raise Forbidden(403, "secrets is forbidden", "Forbidden")
+def refusing() -> FakeKube:
+    """A kube whose every GET is refused by RBAC."""
+    fake = FakeKube()
+    fake.faults["get"] = Forbidden(403, "secrets is forbidden", "Forbidden")
+    return fake
 
 
 def test_a_failed_check_is_logged_and_the_loop_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> None:
         clock = ManualClock(NOW)
-        rotator = Rotator(Refusing(), SETTINGS, clock)
+        rotator = Rotator(refusing(), SETTINGS, clock)
         assert await rotator.check_once() is None
         task = asyncio.create_task(rotator.run())
         await _settle(clock)

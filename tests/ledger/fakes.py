@@ -1,17 +1,16 @@
-"""An in-memory GPUReservation store with the apiserver's optimistic concurrency."""
+"""GPUReservation builders, and a store of them on the one unit-test fake (``tests.fakekube``)."""
 
 from __future__ import annotations
 
-import asyncio
-import copy
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from shared import model, vocab
 from shared.clock import utc
-from shared.errors import Conflict, Invalid, NotFound, ServerError
-from shared.resources import Resource
+from shared.errors import ServerError
+from shared.resources import GPU_RESERVATIONS
+from tests.fakekube import FakeKube
 
 NAMESPACE = vocab.PRODUCT_NAME
 WINDOW_START = utc(2026, 1, 5, 9)
@@ -36,76 +35,28 @@ def facts(rid: int = 1, gpus: int = 8, **overrides: Any) -> model.ReservationFac
     return model.ReservationFacts(**values)
 
 
-class FakeStore:
-    """GET and PUT-status of GPUReservations, each write bumping a resourceVersion.
+class FakeStore(FakeKube):
+    """``tests.fakekube.FakeKube`` holding GPUReservations of one namespace, with helpers
+    to store and read them as ``shared.model.GPUReservation``."""
 
-    ``yields`` decides how many times a call yields to the event loop before it acts
-    (so tests can interleave concurrent claimers); ``fail_next`` injects errors; every
-    successful write is passed to ``on_write`` (invariant checks).
-    """
-
-    def __init__(self, yields: Callable[[], int] = lambda: 0) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.rv = 0
-        self.yields = yields
-        self.fail_next: list[Exception] = []
-        self.on_write: Callable[[dict[str, Any]], None] = lambda obj: None
-        self.gets = 0
-        self.writes = 0
+    def __init__(self, yields: Callable[[], int] = lambda: 0, namespace: str = NAMESPACE) -> None:
+        super().__init__(yields)
+        self.namespace = namespace
 
     def put(self, res: model.GPUReservation, now: datetime = NOW) -> dict[str, Any]:
-        self.rv += 1
-        obj = model.to_object(res, NAMESPACE, now)
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        self.objects[res.name] = obj
-        return copy.deepcopy(obj)
+        """Store ``res`` as its object (test setup: no rules, no write counted)."""
+        return self.add(GPU_RESERVATIONS, model.to_object(res, self.namespace, now))
+
+    def stored(self, name: str) -> dict[str, Any]:
+        """The stored object itself (editing it edits the store)."""
+        return self.objects[(GPU_RESERVATIONS.plural, self.namespace, name)]
 
     def reservation(self, name: str) -> model.GPUReservation:
-        return model.from_object(self.objects[name])
+        return model.from_object(self.stored(name))
 
     def bump(self, name: str, change: Callable[[model.GPUReservation], model.GPUReservation]):
         """A write by someone else (a release, another replica)."""
         self.put(change(self.reservation(name)))
-
-    async def _pause(self) -> None:
-        for _ in range(self.yields()):
-            await asyncio.sleep(0)
-        if self.fail_next:
-            raise self.fail_next.pop(0)
-
-    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        await self._pause()
-        self.gets += 1
-        if name not in self.objects:
-            raise NotFound(404, f'{res.plural}.{res.group} "{name}" not found', "NotFound")
-        return copy.deepcopy(self.objects[name])
-
-    async def replace(
-        self,
-        res: Resource,
-        name: str,
-        body: dict[str, Any],
-        namespace: str | None = None,
-        subresource: str | None = None,
-    ) -> dict[str, Any]:
-        await self._pause()
-        assert subresource == "status", "ledger writes go to /status"
-        current = self.objects.get(name)
-        if current is None:
-            raise NotFound(404, "gone", "NotFound")
-        sent = body.get("metadata", {}).get("resourceVersion")
-        if not sent:
-            raise Invalid(422, "metadata.resourceVersion: Invalid value: 0x0", "Invalid")
-        if sent != current["metadata"]["resourceVersion"]:
-            raise Conflict(409, "the object has been modified", "Conflict")
-        self.rv += 1
-        updated = copy.deepcopy(current)
-        updated["status"] = copy.deepcopy(body["status"])
-        updated["metadata"]["resourceVersion"] = str(self.rv)
-        self.objects[name] = updated
-        self.writes += 1
-        self.on_write(updated)
-        return copy.deepcopy(updated)
 
 
 def server_error() -> ServerError:

@@ -32,10 +32,10 @@ def test_admitted_claim_writes_a_hold_to_status() -> None:
     assert result.conflicts == 0
     (held,) = store.reservation("res-1").holds
     assert (held.claim, held.gpus, held.pod, held.at) == (result.claim, 3, "train-0", NOW)
-    assert store.objects["res-1"]["status"]["usedGpus"] == 3
+    assert store.stored("res-1")["status"]["usedGpus"] == 3
     assert result.reservation is not None
     assert (
-        result.reservation.resource_version == store.objects["res-1"]["metadata"]["resourceVersion"]
+        result.reservation.resource_version == store.stored("res-1")["metadata"]["resourceVersion"]
     )
 
 
@@ -66,7 +66,7 @@ def test_dry_run_decides_the_same_and_writes_nothing() -> None:
 
 def test_conflict_rereads_and_retries() -> None:
     store = store_with(8)
-    cached = store.objects["res-1"]
+    cached = store.stored("res-1")
     store.bump("res-1", lambda r: ledger.add_hold(r, model.Hold("other", 5, NOW)))
     result = asyncio.run(claim(store, 3, cached=cached))
     assert result.admitted
@@ -76,7 +76,7 @@ def test_conflict_rereads_and_retries() -> None:
 
 def test_conflict_then_full_is_refused() -> None:
     store = store_with(8)
-    cached = store.objects["res-1"]
+    cached = store.stored("res-1")
     store.bump("res-1", lambda r: ledger.add_hold(r, model.Hold("other", 7, NOW)))
     result = asyncio.run(claim(store, 2, cached=cached))
     assert (result.admitted, result.reason, result.conflicts) == (False, "full", 1)
@@ -84,7 +84,7 @@ def test_conflict_then_full_is_refused() -> None:
 
 def test_cached_object_is_used_for_the_first_attempt() -> None:
     store = store_with(8)
-    asyncio.run(claim(store, 1, cached=store.objects["res-1"]))
+    asyncio.run(claim(store, 1, cached=store.stored("res-1")))
     assert store.gets == 0
 
 
@@ -96,7 +96,7 @@ def test_api_error_is_reason_error() -> None:
 
 def test_malformed_object_is_reason_error() -> None:
     store = store_with(8)
-    store.objects["res-1"]["spec"]["gpuCount"] = "eight"
+    store.stored("res-1")["spec"]["gpuCount"] = "eight"
     assert asyncio.run(claim(store, 1)).reason == "error"
 
 
@@ -155,6 +155,6 @@ def test_amend_writes_nothing_when_unchanged() -> None:
 
 def test_status_write_keeps_unmodelled_status_fields() -> None:
     store = store_with(8)
-    store.objects["res-1"]["status"]["noShow"] = {"declared": True}
+    store.stored("res-1")["status"]["noShow"] = {"declared": True}
     asyncio.run(claim(store, 1))
-    assert store.objects["res-1"]["status"]["noShow"] == {"declared": True}
+    assert store.stored("res-1")["status"]["noShow"] == {"declared": True}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 from datetime import timedelta
 from typing import Any
 
@@ -17,38 +16,18 @@ from reconciler.queue import QueueMetrics, admission_patch, next_start
 from reconciler.settings import load
 from shared import ledger, model, vocab
 from shared.clock import ManualClock, format_utc
-from shared.errors import Conflict, Invalid, NotFound
+from shared.errors import Invalid
 from shared.policy.tolerations import granted_toleration
-from shared.resources import EVENTS, GPU_RESERVATIONS, PODS, Resource
+from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
+from tests.fakekube import FakeKube
 from tests.reconciler.builders import END, NS, START
-from tests.reconciler.fakekube import FakeKube
 
 GATE = "gpu-reservation.galends.io/queued"
 BEFORE = START - timedelta(minutes=5)
 
 
-class PatchKube(FakeKube):
-    """FakeKube plus JSON Patch on pods (with ``test`` semantics) and Event creates."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fail_patch = False
-
-    async def patch(
-        self, res: Resource, name: str, patch: Any, namespace: str | None = None, **_: Any
-    ) -> dict[str, Any]:
-        self._check("patch", res)
-        key = (res.plural, namespace, name)
-        if key not in self.objects:
-            raise NotFound(404, "not found", "NotFound")
-        if self.fail_patch:
-            raise Invalid(422, "refused", "Invalid")
-        try:
-            new = jsonpatch.apply_patch(copy.deepcopy(self.objects[key]), patch)
-        except jsonpatch.JsonPatchTestFailed as exc:
-            raise Conflict(409, str(exc), "Conflict") from exc
-        self.objects[key] = self._bump(new)
-        return copy.deepcopy(new)
+class Kube(FakeKube):
+    """The fake with a look at the Events written."""
 
     def events(self, reason: str | None = None) -> list[dict[str, Any]]:
         found = [o for (p, _, _), o in self.objects.items() if p == EVENTS.plural]
@@ -83,7 +62,7 @@ def gpu_pod(name: str, gpus: int = 1, gated: bool = True, **meta: Any) -> dict[s
 
 class World:
     def __init__(self, now=BEFORE, **env: str) -> None:
-        self.kube = PatchKube()
+        self.kube = Kube()
         self.clock = ManualClock(now)
         base = {
             "RESERVATION_API_URL": "http://app",
@@ -274,10 +253,10 @@ def test_patch_failure_drops_the_claim_again() -> None:
         w = World(now=START + timedelta(minutes=1))
         w.book(facts())
         w.kube.add(PODS, gpu_pod("p"))
-        w.kube.fail_patch = True
+        w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
         await w.step()
         assert w.ledger_of().holds == ()
-        w.kube.fail_patch = False
+        del w.kube.faults["patch"]
         await w.step()
         assert len(w.ledger_of().holds) == 1
 

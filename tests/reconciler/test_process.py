@@ -14,8 +14,8 @@ from reconciler.sync import Syncer
 from reconciler.tasks import Tasks
 from shared.clock import ManualClock, SystemClock
 from shared.settings import SettingsError
+from tests.fakekube import FakeKube
 from tests.reconciler.builders import NS, FakeSource
-from tests.reconciler.fakekube import FakeKube
 
 REQUIRED = {"RESERVATION_API_URL": "http://app/", "RESERVATION_API_KEY": "gpures_x"}
 

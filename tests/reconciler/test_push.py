@@ -15,8 +15,8 @@ from reconciler.tasks import Tasks
 from shared.clock import ManualClock, utc
 from shared.resources import GPU_RESERVATIONS
 from shared.settings import SecretStr
+from tests.fakekube import FakeKube
 from tests.reconciler.builders import NS, FakeSource, row
-from tests.reconciler.fakekube import FakeKube
 
 TOKEN = "s3cret-token-value"
 URL = "/api/reservations/push"

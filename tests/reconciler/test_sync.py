@@ -12,8 +12,8 @@ from reconciler.sync import Syncer
 from shared import model
 from shared.clock import ManualClock, utc
 from shared.resources import GPU_RESERVATIONS, PODS
+from tests.fakekube import FakeKube
 from tests.reconciler.builders import A100, END, NS, UNLABELLED, FakeSource, pod, reservation
-from tests.reconciler.fakekube import FakeKube
 
 NOW = utc(2026, 1, 5, 10)
 CLASSES = {3: A100, 5: UNLABELLED}

@@ -13,8 +13,8 @@ from shared.clock import ManualClock
 from shared.model import Hold
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS
+from tests.fakekube import FakeKube
 from tests.reconciler.builders import END, NS, START
-from tests.reconciler.fakekube import FakeKube
 
 NOW = START + timedelta(minutes=10)
 TTL = 60.0

@@ -1,20 +1,16 @@
 """A small world for the guarantee keeper, the re-linker and the evictor.
 
-``Kube`` adds to ``FakeKube`` what these need, with the real rules: pod JSON Patch
-(a failed ``test`` is a 422), DELETE with a uid precondition (409 on mismatch), and
-Events listed by ``involvedObject.uid`` / ``reason`` field selectors. ``Emitter`` is
-the Event writer's stand-in: it records and stores each Event in the kube.
+The kube is ``tests.fakekube.FakeKube`` (pod JSON Patch with ``test`` as a 422, DELETE
+with a uid precondition, Events listed by field selectors). ``Emitter`` is the Event
+writer's stand-in: it records and stores each Event in the kube.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import itertools
 from datetime import datetime, timedelta
 from typing import Any
-
-import jsonpatch
 
 from reconciler.evict import Evictor
 from reconciler.guarantees import GuaranteeKeeper
@@ -22,75 +18,20 @@ from reconciler.pods import PodView, project_pod
 from reconciler.relink import Relinker
 from shared import model, vocab
 from shared.clock import ManualClock
-from shared.errors import Conflict, Invalid, NotFound
-from shared.gateway import ListResult
 from shared.model import Hold
 from shared.policy.matching import MatchRules
 from shared.policy.tolerations import granted_toleration
-from shared.resources import EVENTS, GPU_RESERVATIONS, PODS, Resource
+from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
+from tests.fakekube import FakeKube
 from tests.reconciler.builders import NS, START
-from tests.reconciler.fakekube import FakeKube
 
 H = timedelta(hours=1)
-
-
-class Kube(FakeKube):
-    async def patch(
-        self,
-        res: Resource,
-        name: str,
-        patch: Any,
-        namespace: str | None = None,
-        patch_type: str = "json",
-        subresource: str | None = None,
-    ) -> dict[str, Any]:
-        self._check("patch", res)
-        key = (res.plural, namespace, name)
-        current = self.objects.get(key)
-        if current is None:
-            raise NotFound(404, "not found", "NotFound")
-        try:
-            new = jsonpatch.apply_patch(current, patch)
-        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-            raise Invalid(422, f"the patch failed: {exc}", "Invalid") from exc
-        self.objects[key] = self._bump(new)
-        return copy.deepcopy(new)
-
-    async def delete(
-        self, res: Resource, name: str, namespace: str | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        current = self.objects.get((res.plural, namespace, name))
-        uid = kwargs.get("uid")
-        if current is not None and uid and current["metadata"].get("uid") != uid:
-            self._check("delete", res)
-            raise Conflict(409, "Precondition failed: UID", "Conflict")
-        return await super().delete(res, name, namespace, **kwargs)
-
-    async def list_all(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> ListResult:
-        got = await super().list_all(res, namespace, label_selector)
-        if not field_selector:
-            return got
-        wanted = dict(part.split("=", 1) for part in field_selector.split(","))
-        items = [o for o in got.items if all(_field(o, k) == v for k, v in wanted.items())]
-        return ListResult(items, got.resource_version)
-
-
-def _field(obj: dict[str, Any], path: str) -> Any:
-    for part in path.split("."):
-        obj = obj.get(part) or {}
-    return obj
 
 
 class Emitter:
     """Records every Event and stores it (so a later process can find it)."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: FakeKube) -> None:
         self.kube = kube
         self.sent: list[tuple[str, str, str]] = []
         self._seq = itertools.count()
@@ -182,7 +123,7 @@ class World:
     """Kube + caches read from it + the three upholders on a manual clock."""
 
     def __init__(self, now: datetime, *, adoption: bool = True) -> None:
-        self.kube = Kube()
+        self.kube = FakeKube()
         self.clock = ManualClock(now)
         self.emit = Emitter(self.kube)
         self.rules = MatchRules()

@@ -9,7 +9,6 @@ from typing import Any
 
 from shared import model
 from shared.clock import ManualClock
-from shared.gateway import ListResult
 from shared.policy.matching import MatchRules
 from tests.ledger.fakes import FakeStore
 from tests.policy.builders import NOW
@@ -76,10 +75,7 @@ def patched(pod: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
 
 
 class StoreGateway(FakeStore):
-    """The ledger fake store, also serving the cache's LIST (no watch)."""
-
-    async def list_all(self, res: Any, namespace: str | None = None, **_: Any) -> ListResult:
-        return ListResult([dict(o) for o in self.objects.values()], str(self.rv))
+    """The ledger fake store; the cache only lists (no watch)."""
 
     async def watch(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover
         raise NotImplementedError
@@ -89,7 +85,7 @@ async def wired(
     *reservations: model.GPUReservation, synced: bool = True, **policy_overrides: Any
 ) -> tuple[Admission, StoreGateway]:
     """An ``Admission`` over a store holding ``reservations``, the cache listed."""
-    store = StoreGateway()
+    store = StoreGateway(namespace=CONTROLLER_NS)
     for res in reservations:
         store.put(res)
     clock = ManualClock(NOW)
