@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from sandbox.cluster.informer import Informer
 from sandbox.cluster.kubelet import Kubelet
+from sandbox.cluster.passes import cache
 from sandbox.cluster.scheduler import Scheduler
 from sandbox.runner import SandboxContext
 from shared.clock import Clock
@@ -25,18 +25,18 @@ SYNC_TIMEOUT_S = 10.0
 
 
 class Cluster:
-    """Scheduler and kubelet over one gateway, sharing pod and node informers."""
+    """Scheduler and kubelet over one gateway, sharing the pod and node caches."""
 
     def __init__(self, gateway: Gateway, clock: Clock) -> None:
         self.gateway = gateway
-        self.pods = Informer(gateway, PODS)
-        self.nodes = Informer(gateway, NODES)
+        self.pods = cache(gateway, PODS, clock)
+        self.nodes = cache(gateway, NODES, clock)
         self.scheduler = Scheduler(gateway, clock, self.pods, self.nodes)
         self.kubelet = Kubelet(gateway, clock, self.pods, self.nodes)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        """Start the informers and both loops; returns once the caches are filled."""
+        """Start the caches and both loops; returns once the caches are filled."""
         loops = (self.pods.run(), self.nodes.run(), self.scheduler.run(), self.kubelet.run())
         self._tasks = [asyncio.create_task(loop) for loop in loops]
         await asyncio.wait_for(self._synced(), SYNC_TIMEOUT_S)

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sandbox.cluster.informer import Informer, object_key
+from sandbox.cluster.passes import Cache, Passes, snapshot
 from sandbox.cluster.podstatus import pod_ip, running_status, succeeded_status
 from sandbox.cluster.scheduler import with_condition
 from sandbox.cluster.scheduling import TERMINAL_PHASES
@@ -31,11 +31,9 @@ from shared.clock import Clock, format_utc, parse_utc
 from shared.errors import Conflict, KubeError, NotFound
 from shared.gateway import Gateway
 from shared.resources import NODES, PODS
+from shared.watch import key_of
 
 log = logging.getLogger(__name__)
-
-#: Wall seconds between passes when nothing changes.
-RESYNC_S = 5.0
 
 
 def run_seconds(pod: dict[str, Any]) -> float | None:
@@ -54,45 +52,32 @@ def has_ready_condition(node: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" for c in conditions)
 
 
-class Kubelet:
+class Kubelet(Passes):
     """Runs pods on every node; see the module docstring."""
 
-    def __init__(self, gateway: Gateway, clock: Clock, pods: Informer, nodes: Informer) -> None:
-        self._gateway = gateway
-        self._clock = clock
-        self._pods = pods
-        self._nodes = nodes
-        self._wake = asyncio.Event()
-        pods.subscribe_to(self._wake)
-        nodes.subscribe_to(self._wake)
+    what = "kubelet"
+
+    def __init__(self, gateway: Gateway, clock: Clock, pods: Cache, nodes: Cache) -> None:
+        super().__init__(gateway, clock, pods, nodes)
         self._timers: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._ips = itertools.count()
         self._started: set[str] = set()
 
     async def run(self) -> None:
-        """Run pods until cancelled."""
-        await self._pods.synced.wait()
-        await self._nodes.synced.wait()
+        """Run pods until cancelled; pending timers end with the loop."""
         try:
-            while True:
-                self._wake.clear()
-                try:
-                    await self.run_once()
-                except KubeError as exc:
-                    log.warning("kubelet pass failed: %s", exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), RESYNC_S)
+            await super().run()
         finally:
             for _, task in self._timers.values():
                 task.cancel()
 
     async def run_once(self) -> None:
         """Register nodes, then bring every pod one step towards its goal."""
-        for node in self._nodes.snapshot():
+        for node in snapshot(self._nodes):
             if not has_ready_condition(node):
                 await self._report_ready(node)
         live = set()
-        for pod in self._pods.snapshot():
+        for pod in snapshot(self._pods):
             live.add(str(pod["metadata"].get("uid", "")))
             await self._sync(pod)
         for uid in set(self._timers) - live:
@@ -157,14 +142,14 @@ class Kubelet:
             return
         if existing is not None:
             existing[1].cancel()
-        task = asyncio.create_task(self._after(object_key(pod), when, action))
+        task = asyncio.create_task(self._after(key_of(pod), when, action))
         self._timers[uid] = (purpose, task)
 
     async def _after(
         self, key: str, when: datetime, action: Callable[[dict[str, Any]], Awaitable[None]]
     ) -> None:
         await self._clock.sleep((when - self._clock.now()).total_seconds())
-        pod = self._pods.objects.get(key)
+        pod = self._pods.items.get(key)
         if pod is None:
             return
         try:

@@ -2,32 +2,28 @@
 
 An HTTP client of the API emulator like kube-scheduler: binds through
 ``POST pods/<name>/binding`` and writes ``PodScheduled=False/Unschedulable`` through
-``pods/<name>/status``. Decisions come from ``scheduling.schedule`` over the informers'
+``pods/<name>/status``. Decisions come from ``scheduling.schedule`` over the shared
 caches; pods it has just bound are "assumed" on their node until the watch shows the
 binding, so two passes in quick succession never overfill a node. A pass runs on every
-change and at least every ``RESYNC_S`` seconds.
+change and at least every ``passes.RESYNC_S`` seconds.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import logging
 from typing import Any
 
 from sandbox.cluster import events
-from sandbox.cluster.informer import Informer
+from sandbox.cluster.passes import Cache, Passes, snapshot
 from sandbox.cluster.scheduling import DEFAULT_SCHEDULER, Placement, schedule
 from shared.clock import Clock, format_utc
-from shared.errors import Conflict, KubeError, NotFound
+from shared.errors import Conflict, NotFound
 from shared.gateway import Gateway
 from shared.resources import PODS
 
 log = logging.getLogger(__name__)
 
-#: Wall seconds between passes when nothing changes.
-RESYNC_S = 5.0
 REASON_UNSCHEDULABLE = "Unschedulable"
 
 
@@ -49,35 +45,18 @@ def with_condition(pod: dict[str, Any], condition: dict[str, Any]) -> list[dict[
     return [*others, condition]
 
 
-class Scheduler:
+class Scheduler(Passes):
     """Binds Pending pods; see the module docstring."""
 
-    def __init__(self, gateway: Gateway, clock: Clock, pods: Informer, nodes: Informer) -> None:
-        self._gateway = gateway
-        self._clock = clock
-        self._pods = pods
-        self._nodes = nodes
-        self._wake = asyncio.Event()
-        pods.subscribe_to(self._wake)
-        nodes.subscribe_to(self._wake)
-        self._assumed: dict[str, str] = {}
+    what = "scheduling"
 
-    async def run(self) -> None:
-        """Schedule until cancelled."""
-        await self._pods.synced.wait()
-        await self._nodes.synced.wait()
-        while True:
-            self._wake.clear()
-            try:
-                await self.run_once()
-            except KubeError as exc:
-                log.warning("scheduling pass failed: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), RESYNC_S)
+    def __init__(self, gateway: Gateway, clock: Clock, pods: Cache, nodes: Cache) -> None:
+        super().__init__(gateway, clock, pods, nodes)
+        self._assumed: dict[str, str] = {}
 
     async def run_once(self) -> None:
         """One pass over the cached pods and nodes."""
-        for placement in schedule(self._nodes.snapshot(), self._with_assumed()):
+        for placement in schedule(snapshot(self._nodes), self._with_assumed()):
             if placement.node is not None:
                 await self._bind(placement.pod, placement.node)
             else:
@@ -86,7 +65,7 @@ class Scheduler:
     def _with_assumed(self) -> list[dict[str, Any]]:
         pods = []
         live = set()
-        for pod in self._pods.snapshot():
+        for pod in snapshot(self._pods):
             uid = str(pod["metadata"].get("uid", ""))
             node = self._assumed.get(uid)
             if node is not None and not pod["spec"].get("nodeName"):

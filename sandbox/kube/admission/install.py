@@ -30,10 +30,7 @@ class WebhookConfigurationStrategy(ConditionalStrategy):
         obj.update(defaulted)
 
     def validate_create(self, obj: dict[str, Any]) -> list[FieldError]:
-        return [
-            FieldError(c.reason, c.field, c.detail, c.value, c.has_value)
-            for c in validate_configuration(obj)
-        ]
+        return validate_configuration(obj)
 
 
 def install(server: KubeServer) -> WebhookDispatcher:

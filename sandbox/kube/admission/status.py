@@ -1,5 +1,8 @@
 """Status bodies the admission chain fails a request with, worded as the apiserver words them.
 
+The bodies are ``sandbox.kube.errors``'s; this module only words the admission-specific
+failures and wraps them as ``AdmissionError``.
+
 Sources: kubernetes/apimachinery ``pkg/api/errors/errors.go`` (``NewInternalError``,
 ``NewBadRequest``, ``NewForbidden``, ``NewInvalid``) and kubernetes/apiserver
 ``pkg/admission/plugin/webhook/errors/statuserror.go`` (``ToStatusErr``).
@@ -9,56 +12,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandbox.kube import errors as api
 from sandbox.kube.admission.hook import AdmissionError
 
 
-def _status(
-    code: int, reason: str, message: str, details: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return body
+def refusal(error: api.ApiError) -> AdmissionError:
+    """The emulator's error (``sandbox.kube.errors``) as an admission failure."""
+    return AdmissionError(error.code, error.status)
 
 
 def internal_error(cause: str) -> AdmissionError:
     """500 InternalError: ``Internal error occurred: <cause>``."""
     details = {"causes": [{"message": cause}]}
     message = f"Internal error occurred: {cause}"
-    return AdmissionError(500, _status(500, "InternalError", message, details))
+    return refusal(api.error(500, "InternalError", message, details))
 
 
 def bad_request(message: str) -> AdmissionError:
     """400 BadRequest with ``message`` as is."""
-    return AdmissionError(400, _status(400, "BadRequest", message))
+    return refusal(api.bad_request(message))
 
 
 def forbidden(group: str, resource: str, name: str, cause: str) -> AdmissionError:
     """403 Forbidden: ``<resource>[.<group>] ["<name>"] is forbidden: <cause>``."""
-    qualified = f"{resource}.{group}" if group else resource
+    qualified = api.qualified(resource, group)
     subject = f'{qualified} "{name}"' if name else qualified
     details = {"name": name, "group": group, "kind": resource}
-    return AdmissionError(
-        403, _status(403, "Forbidden", f"{subject} is forbidden: {cause}", details)
-    )
-
-
-def invalid(group: str, kind: str, name: str, causes: list[dict[str, str]]) -> AdmissionError:
-    """422 Invalid: ``<Kind>[.<group>] "<name>" is invalid: <field>: <message>[, ...]``."""
-    qualified = f"{kind}.{group}" if group else kind
-    texts = [f"{c['field']}: {c['message']}" for c in causes]
-    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
-    message = f'{qualified} "{name}" is invalid: {summary}'
-    details = {"name": name, "group": group, "kind": kind, "causes": causes}
-    return AdmissionError(422, _status(422, "Invalid", message, details))
+    return refusal(api.error(403, "Forbidden", f"{subject} is forbidden: {cause}", details))
 
 
 def denied(webhook: str, status: dict[str, Any] | None) -> AdmissionError:

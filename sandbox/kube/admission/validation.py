@@ -11,18 +11,18 @@ apiserver defaults and validates them before storage in the same request.
 from __future__ import annotations
 
 import copy
-import json
 import re
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from sandbox.kube import errors as api
 from sandbox.kube.admission.cel import CELError, compile_condition
 from sandbox.kube.admission.config import DEFAULT_SERVICE_PORT, DEFAULT_TIMEOUT_S, FAIL
 from sandbox.kube.admission.hook import AdmissionAttributes, AdmissionResult
 from sandbox.kube.admission.matching import ADMISSION_GROUP
 from sandbox.kube.admission.selectors import SelectorError, matches
-from sandbox.kube.admission.status import invalid
+from sandbox.kube.admission.status import refusal
+from sandbox.kube.errors import FieldError
 
 KIND = "MutatingWebhookConfiguration"
 RESOURCE = "mutatingwebhookconfigurations"
@@ -37,55 +37,27 @@ _ENUMS: dict[str, tuple[str, ...]] = {
 }
 
 
-_CAUSE_TEXT = {
-    "FieldValueInvalid": "Invalid value",
-    "FieldValueRequired": "Required value",
-    "FieldValueNotSupported": "Unsupported value",
-    "FieldValueDuplicate": "Duplicate value",
-    "FieldValueTooMany": "Too many",
-}
-
-
-@dataclass(frozen=True)
-class Cause:
-    """One field error: a ``FieldValue*`` reason, the field path, the value and why."""
-
-    reason: str
-    field: str
-    detail: str = ""
-    value: Any = None
-    has_value: bool = False
-
-    def message(self) -> str:
-        """``Invalid value: "x": why`` — the apiserver's cause message."""
-        text = _CAUSE_TEXT[self.reason]
-        if self.has_value:
-            text += f": {json.dumps(self.value)}"
-        return f"{text}: {self.detail}" if self.detail else text
-
-    def as_status_cause(self) -> dict[str, str]:
-        """The ``details.causes[]`` entry."""
-        return {"reason": self.reason, "message": self.message(), "field": self.field}
-
-
 class Causes:
-    """Field errors collected while validating."""
+    """Field errors (``sandbox.kube.errors.FieldError``) collected while validating."""
 
     def __init__(self) -> None:
-        self.items: list[Cause] = []
-
-    def add(self, reason: str, field: str, detail: str = "", *value: Any) -> None:
-        self.items.append(Cause(reason, field, detail, value[0] if value else None, bool(value)))
+        self.items: list[FieldError] = []
 
     def invalid(self, field: str, value: Any, detail: str) -> None:
-        self.add("FieldValueInvalid", field, detail, value)
+        self.items.append(api.invalid_value(field, value, detail))
 
     def required(self, field: str, detail: str = "") -> None:
-        self.add("FieldValueRequired", field, detail)
+        self.items.append(api.required(field, detail))
 
     def unsupported(self, field: str, value: Any, allowed: tuple[str, ...]) -> None:
-        options = ", ".join(f'"{a}"' for a in allowed)
-        self.add("FieldValueNotSupported", field, f"supported values: {options}", value)
+        self.items.append(api.not_supported(field, value, list(allowed)))
+
+    def duplicate(self, field: str, value: Any) -> None:
+        self.items.append(api.duplicate(field, value))
+
+    def too_many(self, field: str, count: int, limit: int) -> None:
+        detail = f"must have at most {limit} items"
+        self.items.append(FieldError("FieldValueTooMany", field, detail, count, True))
 
 
 class ConfigurationValidator:
@@ -98,7 +70,7 @@ class ConfigurationValidator:
         causes = validate_configuration(obj)
         if causes:
             name = str((obj.get("metadata") or {}).get("name") or attrs.name)
-            raise invalid(ADMISSION_GROUP, KIND, name, [c.as_status_cause() for c in causes])
+            raise refusal(api.invalid(KIND, ADMISSION_GROUP, name, causes))
         return AdmissionResult(obj)
 
 
@@ -132,7 +104,7 @@ def default_configuration(obj: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def validate_configuration(obj: dict[str, Any]) -> list[Cause]:
+def validate_configuration(obj: dict[str, Any]) -> list[FieldError]:
     """Field errors of a (defaulted) configuration; empty when valid. No side effects."""
     causes = Causes()
     seen: set[str] = set()
@@ -143,7 +115,7 @@ def validate_configuration(obj: dict[str, Any]) -> list[Cause]:
             continue
         name = str(webhook.get("name") or "")
         if name in seen:
-            causes.add("FieldValueDuplicate", f"{path}.name", "", name)
+            causes.duplicate(f"{path}.name", name)
         seen.add(name)
         _webhook(webhook, path, causes)
     return causes.items
@@ -261,12 +233,7 @@ def _selector(selector: Any, path: str, causes: Causes) -> None:
 
 def _match_conditions(conditions: list[Any], path: str, causes: Causes) -> None:
     if len(conditions) > MAX_MATCH_CONDITIONS:
-        causes.add(
-            "FieldValueTooMany",
-            path,
-            f"must have at most {MAX_MATCH_CONDITIONS} items",
-            len(conditions),
-        )
+        causes.too_many(path, len(conditions), MAX_MATCH_CONDITIONS)
     names: set[str] = set()
     for index, condition in enumerate(conditions):
         item = f"{path}[{index}]"
@@ -275,7 +242,7 @@ def _match_conditions(conditions: list[Any], path: str, causes: Causes) -> None:
         if not name:
             causes.required(f"{item}.name")
         elif name in names:
-            causes.add("FieldValueDuplicate", f"{item}.name", "", name)
+            causes.duplicate(f"{item}.name", name)
         names.add(name)
         if not expression:
             causes.required(f"{item}.expression")
