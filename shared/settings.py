@@ -149,13 +149,17 @@ class EnvReader:
     # --- seed-compatible readers ------------------------------------------------------
 
     def timezone(self, name: str, fallback: str | None) -> ZoneInfo | None:
-        """An IANA zone; unknown → notice and ``fallback`` (the process zone)."""
+        """An IANA zone; unknown → notice and ``fallback`` (the process zone).
+
+        A name the database does not hold can also come back as an ``OSError`` (a
+        folder such as ``America`` is read as a directory), which is unknown too.
+        """
         value = self.raw(name) or fallback
         if value is None:
             return None
         try:
             return ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):
             self.notices.append(Notice(name, "unknown_timezone", value))
             if fallback and fallback != value:
                 return self.timezone("TZ", None)

@@ -72,6 +72,15 @@ def test_unknown_timezone_falls_back_to_tz_with_a_notice() -> None:
     assert reader.notices == [Notice("EVENT_DISPLAY_TIMEZONE", "unknown_timezone", "Mars/Olympus")]
 
 
+def test_a_zone_naming_a_folder_of_the_zone_database_falls_back_too() -> None:
+    # "America" is a directory of the database: ZoneInfo raises IsADirectoryError (an
+    # OSError), which must be a notice and a fallback, not a crash at start.
+    reader = EnvReader({"EVENT_DISPLAY_TIMEZONE": "America", "TZ": "Europe/Berlin"})
+    common = read_common(reader)
+    assert str(common.display_timezone) == "Europe/Berlin"
+    assert reader.notices == [Notice("EVENT_DISPLAY_TIMEZONE", "unknown_timezone", "America")]
+
+
 def test_unknown_log_level_falls_back() -> None:
     reader = EnvReader({"LOG_LEVEL": "chatty", "LIBRARY_LOG_LEVEL": "debug"})
     common = read_common(reader)
