@@ -18,7 +18,11 @@ reusing the name is never hit). Its ledger hold goes when the pod leaves the cac
 (ledger upkeep; a terminating pod keeps counting, as in R7).
 
 *Not twice.* A pod already terminating or gone is not evicted again (the cache says
-so; in-process, a pod being handled is skipped until its deletion shows). The Event
+so; in-process, a pod being handled is skipped until its deletion shows).
+
+*Never a pod that moved.* Before acting, the pod is re-read and must still carry the
+reservation's reference (the cache may lag behind a re-link), under the re-linker's
+lock, so an overstay re-link and an eviction never act on one pod at once. The Event
 is not sent twice for one eviction: before sending, the pod's Events are read
 (``involvedObject.uid`` + reason) — the Event itself is the durable marker, so a
 restart between the Event and the delete deletes without a second Event.
@@ -36,7 +40,7 @@ from zoneinfo import ZoneInfo
 
 from reconciler.caches import Caches
 from reconciler.guarantees import GuaranteeKeeper
-from reconciler.pods import PodView
+from reconciler.pods import PodView, project_pod
 from reconciler.relink import Cause, Emit, Relinker
 from reconciler.settings import ReconcilerSettings
 from reconciler.upkeep import wait_either
@@ -170,6 +174,30 @@ class Evictor:
         return done
 
     async def _handle(self, ev: Eviction, now: datetime, taken: dict[str, int]) -> bool:
+        async with self._relinker.lock:
+            fresh = await self._still_due(ev, now)
+            if fresh is None:
+                return False  # moved, gone or changed since the cache saw it
+            return await self._act(fresh, now, taken)
+
+    async def _still_due(self, ev: Eviction, now: datetime) -> Eviction | None:
+        """``ev`` for the pod as it is now (re-read), or None when it no longer applies:
+        the cache may lag behind a re-link that just moved the pod elsewhere."""
+        try:
+            raw = await self._gateway.get(PODS, ev.pod.name, ev.pod.namespace)
+        except NotFound:
+            return None
+        except KubeError as exc:
+            log(_log, logging.WARNING, "evict.read_failed", pod=ev.pod.key, error=str(exc))
+            return None
+        pod = project_pod(raw, self._relinker.rules)
+        if pod is None or pod.uid != ev.pod.uid or pod.reference != ev.reservation.name:
+            return None
+        if eviction_reason(pod, ev.reservation, now) != ev.reason:
+            return None
+        return Eviction(pod, ev.reason, ev.reservation)
+
+    async def _act(self, ev: Eviction, now: datetime, taken: dict[str, int]) -> bool:
         if ev.reason == vocab.REASON_RESERVATION_CANCELLED:
             goal = self._relinker.plan(ev.pod, now, taken)
             if goal is not None and await self._relinker.move(ev.pod, goal, Cause.REPLACED, now):

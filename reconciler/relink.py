@@ -180,6 +180,10 @@ class Relinker:
         self._zone = zone
         self._wake = asyncio.Event()
         self.moved = 0
+        #: Held while a pod's booking reference is decided on and changed (a re-link
+        #: here, an eviction in ``reconciler.evict``), so the two never act on one pod
+        #: at once.
+        self.lock = asyncio.Lock()
 
     def touch(self) -> None:
         """A pod or reservation changed: look again soon."""
@@ -220,9 +224,12 @@ class Relinker:
             if not movable(pod) or not overstaying(pod, reservations, now, use_group=use_group):
                 continue
             goal = target(pod, reservations, now, self.rules, taken)
-            if goal is not None and await self.move(pod, goal, Cause.OVERSTAY, now, reservations):
-                taken[goal.name] = taken.get(goal.name, 0) + pod.gpus
-                moved += 1
+            if goal is None:
+                continue
+            async with self.lock:
+                if await self.move(pod, goal, Cause.OVERSTAY, now, reservations):
+                    taken[goal.name] = taken.get(goal.name, 0) + pod.gpus
+                    moved += 1
         return moved
 
     def plan(self, pod: PodView, now: datetime, taken: Mapping[str, int]) -> GPUReservation | None:
