@@ -39,6 +39,10 @@ from webhook.settings import DENY, PolicySettings
 
 #: An unbound hold younger than this may be our own from the first round.
 REINVOCATION_WINDOW = timedelta(minutes=2)
+#: Starts the claim id stamped by a dry run, which writes no hold: its reinvocation
+#: recognises the stamp by this mark (a dry-run answer grants nothing; a real request
+#: still needs the hold).
+DRY_RUN_CLAIM_PREFIX = "dry-run-"
 
 
 class Outcome(StrEnum):
@@ -88,6 +92,8 @@ class Context:
     zone: ZoneInfo | None = None
     #: Reservations whose claim was just refused (count them as full).
     exclude: Set[str] = field(default_factory=frozenset)
+    #: The request is a dry run (no hold is written, none can be found).
+    dry_run: bool = False
 
 
 def is_gpu_pod(prof: PodProfile) -> bool:
@@ -114,14 +120,19 @@ def _strip_tolerations(edited: dict[str, Any], indexes: list[int]) -> None:
 
 
 def own_admission(
-    pod: Mapping[str, Any], prof: PodProfile, reservations: Iterable[GPUReservation], now: datetime
+    pod: Mapping[str, Any],
+    prof: PodProfile,
+    reservations: Iterable[GPUReservation],
+    now: datetime,
+    dry_run: bool = False,
 ) -> GPUReservation | None:
     """The reservation a first-round admission of this very pod claimed, if any.
 
     Reinvocation sees our own toleration and annotations. They are ours when the
     referenced reservation (the owner's) holds an unbound, recent hold with the pod's
     claim id, the pod's GPUs and its name (if it had one) — a claim copied from another
-    pod fails one of these.
+    pod fails one of these. A dry run wrote no hold: in a dry run a claim id with
+    ``DRY_RUN_CLAIM_PREFIX`` stands for it (in a real request it matches no hold).
     """
     notes = annotations_of(pod)
     ref, claim = notes.get(vocab.BOOKING_REFERENCE, ""), notes.get(vocab.ADMISSION_CLAIM)
@@ -130,6 +141,8 @@ def own_admission(
     res = next((r for r in reservations if r.name == ref and r.facts.owner == prof.owner), None)
     if res is None or not any(tol.is_granted(t, prof.gpu_class) for t in tol.tolerations_of(pod)):
         return None
+    if dry_run and claim.startswith(DRY_RUN_CLAIM_PREFIX):
+        return res
     name = _meta(pod).get("name") or None
     own = [h for h in res.holds if _is_own(h, claim, prof.gpus.count, name, now)]
     return res if own else None
@@ -224,7 +237,7 @@ def decide_create(
     """The CREATE verdict (module docstring); no side effects."""
     prof = profile(pod, ctx.policy.rules, namespace or None)
     pool = list(reservations)
-    mine = own_admission(pod, prof, pool, ctx.now)
+    mine = own_admission(pod, prof, pool, ctx.now, ctx.dry_run)
     if mine is not None:
         text = wording.admitted(mine, _until(mine, pool, ctx), ctx.zone)
         return Verdict(Outcome.ALREADY_ADMITTED, None, (text,), reservation=mine.name)
@@ -247,8 +260,11 @@ def admit(
     """The pod stamped as admitted under ``cand`` with ``claim``, and its warning.
 
     Adds the granted toleration and every admission annotation, and removes the
-    scheduling gate if the pod carries it. Call only after the claim succeeded.
+    scheduling gate if the pod carries it. Call only after the claim succeeded. A dry
+    run's claim id is marked (``DRY_RUN_CLAIM_PREFIX``).
     """
+    if ctx.dry_run:
+        claim = DRY_RUN_CLAIM_PREFIX + claim
     stamped = edit_copy(edited)
     res = cand.reservation
     spec = stamped["spec"]

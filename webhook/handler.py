@@ -131,8 +131,10 @@ class Admission:
 
     # --- deciding ---------------------------------------------------------------------
 
-    def _context(self, now: datetime, exclude: frozenset[str] = frozenset()) -> Context:
-        return Context(self.policy, now, self.zone, exclude)
+    def _context(
+        self, now: datetime, exclude: frozenset[str] = frozenset(), *, dry_run: bool = False
+    ) -> Context:
+        return Context(self.policy, now, self.zone, exclude, dry_run)
 
     async def _decide(self, request: AdmissionRequest, deadline: float) -> Verdict:
         pod, old = request.obj, request.old
@@ -148,13 +150,15 @@ class Admission:
     async def _create(
         self, request: AdmissionRequest, pod: dict[str, Any], now: datetime, deadline: float
     ) -> Verdict:
-        ns = request.namespace
+        ns, dry_run = request.namespace, request.dry_run
         await self._catch_up(pod, deadline)
-        verdict = decide_create(pod, ns, self.cache.of_owner(ns), self._context(now))
+        verdict = decide_create(
+            pod, ns, self.cache.of_owner(ns), self._context(now, dry_run=dry_run)
+        )
         if verdict.outcome in _FINAL:
             return verdict
         if not self.cache.synced:
-            blind = decide_create(pod, ns, [], self._context(now))
+            blind = decide_create(pod, ns, [], self._context(now, dry_run=dry_run))
             return self._fail_open(request, blind, "cache_not_synced", "reservations not loaded")
         tried: set[str] = set()
         for _ in range(MAX_CLAIM_ROUNDS):
@@ -162,7 +166,7 @@ class Admission:
                 return verdict
             verdict = await self._claim(request, pod, verdict, now, deadline, tried)
             if verdict.outcome is Outcome.ADMIT:
-                ctx = self._context(now, frozenset(tried))
+                ctx = self._context(now, frozenset(tried), dry_run=dry_run)
                 verdict = decide_create(pod, ns, self.cache.of_owner(ns), ctx)
         return verdict
 
@@ -180,7 +184,8 @@ class Admission:
             result = await self._claim_one(request, pod, cand, verdict.gpus, now, deadline)
             if result.admitted and result.claim:
                 edited = verdict.edited if verdict.edited is not None else pod
-                stamped, text = admit(edited, cand, result.claim, self._context(now))
+                ctx = self._context(now, dry_run=request.dry_run)
+                stamped, text = admit(edited, cand, result.claim, ctx)
                 warnings = (*verdict.notes, text)
                 return Verdict(
                     Outcome.ADMITTED, stamped, warnings, reservation=cand.reservation.name

@@ -170,3 +170,31 @@ async def test_the_cache_keeps_the_spec_the_claim_decided_on() -> None:
     second = await call(admission, review(gpu_pod(1).build()))
     assert "patch" not in second["response"]
     assert store.reservation("res-1").used_gpus == 1
+
+
+async def test_a_dry_run_reinvocation_keeps_the_first_rounds_answer() -> None:
+    # A later webhook (a sidecar injector) changed the pod, so the apiserver calls us
+    # again with our own first-round stamp. A dry run wrote no hold to find: the stamp
+    # must still be recognised, not stripped as forged and re-claimed (nor denied).
+    for toleration_policy in ("strip", "deny"):
+        admission, store = await wired(reservation(1, gpus=4), toleration_policy=toleration_policy)
+        pod = gpu_pod(1).build()
+        first = patched(pod, await call(admission, review(pod, dry_run=True)))
+        first["spec"]["containers"].append({"name": "sidecar", "image": "proxy"})
+        again = await call(admission, review(first, dry_run=True))
+        assert again["response"]["allowed"] is True
+        assert "patch" not in again["response"]
+        assert again["response"]["warnings"][0].startswith("admitted under reservation res-1")
+        assert store.writes == 0
+
+
+async def test_a_dry_run_stamp_grants_nothing_to_a_real_create() -> None:
+    admission, store = await wired(reservation(1, gpus=1))
+    pod = gpu_pod(1).build()
+    dry = patched(pod, await call(admission, review(pod, dry_run=True)))
+    store.bump("res-1", lambda r: ledger.add_hold(r, model.Hold("x", 1, NOW)))  # now full
+    await admission.cache.relist()
+    doc = await call(admission, review(dry))
+    result = patched(dry, doc)
+    assert vocab.ADMISSION_CLAIM not in result["metadata"]["annotations"]
+    assert result["spec"]["tolerations"] == []
