@@ -9,7 +9,7 @@ from reconciler.leader import Elector
 from reconciler.settings import LeaderSettings
 from shared.clock import ManualClock, utc
 from shared.resources import Resource
-from tests.reconciler.fakekube import FakeKube
+from tests.fakekube import FakeKube
 
 T0 = utc(2026, 1, 5, 9)
 LEASE = LeaderSettings(enabled=True, lease_s=15.0, renew_s=5.0)

@@ -11,8 +11,8 @@ from shared import model, vocab
 from shared.clock import ManualClock
 from shared.model import Hold
 from shared.resources import GPU_RESERVATIONS, PODS
+from tests.fakekube import FakeKube
 from tests.reconciler.builders import END, NS, START, FakeSource
-from tests.reconciler.fakekube import FakeKube
 
 NOW = START + timedelta(hours=1)
 
