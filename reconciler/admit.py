@@ -5,8 +5,11 @@ the reservation cache:
 - ADMIT: the pod is re-read (R11: a finished, deleted or already admitted pod is left
   alone), the budget claimed with ``ledger.claim`` (the cache's copy first, a fresh GET
   after a conflict), then the pod patched once (``queue.admission_patch``). If the
-  patch fails the hold is dropped again (``ledger.amend``). Pods of one reservation
-  are admitted one after another, reservations concurrently.
+  patch is refused the hold is dropped again (``ledger.amend``). Pods of one reservation
+  are admitted one after another, reservations concurrently. A patch whose answer
+  was lost (timeout, 5xx) may have been applied: the pod is re-read, and the hold is
+  kept when it carries the claim (admitted) or when the patch may still land (upkeep
+  binds the hold then, or expires it after the claim TTL).
 - QUEUE: the pod is told why it waits (WaitingForReservation, ReservationFull,
   ReservationTooSmall) when ``RESERVATION_WAIT_EVENT_ENABLED``.
 - NONE: UnknownGpuClass / NoReservation when ``POD_PROBLEM_EVENT_ENABLED`` and a full
@@ -45,7 +48,7 @@ from reconciler.throttle import ANNOTATIONS, HOLD, Throttle
 from reconciler.upkeep import wait_either
 from shared import ledger, model, vocab
 from shared.clock import Clock, parse_utc
-from shared.errors import KubeError, NotFound
+from shared.errors import KubeError, NotFound, ServerError
 from shared.logs import log
 from shared.model import GPUReservation, Hold, Kind
 from shared.policy import statuses, wording
@@ -298,15 +301,22 @@ class Admitter:
             await self._gateway.patch(PODS, pod.name, patch, pod.namespace)
         except KubeError as exc:
             log(_log, logging.WARNING, "queue.patch_failed", pod=pod.key, error=str(exc))
-            await ledger.amend(
-                self._gateway,
-                self._ns,
-                res.name,
-                lambda cur: ledger.drop(cur, {claim}),
-                now=now,
-                deadline=time.monotonic() + ADMIT_DEADLINE_S,
-            )
-            return None
+            landed = await self._landed(pod, raw, claim) if isinstance(exc, ServerError) else False
+            if landed is None:
+                # The answer was lost and the patch may still land: keep the hold; upkeep
+                # binds it if it does, and expires it after the claim TTL if not.
+                log(_log, logging.WARNING, "queue.patch_unknown", pod=pod.key, claim=claim)
+                return None
+            if not landed:
+                await ledger.amend(
+                    self._gateway,
+                    self._ns,
+                    res.name,
+                    lambda cur: ledger.drop(cur, {claim}),
+                    now=now,
+                    deadline=time.monotonic() + ADMIT_DEADLINE_S,
+                )
+                return None
         lag = (self._clock.now() - res.facts.start).total_seconds()
         if self._waited_open.pop(pod.uid, None) == res.name:
             self._metrics.lag.observe(max(0.0, lag))
@@ -322,6 +332,24 @@ class Admitter:
             since_open_s=round(lag, 3),
         )
         return Admitted(pod, res, claim)
+
+    async def _landed(self, pod: PodView, raw: dict[str, Any], claim: str) -> bool | None:
+        """After a patch whose answer was lost: whether it was applied (the pod carries
+        ``claim``), not and never will be (the pod changed since ``raw``, so the patch's
+        ``test`` fails), or unknown (None)."""
+        try:
+            now_raw: dict[str, Any] = await self._gateway.get(PODS, pod.name, pod.namespace)
+        except NotFound:
+            return False
+        except KubeError:
+            return None
+        meta = now_raw.get("metadata") or {}
+        if meta.get("uid") != pod.uid:
+            return False
+        if (meta.get("annotations") or {}).get(vocab.ADMISSION_CLAIM) == claim:
+            return True
+        read_version = (raw.get("metadata") or {}).get("resourceVersion")
+        return False if meta.get("resourceVersion") != read_version else None
 
     def _until(self, res: GPUReservation, pool: list[GPUReservation], now: datetime) -> datetime:
         facts = [r.facts for r in pool]

@@ -200,9 +200,12 @@ class Evictor:
     async def _act(self, ev: Eviction, now: datetime, taken: dict[str, int]) -> bool:
         if ev.reason == vocab.REASON_RESERVATION_CANCELLED:
             goal = self._relinker.plan(ev.pod, now, taken)
-            if goal is not None and await self._relinker.move(ev.pod, goal, Cause.REPLACED, now):
-                taken[goal.name] = taken.get(goal.name, 0) + ev.pod.gpus
-                return True
+            if goal is not None:
+                if await self._relinker.move(ev.pod, goal, Cause.REPLACED, now):
+                    taken[goal.name] = taken.get(goal.name, 0) + ev.pod.gpus
+                    return True
+                if await self._still_due(ev, now) is None:
+                    return False  # the failed move may have moved it after all
         return await self.evict(ev, now)
 
     async def evict(self, ev: Eviction, now: datetime) -> bool:

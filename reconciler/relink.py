@@ -12,7 +12,9 @@ One move, in this order (each step only after the previous one succeeded):
    never exceeded; the hold is written ``announced`` (this module sends the Events);
 2. one pod JSON Patch: ``test`` the old booking reference, then the annotation writer's
    set (``admission_annotations``: booking-reference, claim, guarantee and re-stamped
-   reservation facts; ``admitted-at`` untouched). A failed patch releases the new hold;
+   reservation facts; ``admitted-at`` untouched). A refused patch releases the new
+   hold; one whose answer was lost is checked by re-reading the pod (applied: the move
+   goes on; maybe still in flight: the new hold stays for upkeep to bind or expire);
 3. the old reservation's hold of the pod is released;
 4. a fresh ``RuntimeGuaranteed``, then ``OverstayRelinked`` (cause overstay) or
    ``ReservationRelinked`` (cause: its booking was cancelled mid-window).
@@ -39,7 +41,7 @@ from reconciler.pods import PodView
 from reconciler.upkeep import wait_either
 from shared import ledger, vocab
 from shared.clock import Clock
-from shared.errors import KubeError
+from shared.errors import KubeError, ServerError
 from shared.logs import log
 from shared.model import GPUReservation, Kind
 from shared.policy.annotations import admission_annotations
@@ -255,7 +257,10 @@ class Relinker:
         claim_id = await self._claim(pod, goal, now)
         if claim_id is None:
             return False
-        if not await self._patch(pod, old, goal, claim_id, until, now):
+        patched = await self._patch(pod, old, goal, claim_id, until, now)
+        if patched is None:
+            return False  # may still land: the new hold stays (upkeep binds or expires it)
+        if not patched:
             await self._release(goal.name, lambda h: h.claim == claim_id, now)
             return False
         await self._release(old, lambda h: h.pod_uid == pod.uid or h.claim == pod.claim, now)
@@ -288,7 +293,7 @@ class Relinker:
         claim_id: str,
         until: datetime,
         now: datetime,
-    ) -> bool:
+    ) -> bool | None:
         notes = admission_annotations(
             goal.facts, claim=claim_id, guaranteed_until=until, now=now, admitted_at=None
         )
@@ -297,8 +302,25 @@ class Relinker:
             await self._gateway.patch(PODS, pod.name, ops, pod.namespace)
         except KubeError as exc:
             log(_log, logging.WARNING, "relink.patch_failed", pod=pod.key, error=str(exc))
+            if isinstance(exc, ServerError):  # the answer was lost: did it land?
+                return await self._landed(pod, old, claim_id)
             return False
         return True
+
+    async def _landed(self, pod: PodView, old: str, claim_id: str) -> bool | None:
+        """Whether a patch whose answer was lost was applied (the pod carries the new
+        claim), can no longer be (it left ``old``), or may still be (None)."""
+        try:
+            raw = await self._gateway.get(PODS, pod.name, pod.namespace)
+        except KubeError:
+            return None
+        meta = raw.get("metadata") or {}
+        notes = meta.get("annotations") or {}
+        if meta.get("uid") != pod.uid:
+            return False
+        if notes.get(vocab.ADMISSION_CLAIM) == claim_id:
+            return True
+        return False if notes.get(vocab.BOOKING_REFERENCE) != old else None
 
     async def _release(self, name: str, mine: Callable[[Any], bool], now: datetime) -> None:
         def change(cur: GPUReservation) -> GPUReservation:

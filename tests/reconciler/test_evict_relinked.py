@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from reconciler.evict import Evictor
 from shared import model, vocab
+from shared.errors import ServerError
+from shared.resources import PODS
 from tests.reconciler.builders import START
 from tests.reconciler.upholdkit import World, facts, raw_pod, run
 
@@ -45,5 +48,27 @@ def test_relinker_and_evictor_racing_on_one_pod_keep_it() -> None:
         await asyncio.gather(w.relinker.adopt_overstays(), w.evictor.once())
         assert w.exists("job")
         assert w.notes("job")[vocab.BOOKING_REFERENCE] == "res-2"
+
+    run(scenario())
+
+
+def test_a_relink_patch_whose_answer_was_lost_but_that_landed_counts_as_moved() -> None:
+    async def scenario() -> None:
+        w = world()
+        original = w.kube.patch
+
+        async def lost(res: Any, name: str, patch: Any, *args: Any, **kw: Any) -> Any:
+            got = await original(res, name, patch, *args, **kw)
+            if res is PODS:
+                raise ServerError(0, f"PATCH {name}: no answer within 10.0s")
+            return got
+
+        w.kube.patch = lost  # type: ignore[method-assign]
+        await w.evictor.once()
+        assert w.exists("job")
+        claim = w.notes("job")[vocab.ADMISSION_CLAIM]
+        assert w.notes("job")[vocab.BOOKING_REFERENCE] == "res-2"
+        assert [h.claim for h in w.reservations()["res-2"].holds] == [claim]
+        assert w.reservations()["res-1"].holds == ()
 
     run(scenario())

@@ -1,0 +1,69 @@
+"""Review: an admission patch whose answer is lost (a timeout) may have been applied."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from reconciler.caches import Caches
+from shared import vocab
+from shared.errors import ServerError
+from shared.resources import PODS, Resource
+from tests.reconciler.builders import START
+from tests.reconciler.test_admit import Kube, World, facts, gpu_pod, run
+
+
+class LosingKube(Kube):
+    """Applies the next pod patch, or not, and then loses the answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lose: str | None = None  # "applied" | "dropped"
+
+    async def patch(self, res: Resource, name: str, patch: Any, *args: Any, **kw: Any) -> Any:
+        how, self.lose = self.lose, None
+        if res is PODS and how == "dropped":
+            raise ServerError(0, f"PATCH {name}: no answer within 10.0s")
+        got = await super().patch(res, name, patch, *args, **kw)
+        if res is PODS and how == "applied":
+            raise ServerError(0, f"PATCH {name}: no answer within 10.0s")
+        return got
+
+
+def world(lose: str) -> World:
+    w = World(now=START + timedelta(minutes=1))
+    kube = LosingKube()
+    kube.lose = lose
+    w.kube = kube
+    w.caches = Caches(w.kube, w.settings, w.clock)
+    w.admitter = type(w.admitter)(
+        w.kube, w.caches, w.settings, w.clock, w.admitter._metrics, w.admitter._knowledge
+    )
+    w.book(facts(gpus=1))
+    w.kube.add(PODS, gpu_pod("a"))
+    return w
+
+
+def test_a_patch_that_landed_keeps_its_hold_and_is_announced() -> None:
+    async def scenario() -> None:
+        w = world("applied")
+        await w.step()
+        notes = w.pod("a")["metadata"]["annotations"]
+        claim = notes[vocab.ADMISSION_CLAIM]
+        assert [h.claim for h in w.ledger_of().holds] == [claim]
+        await w.step()
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+
+    run(scenario())
+
+
+def test_a_patch_that_did_not_land_keeps_the_hold_until_the_ttl() -> None:
+    async def scenario() -> None:
+        w = world("dropped")
+        await w.step()
+        assert vocab.BOOKING_REFERENCE not in (w.pod("a")["metadata"].get("annotations") or {})
+        # Unknown outcome: the hold stays (unbound); upkeep expires it after the TTL.
+        [hold] = w.ledger_of().holds
+        assert not hold.bound
+
+    run(scenario())
