@@ -17,6 +17,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from shared.model import Kind, State
+
 
 def _as_utc(value: datetime) -> datetime:
     """A naive instant is UTC; an offset one is converted to UTC."""
@@ -29,20 +31,11 @@ def _as_utc(value: datetime) -> datetime:
 UtcInstant = Annotated[datetime, AfterValidator(_as_utc)]
 
 
-class ReservationKind(StrEnum):
-    """Reservation kinds (§3.6). Unknown kinds are kept as strings and protected
-    like bookings by the caller."""
-
-    BOOKING = "booking"
-    ON_DEMAND = "on_demand"
-    BEST_EFFORT = "best_effort"
-
-
-class ReservationStatus(StrEnum):
-    """Stored reservation statuses."""
-
-    ACTIVE = "active"
-    CANCELLED = "cancelled"
+#: Reservation kinds (§3.6): the cluster model's enum, one definition for both sides.
+#: Unknown kinds are kept as strings and protected like bookings by the caller.
+ReservationKind = Kind
+#: Stored reservation statuses.
+ReservationStatus = State
 
 
 class StatusFilter(StrEnum):
