@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from reconciler import events, queue, upkeep
@@ -143,7 +143,9 @@ class Admitter:
         self._zone = settings.common.display_timezone
         self.throttle = Throttle(clock, settings.queue.repeat)
         self._wake = asyncio.Event()
-        self._announced: set[tuple[str, str]] = set()
+        #: (reservation, claim) announced by this process → when; kept until the cache
+        #: shows the ledger's announced flag (or, flag never seen, for a claim TTL).
+        self._announced: dict[tuple[str, str], datetime] = {}
         self._recalled: set[str] = set()
         self._waited_open: dict[str, str] = {}
         self._events = asyncio.Semaphore(EVENT_CONCURRENCY)
@@ -214,6 +216,10 @@ class Admitter:
         await asyncio.gather(*told)
         await self._announce_all(pods, admitted, now)
         self.throttle.prune({p.uid for p in queue.waiting(pods)})
+        live = {p.uid for p in pods}
+        self._recalled &= live  # pods that left unseen (e.g. while another replica led)
+        for uid in self._waited_open.keys() - live:
+            del self._waited_open[uid]
         return admitted
 
     def _behind(self, pods: list[PodView], now: datetime) -> set[str]:
@@ -371,8 +377,23 @@ class Admitter:
             hold = find_hold(res, pod)
             if hold is not None and not hold.announced and (res.name, hold.claim) not in todo:
                 todo[(res.name, hold.claim)] = Admitted(pod, res, hold.claim)
+        self._forget_announced(by_name, now)
         fresh = [a for key, a in todo.items() if key not in self._announced]
         await asyncio.gather(*(self._announce(a, now, a not in admitted) for a in fresh))
+
+    def _forget_announced(self, by_name: dict[str, GPUReservation], now: datetime) -> None:
+        """Drop what the ledger now remembers: a hold the cache shows announced, or gone
+        (its reservation gone, or the hold absent for longer than a claim TTL)."""
+        cutoff = now - timedelta(seconds=self._settings.ledger_claim_ttl_s)
+        for key, at in list(self._announced.items()):
+            res = by_name.get(key[0])
+            hold = next((h for h in res.holds if h.claim == key[1]), None) if res else None
+            if (
+                res is None
+                or (hold is not None and hold.announced)
+                or (hold is None and at < cutoff)
+            ):
+                del self._announced[key]
 
     async def _announce(self, item: Admitted, now: datetime, webhook: bool) -> None:
         res, pod = item.reservation, item.pod
@@ -386,7 +407,7 @@ class Admitter:
         told = webhook and await self._told_before(pod, reason, res.name)
         if not told and not await self._send(pod, reason, text, now):
             return
-        self._announced.add((res.name, item.claim))
+        self._announced[(res.name, item.claim)] = now
         if webhook:
             self._metrics.admissions.labels("webhook").inc()
 
