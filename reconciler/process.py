@@ -92,6 +92,7 @@ class Reconciler:
         self.rotator = Rotator(gateway, settings.rotation, clock)
         self._leading = False
         self._lead_task: asyncio.Task[None] | None = None
+        self._switch_task: asyncio.Task[None] | None = None
         self._server: _Server | None = None
         self._server_task: asyncio.Task[None] | None = None
 
@@ -128,6 +129,10 @@ class Reconciler:
     async def stop(self) -> None:
         """Cancel every loop, release the Lease, close the listener."""
         log(_log, logging.INFO, "shutdown.start")
+        await self.tasks.cancel(ELECTION_TASK)  # no leadership change after this
+        self._leading = False
+        if self._switch_task is not None:
+            await asyncio.gather(self._switch_task, return_exceptions=True)
         await self._stop_leading()
         await self.tasks.cancel()
         await self.elector.release()
@@ -139,10 +144,18 @@ class Reconciler:
     def _on_leadership(self, leading: bool) -> None:
         self._leading = leading
         self.metrics.leader.set(1 if leading else 0)
-        if leading:
+        previous = self._switch_task
+        self._switch_task = asyncio.create_task(self._switch(leading, previous))
+
+    async def _switch(self, leading: bool, previous: asyncio.Task[None] | None) -> None:
+        """One leadership change, after the previous one finished (a loss and a gain in
+        quick succession must not let the stop cancel the new term's start)."""
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        if not leading:
+            await self._stop_leading()
+        elif self._leading and self._lead_task is None:
             self._lead_task = asyncio.create_task(self._lead())
-        else:
-            asyncio.create_task(self._stop_leading())  # noqa: RUF006 - awaited in stop()
 
     async def _lead(self) -> None:
         await self.syncer.sync_once()

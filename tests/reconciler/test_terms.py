@@ -61,3 +61,33 @@ def test_upkeep_of_a_new_term_waits_for_a_fresh_list() -> None:
         assert [h.claim for h in held.holds] == ["c-q"]
 
     asyncio.run(scenario())
+
+
+def test_leadership_lost_and_regained_at_once_runs_the_loops() -> None:
+    async def scenario() -> None:
+        kube, clock = FakeKube(), ManualClock(NOW)
+        env = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
+        settings, _ = load(env)
+        r = Reconciler(settings, kube, FakeSource(), clock)  # type: ignore[arg-type]
+        forever = asyncio.Event()
+
+        async def loop() -> None:
+            await forever.wait()
+
+        r.leader_loops = lambda: [("only-loop", loop)]  # type: ignore[method-assign]
+        r._on_leadership(True)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert r.tasks.running() == ["only-loop"]
+        r._on_leadership(False)
+        r._on_leadership(True)  # e.g. a 409 on renew, then the next look renews
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert r.tasks.running() == ["only-loop"]
+        r._on_leadership(False)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert r.tasks.running() == []
+        await r.stop()
+
+    asyncio.run(scenario())
