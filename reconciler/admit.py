@@ -9,7 +9,9 @@ the reservation cache:
   are admitted one after another, reservations concurrently. A patch whose answer
   was lost (timeout, 5xx) may have been applied: the pod is re-read, and the hold is
   kept when it carries the claim (admitted) or when the patch may still land (upkeep
-  binds the hold then, or expires it after the claim TTL).
+  binds the hold then, or expires it after the claim TTL). A pod whose patch failed is
+  tried again when it changes or at the backstop tick, not at once: the claim and
+  release it caused wake the queue, which would otherwise loop on a lasting refusal.
 - QUEUE: the pod is told why it waits (WaitingForReservation, ReservationFull,
   ReservationTooSmall) when ``RESERVATION_WAIT_EVENT_ENABLED``.
 - NONE: UnknownGpuClass / NoReservation when ``POD_PROBLEM_EVENT_ENABLED`` and a full
@@ -148,6 +150,10 @@ class Admitter:
         self._announced: dict[tuple[str, str], datetime] = {}
         self._recalled: set[str] = set()
         self._waited_open: dict[str, str] = {}
+        #: uid → (resourceVersion patched against, retry at): pods whose admission patch
+        #: was refused or lost. Retried when the pod changes or at the backstop tick —
+        #: not on the reservation change our own claim and release cause (a hot loop).
+        self._refused: dict[str, tuple[str, datetime]] = {}
         self._events = asyncio.Semaphore(EVENT_CONCURRENCY)
         self.passes = 0
         caches.pods.listeners.append(self._pod_changed)
@@ -197,7 +203,7 @@ class Admitter:
             found = route(pod.profile, pool, now, self._settings.rules)
             if found.path is Path.ADMIT:
                 ready = tuple(r for r in found.candidates if r.name not in behind)
-                if ready:
+                if ready and not self._backing_off(pod, now):
                     groups.setdefault(ready[0].name, []).append(
                         (pod, replace(found, candidates=ready))
                     )
@@ -220,7 +226,20 @@ class Admitter:
         self._recalled &= live  # pods that left unseen (e.g. while another replica led)
         for uid in self._waited_open.keys() - live:
             del self._waited_open[uid]
+        for uid in self._refused.keys() - live:
+            del self._refused[uid]
         return admitted
+
+    def _backing_off(self, pod: PodView, now: datetime) -> bool:
+        """Whether ``pod``'s last admission patch failed and nothing changed since."""
+        refused = self._refused.get(pod.uid)
+        if refused is None:
+            return False
+        version, retry_at = refused
+        if pod.resource_version != version or now >= retry_at:
+            del self._refused[pod.uid]
+            return False
+        return True
 
     def _behind(self, pods: list[PodView], now: datetime) -> set[str]:
         """Reservations whose ledger the live pods contradict: no claim until upkeep ran.
@@ -308,6 +327,10 @@ class Admitter:
         except KubeError as exc:
             log(_log, logging.WARNING, "queue.patch_failed", pod=pod.key, error=str(exc))
             landed = await self._landed(pod, raw, claim) if isinstance(exc, ServerError) else False
+            if not landed:
+                version = str((raw.get("metadata") or {}).get("resourceVersion", ""))
+                retry_at = now + timedelta(seconds=self._settings.queue_interval_s)
+                self._refused[pod.uid] = (version, retry_at)
             if landed is None:
                 # The answer was lost and the patch may still land: keep the hold; upkeep
                 # binds it if it does, and expires it after the claim TTL if not.

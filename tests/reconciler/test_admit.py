@@ -257,6 +257,9 @@ def test_patch_failure_drops_the_claim_again() -> None:
         await w.step()
         assert w.ledger_of().holds == ()
         del w.kube.faults["patch"]
+        await w.step()  # the pod is unchanged: no retry before the backstop tick
+        assert w.ledger_of().holds == ()
+        await w.clock.advance(w.settings.queue_interval_s)
         await w.step()
         assert len(w.ledger_of().holds) == 1
 

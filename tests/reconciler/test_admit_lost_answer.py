@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
 from reconciler.caches import Caches
 from shared import vocab
-from shared.errors import ServerError
+from shared.errors import Forbidden, ServerError
 from shared.resources import PODS, Resource
 from tests.reconciler.builders import START
 from tests.reconciler.test_admit import Kube, World, facts, gpu_pod, run
@@ -100,5 +101,35 @@ def test_pods_that_left_unseen_are_forgotten() -> None:
         await w.step()
         assert w.admitter._recalled == set()
         assert w.admitter._waited_open == {}
+
+    run(scenario())
+
+
+def test_a_pod_whose_admission_patch_is_refused_is_not_retried_in_a_hot_loop() -> None:
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts())
+        w.kube.add(PODS, gpu_pod("a"))
+        await w.sync()
+        w.kube.faults["patch"] = Forbidden(403, "denied by policy", "Forbidden")
+        writes: list[str] = []
+
+        def watched(obj: dict[str, Any]) -> None:  # the reservation watch, at once
+            if obj.get("kind") == vocab.CRD_KIND:
+                writes.append(obj["metadata"]["resourceVersion"])
+                w.caches.reservations.upsert(obj)
+
+        w.kube.on_write = watched
+        task = asyncio.create_task(w.admitter.run(300.0))
+        for _ in range(500):
+            await asyncio.sleep(0)
+        assert len(writes) <= 2  # one claim, one release: then it waits for a change
+        w.kube.faults.clear()
+        await w.clock.advance(300)  # the backstop tick retries
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert vocab.BOOKING_REFERENCE in w.pod("a")["metadata"]["annotations"]
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
     run(scenario())
