@@ -282,6 +282,7 @@ class Upholders:
             rules=rules,
             enabled=settings.adoption_enabled,
             zone=zone,
+            retry_s=float(settings.queue_interval_s),
         )
         self.evictor = Evictor(
             gateway,

@@ -15,6 +15,8 @@ One move, in this order (each step only after the previous one succeeded):
    reservation facts; ``admitted-at`` untouched). A refused patch releases the new
    hold; one whose answer was lost is checked by re-reading the pod (applied: the move
    goes on; maybe still in flight: the new hold stays for upkeep to bind or expire);
+   adoption tries a pod whose patch failed again only once it changed, or after the
+   ``QUEUE_PROCESSOR_INTERVAL`` tick;
 3. the old reservation's hold of the pod is released;
 4. a fresh ``RuntimeGuaranteed``, then ``OverstayRelinked`` (cause overstay) or
    ``ReservationRelinked`` (cause: its booking was cancelled mid-window).
@@ -31,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
@@ -169,6 +171,7 @@ class Relinker:
         rules: MatchRules,
         enabled: bool,
         zone: ZoneInfo | None,
+        retry_s: float = 300.0,
     ) -> None:
         self._gateway = gateway
         self._ns = namespace
@@ -186,6 +189,11 @@ class Relinker:
         #: here, an eviction in ``reconciler.evict``), so the two never act on one pod
         #: at once.
         self.lock = asyncio.Lock()
+        #: uid → (resourceVersion, retry at) of pods whose move patch failed: adoption
+        #: tries them again when they change or after ``retry_s``, not on the reservation
+        #: change its own claim and release caused (that would loop on a lasting refusal).
+        self._refused: dict[str, tuple[str, datetime]] = {}
+        self._retry_s = retry_s
 
     def touch(self) -> None:
         """A pod or reservation changed: look again soon."""
@@ -222,9 +230,15 @@ class Relinker:
         use_group = self.rules.use_group
         taken: dict[str, int] = {}
         moved = 0
-        for pod in list(self._pods().values()):
+        pods = list(self._pods().values())
+        for uid in self._refused.keys() - {p.uid for p in pods}:
+            del self._refused[uid]
+        for pod in pods:
             if not movable(pod) or not overstaying(pod, reservations, now, use_group=use_group):
                 continue
+            refused = self._refused.get(pod.uid)
+            if refused is not None and refused[0] == pod.resource_version and now < refused[1]:
+                continue  # its move failed and nothing changed since
             goal = target(pod, reservations, now, self.rules, taken)
             if goal is None:
                 continue
@@ -258,6 +272,8 @@ class Relinker:
         if claim_id is None:
             return False
         patched = await self._patch(pod, old, goal, claim_id, until, now)
+        if not patched:
+            self._refused[pod.uid] = (pod.resource_version, now + timedelta(seconds=self._retry_s))
         if patched is None:
             return False  # may still land: the new hold stays (upkeep binds or expires it)
         if not patched:

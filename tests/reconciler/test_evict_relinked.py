@@ -8,7 +8,7 @@ from typing import Any
 
 from reconciler.evict import Evictor
 from shared import model, vocab
-from shared.errors import ServerError
+from shared.errors import Forbidden, ServerError
 from shared.resources import PODS
 from tests.reconciler.builders import START
 from tests.reconciler.upholdkit import World, facts, raw_pod, run
@@ -70,5 +70,27 @@ def test_a_relink_patch_whose_answer_was_lost_but_that_landed_counts_as_moved() 
         assert w.notes("job")[vocab.BOOKING_REFERENCE] == "res-2"
         assert [h.claim for h in w.reservations()["res-2"].holds] == [claim]
         assert w.reservations()["res-1"].holds == ()
+
+    run(scenario())
+
+
+def test_a_refused_relink_is_not_retried_until_the_pod_changes_or_the_tick() -> None:
+    async def scenario() -> None:
+        now = START + timedelta(hours=2, minutes=10)
+        w = World(now)
+        w.book(facts(1, START, START + timedelta(hours=1), gpus=4))
+        w.book(facts(2, START + timedelta(hours=2), START + timedelta(hours=3)))
+        w.add_pod(raw_pod("job", "res-1"), hold_on="res-1")
+        w.kube.faults["patch"] = Forbidden(403, "denied by policy", "Forbidden")
+        writes: list[str] = []
+        w.kube.on_write = lambda obj: writes.append(obj.get("kind", ""))
+        # Each refused move writes the reservation twice (claim, release), and that
+        # write wakes the re-linker again: it must not simply try again.
+        assert await w.relinker.adopt_overstays() == 0
+        assert await w.relinker.adopt_overstays() == 0
+        assert writes.count(vocab.CRD_KIND) == 2
+        del w.kube.faults["patch"]
+        await w.clock.advance(300)
+        assert await w.relinker.adopt_overstays() == 1
 
     run(scenario())
