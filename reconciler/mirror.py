@@ -11,6 +11,8 @@ what a full sync changes (pure); ``MirrorWriter`` performs the writes. Rules:
   every retry: writes carry the resourceVersion they were decided on);
 - an object whose window has ended and that no live pod references is deleted; an
   ended reservation is never (re)created unless a pod references it;
+- active entries are written before cancelled ones (``installed_first``), so a
+  replacement exists before the leader sees its source cancelled;
 - status (ledger) is never touched here except to refresh ``phase``/``usedGpus``,
   always by a resourceVersion-checked write of the ledger as read.
 """
@@ -67,6 +69,15 @@ def newer_or_same(new: model.ReservationFacts, stored: model.ReservationFacts) -
     return new.updated_at >= stored.updated_at
 
 
+def installed_first(facts: model.ReservationFacts) -> bool:
+    """Sort key of the writes: active entries before the others (stable otherwise).
+
+    The leader reacts to each write as its watch delivers it, so a booking that replaces
+    a cancelled one must exist before the cancellation lands: then its pods are re-linked
+    onto it, not evicted (contract: install the new set → re-link → evict the rest)."""
+    return facts.state is not model.State.ACTIVE
+
+
 @dataclass(frozen=True)
 class Plan:
     """What one full sync writes."""
@@ -99,6 +110,7 @@ def plan(
                 upserts.append(facts)
         elif current.facts != facts and newer_or_same(facts, current.facts):
             upserts.append(facts)
+    upserts.sort(key=installed_first)
     planned = {f.name for f in upserts}
     deletes = tuple(
         name

@@ -5,11 +5,13 @@ checks: 503 when ``INBOUND_API_TOKEN`` is unset; 401 (with ``WWW-Authenticate:
 Bearer``) unless the header is ``Bearer <token>`` (scheme case-insensitive, token
 compared in constant time); 422 when the body or any entry is malformed — then nothing
 is applied; else every entry is upserted by id (with the same never-backwards rule as
-the sync) and the answer counts ``applied`` (active entries), ``cancelled`` (in-window
-cancellations of a reservation we held as active), ``adopted`` (in-window owner
-changes of a reservation we held as active — the previous owner's pods are evicted by
-the leader, ``reconciler.evict``) and ``total_active``. Any replica serves it:
-it only writes GPUReservation objects, which the leader then reacts to.
+the sync; active entries first, so a replacement exists before its source's
+cancellation reaches the leader) and the answer counts ``applied`` (active entries),
+``cancelled`` (in-window cancellations of a reservation we held as active),
+``adopted`` (in-window owner changes of a reservation we held as active — the previous
+owner's pods are evicted by the leader, ``reconciler.evict``) and ``total_active``.
+Any replica serves it: it only writes GPUReservation objects, which the leader then
+reacts to.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from datetime import datetime
 
 from pydantic import TypeAdapter, ValidationError
 
-from reconciler.mirror import facts_from
+from reconciler.mirror import facts_from, installed_first
 from reconciler.sync import Syncer
 from shared import model
 from shared.appclient import Reservation
@@ -103,6 +105,7 @@ async def apply(syncer: Syncer, entries: list[Reservation]) -> PushResult:
         now = syncer.clock.now()
         before = await syncer.mirror()
         applied = cancelled = adopted = 0
+        writes = []
         for entry in entries:
             facts = facts_from(entry, syncer.classes)
             applied += entry.is_active
@@ -112,6 +115,8 @@ async def apply(syncer: Syncer, entries: list[Reservation]) -> PushResult:
                 cancelled += 1
             if _reassigns_in_window(facts, before.get(facts.name), now):
                 adopted += 1
+            writes.append(facts)
+        for facts in sorted(writes, key=installed_first):  # replacements first
             await syncer.writer.upsert(facts, now)
         after = await syncer.mirror()
     total = sum(1 for r in after.values() if r.facts.state is model.State.ACTIVE)
