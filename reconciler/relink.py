@@ -1,7 +1,9 @@
 """Re-linking an admitted pod onto another booking of its owner (R25–R26, R40).
 
 *Adoption* (``POD_ADOPTION_ENABLED``): a pod past its guarantee (R10: no live
-guarantee, or one that has ended), bound to a node, not leaving, with GPUs, whose owner
+guarantee, or one that has ended) — but not one whose booking was cancelled mid-window,
+which the eviction path re-links with its own Event —, bound to a node, not leaving,
+with GPUs, whose owner
 holds a *different* open booking of its class (and group, when groups are on) with
 budget for it, is moved onto that booking. The same move carries the pods of a
 booking cancelled mid-window forward (``reconciler.evict`` tries it before evicting).
@@ -45,7 +47,7 @@ from shared import ledger, vocab
 from shared.clock import Clock
 from shared.errors import KubeError, ServerError
 from shared.logs import log
-from shared.model import GPUReservation, Kind
+from shared.model import GPUReservation, Kind, State
 from shared.policy.annotations import admission_annotations
 from shared.policy.matching import MatchRules, mismatch
 from shared.policy.windows import guarantee_end
@@ -103,6 +105,14 @@ def overstaying(
     pool = [r.facts for r in reservations.values()]
     end = live_end(reservations.get(pod.reference), pool, now, use_group=use_group)
     return end is None or end <= now
+
+
+def cancelled_in_window(res: GPUReservation | None, now: datetime) -> bool:
+    """A reservation cancelled while its window is open: its pods are the eviction
+    path's (``reconciler.evict`` re-links them as replaced, else evicts them)."""
+    if res is None or res.facts.state is not State.CANCELLED:
+        return False
+    return res.facts.start <= now < res.facts.end
 
 
 def target(
@@ -236,6 +246,8 @@ class Relinker:
         for pod in pods:
             if not movable(pod) or not overstaying(pod, reservations, now, use_group=use_group):
                 continue
+            if cancelled_in_window(reservations.get(pod.reference or ""), now):
+                continue  # the cancellation path re-links it (ReservationRelinked) or evicts
             refused = self._refused.get(pod.uid)
             if refused is not None and refused[0] == pod.resource_version and now < refused[1]:
                 continue  # its move failed and nothing changed since

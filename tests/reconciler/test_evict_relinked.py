@@ -27,8 +27,8 @@ def world() -> World:
 def test_a_pod_relinked_before_the_cache_shows_it_is_not_evicted() -> None:
     async def scenario() -> None:
         w = world()
-        stale = w.pods()  # the evictor's cache still shows the pod under res-1
-        assert await w.relinker.adopt_overstays() == 1
+        stale = w.pods()  # the second evictor's cache still shows the pod under res-1
+        assert await w.evictor.once() == 1  # re-linked onto res-2
         assert w.notes("job")[vocab.BOOKING_REFERENCE] == "res-2"
         evictor = Evictor(
             w.kube, w.clock, w.emit, w.relinker, lambda: stale, w.reservations,
@@ -92,5 +92,19 @@ def test_a_refused_relink_is_not_retried_until_the_pod_changes_or_the_tick() -> 
         del w.kube.faults["patch"]
         await w.clock.advance(300)
         assert await w.relinker.adopt_overstays() == 1
+
+    run(scenario())
+
+
+def test_a_pod_of_a_booking_cancelled_mid_window_is_relinked_as_replaced_not_overstay() -> None:
+    async def scenario() -> None:
+        w = world()
+        # The overstay pass runs first on the reservation change: it leaves the pod to
+        # the cancellation path, which re-links it with the cancellation's Event.
+        assert await w.relinker.adopt_overstays() == 0
+        assert await w.evictor.once() == 1
+        assert w.notes("job")[vocab.BOOKING_REFERENCE] == "res-2"
+        assert vocab.REASON_RESERVATION_RELINKED in w.emit.reasons()
+        assert vocab.REASON_OVERSTAY_RELINKED not in w.emit.reasons()
 
     run(scenario())
