@@ -26,6 +26,7 @@ import pytest
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.scenario import load_scenario
 from shared import ledger, model, vocab
+from shared.clock import Clock
 from shared.errors import NotFound
 from shared.gateway import Gateway
 from shared.resources import GPU_RESERVATIONS, PODS
@@ -97,9 +98,14 @@ async def eventually(check: Callable[[], Awaitable[Any]], within_s: float) -> An
 
 
 @asynccontextmanager
-async def world(tmp_path: Path) -> AsyncIterator[World]:
+async def world(
+    tmp_path: Path, clock: Clock | None = None, components: tuple[str, ...] = ("kube", "app")
+) -> AsyncIterator[World]:
+    """The emulators (``components``) on ``clock``; the caller starts reconciler replicas."""
     ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario())
-    sandbox = Sandbox(ctx, ["kube", "app"])
+    if clock is not None:
+        ctx.clock = clock
+    sandbox = Sandbox(ctx, list(components))
     await sandbox.start()
     try:
         assert ctx.kubeconfig is not None

@@ -8,29 +8,22 @@ runs on a scaled clock so "five minutes before the window opens" takes seconds.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import shutil
-import subprocess
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from sandbox.runner import Sandbox, SandboxContext
-from sandbox.scenario import load_scenario
 from shared import vocab
 from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
-from shared.gateway import Gateway
 from shared.resources import EVENTS, PODS
-from tests.reconciler.test_integration import World, eventually
+from tests.reconciler.test_evict_sandbox import kubectl
+from tests.reconciler.test_integration import World, eventually, world
 
 pytest.importorskip("sandbox.kube.component")
-from sandbox.reconciler_component import install
 
 pytestmark = [
     pytest.mark.kubectl,
@@ -49,43 +42,9 @@ ENV = {
 }
 
 
-@asynccontextmanager
-async def sandbox_world(tmp_path: Path, clock: Clock) -> AsyncIterator[World]:
+def sandbox_world(tmp_path: Path, clock: Clock) -> AbstractAsyncContextManager[World]:
     """kube, app and cluster on ``clock``; the caller starts reconciler replicas."""
-    ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario(), clock=clock)
-    box = Sandbox(ctx, ["kube", "app", "cluster"])
-    await box.start()
-    try:
-        assert ctx.kubeconfig is not None
-        kubeconfig = tmp_path / "reconciler.kubeconfig"
-        kubeconfig.write_text(ctx.kubeconfig, encoding="utf-8")
-        await install(kubeconfig, ctx.namespace)
-        gateway = Gateway.from_kubeconfig(str(kubeconfig))
-        async with httpx.AsyncClient(timeout=5) as http:
-            w = World(ctx, gateway, http)
-            try:
-                yield w
-            finally:
-                for proc in w.replicas:
-                    await proc.stop()
-                gateway.close()
-    finally:
-        await box.stop()
-        gc.collect()
-
-
-def kubectl(config: Path, *args: str, stdin: str | None = None) -> str:
-    binary = shutil.which("kubectl") or "kubectl"
-    done = subprocess.run(
-        [binary, "--kubeconfig", str(config), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=20,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return world(tmp_path, clock, ("kube", "app", "cluster"))
 
 
 def manifest(name: str, gpus: int = 1, gated: bool = True) -> dict[str, Any]:
