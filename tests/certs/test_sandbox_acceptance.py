@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import socket
-import ssl
 import sys
 import time
 from datetime import UTC, datetime
@@ -32,6 +30,7 @@ from certs.plan import CA_CRT, TLS_CRT
 from shared.gateway import Gateway
 from shared.resources import MUTATING_WEBHOOK_CONFIGURATIONS, PODS, SECRETS
 from tests.policy.builders import PodBuilder
+from tests.tlskit import presented
 
 pytest.importorskip("sandbox.kube.component")
 from sandbox import chart
@@ -72,20 +71,6 @@ async def run_certs(env: dict[str, str]) -> tuple[int, str]:
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(errors="replace")
-
-
-def presented(port: int) -> bytes:
-    """The DER certificate a new TLS handshake with 127.0.0.1:``port`` presents."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
-        context.wrap_socket(raw) as tls,
-    ):
-        cert = tls.getpeercert(binary_form=True)
-    assert cert is not None
-    return cert
 
 
 def der(pem_b64: str) -> bytes:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import ssl
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +21,7 @@ from shared import model, vocab
 from shared.clock import utc
 from shared.policy.tolerations import tolerates_reservation
 from tests.policy.builders import PodBuilder
+from tests.tlskit import presented
 from tests.webhook.sandbox_thread import SandboxThread
 
 pytestmark = [
@@ -214,33 +213,20 @@ def test_5_pods_are_created_while_every_replica_is_down(sandbox: SandboxThread) 
         assert replica.log_path.read_text().count("cache.synced") == before + 1
 
 
-def _presented(port: int) -> bytes:
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
-        context.wrap_socket(raw) as tls,
-    ):
-        cert = tls.getpeercert(binary_form=True)
-    assert cert is not None
-    return cert
-
-
 def test_6_rotation_without_restart_or_failed_admission(sandbox: SandboxThread) -> None:
     now = sandbox.now()
     booking(sandbox, 106, "carol", 40, now - timedelta(hours=1), now + timedelta(hours=1))
     replica = sandbox.webhook.replicas[0]
     pid = replica.proc.pid if replica.proc else None
-    before = _presented(replica.port)
+    before = presented(replica.port)
     new = sandbox.webhook.rotate()
     outs = [sandbox.apply(gpu_pod(f"f-{i}", "carol").build()) for i in range(6)]
     deadline = time.monotonic() + 5
-    while _presented(replica.port) == before and time.monotonic() < deadline:
+    while presented(replica.port) == before and time.monotonic() < deadline:
         time.sleep(0.1)
     from cryptography.hazmat.primitives.serialization import Encoding
 
-    assert _presented(replica.port) == new.certificate.public_bytes(Encoding.DER)
+    assert presented(replica.port) == new.certificate.public_bytes(Encoding.DER)
     assert replica.proc is not None
     assert replica.proc.pid == pid
     assert all("admitted under reservation res-106" in o.stderr for o in outs), [
