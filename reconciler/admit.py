@@ -47,7 +47,7 @@ from reconciler.caches import Caches
 from reconciler.pods import PodView, project_pod
 from reconciler.settings import ReconcilerSettings
 from reconciler.throttle import ANNOTATIONS, HOLD, Throttle
-from reconciler.upkeep import wait_either
+from reconciler.upkeep import until_ready, wait_either
 from shared import ledger, model, vocab
 from shared.clock import Clock, parse_utc
 from shared.errors import KubeError, NotFound, ServerError
@@ -173,8 +173,7 @@ class Admitter:
 
     async def run(self, tick_s: float) -> None:
         """A pass now, then on every change, at each window start and every ``tick_s``."""
-        while not self._caches.ready():  # noqa: ASYNC110 - polls two caches' sync flags
-            await asyncio.sleep(0.05)
+        await until_ready(self._caches.ready)
         while True:
             self._wake.clear()
             await self.once()

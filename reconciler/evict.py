@@ -43,7 +43,7 @@ from reconciler.guarantees import GuaranteeKeeper
 from reconciler.pods import PodView, project_pod
 from reconciler.relink import Cause, Emit, Relinker
 from reconciler.settings import ReconcilerSettings
-from reconciler.upkeep import wait_either
+from reconciler.upkeep import until_ready, wait_either
 from shared import vocab
 from shared.clock import Clock
 from shared.errors import Conflict, KubeError, NotFound
@@ -146,8 +146,7 @@ class Evictor:
 
     async def run(self, tick_s: float) -> None:
         """Evict on changes, and every ``tick_s`` as a backstop."""
-        while not self._ready():  # noqa: ASYNC110 - polls two caches' sync flags
-            await asyncio.sleep(0.05)
+        await until_ready(self._ready)
         while True:
             self._wake.clear()
             await self.once()

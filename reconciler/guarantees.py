@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from reconciler.pods import PodView
-from reconciler.upkeep import wait_either
+from reconciler.upkeep import until_ready, wait_either
 from shared import vocab
 from shared.clock import Clock, format_utc
 from shared.errors import KubeError
@@ -184,8 +184,7 @@ class GuaranteeKeeper:
 
     async def run(self, tick_s: float) -> None:
         """Passes on changes, at the next guarantee end, and every ``tick_s``."""
-        while not self._ready():  # noqa: ASYNC110 - polls two caches' sync flags
-            await asyncio.sleep(0.05)
+        await until_ready(self._ready)
         while True:
             keys = None if self._all else set(self._dirty)
             self._all = False

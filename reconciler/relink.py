@@ -42,7 +42,7 @@ from zoneinfo import ZoneInfo
 
 from reconciler.guarantees import live_end, patch_ops
 from reconciler.pods import PodView
-from reconciler.upkeep import wait_either
+from reconciler.upkeep import until_ready, wait_either
 from shared import ledger, vocab
 from shared.clock import Clock
 from shared.errors import KubeError, ServerError
@@ -212,8 +212,7 @@ class Relinker:
     async def run(self, tick_s: float) -> None:
         """The adoption pass on changes, at the next window start / guarantee end, and
         every ``tick_s``."""
-        while not self._ready():  # noqa: ASYNC110 - polls two caches' sync flags
-            await asyncio.sleep(0.05)
+        await until_ready(self._ready)
         while True:
             self._wake.clear()
             await self.adopt_overstays()

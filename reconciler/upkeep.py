@@ -61,6 +61,16 @@ def stale(
     )
 
 
+#: How often a leader loop looks whether the caches it reads have synced.
+READY_POLL_S = 0.05
+
+
+async def until_ready(ready: Callable[[], bool]) -> None:
+    """Return once ``ready()`` holds (the caches a loop reads have done their LIST)."""
+    while not ready():  # noqa: ASYNC110 - polls the caches' sync flags
+        await asyncio.sleep(READY_POLL_S)
+
+
 async def wait_either(first: Awaitable[object], second: Awaitable[object]) -> bool:
     """Wait for whichever finishes first (the other is cancelled); True if ``first``."""
     a, b = asyncio.ensure_future(first), asyncio.ensure_future(second)
@@ -107,8 +117,7 @@ class Keeper:
 
         The first full pass runs as soon as the caches are synced (a restart heals at
         once, not a tick later)."""
-        while not self._ready():  # noqa: ASYNC110 - polls two caches' sync flags
-            await asyncio.sleep(0.05)
+        await until_ready(self._ready)
         await self.once()
         while True:
             ticked = await wait_either(self._clock.sleep(tick_s), self._wake.wait())
