@@ -1,25 +1,30 @@
 """The leader's watched caches (pods, nodes, GPUReservations) and what reacts to them.
 
 Pods are watched cluster-wide and projected with ``reconciler.pods.project_pod`` (only
-GPU pods are kept); nodes with ``project_node``; GPUReservations in the controller
-namespace as ``shared.model.GPUReservation`` (a malformed object is skipped). A pod
-change that can alter a ledger — a pod under a reservation appearing, finishing,
-leaving, or changing its claim — touches that reservation's upkeep at once.
+GPU pods are kept); nodes tainted for the reservation system with
+``shared.policy.inventory.project_node_facts`` (other nodes are not kept);
+GPUReservations in the controller namespace as ``shared.model.GPUReservation`` (a
+malformed object is skipped). A pod change that can alter a ledger — a pod under a
+reservation appearing, finishing, leaving, or changing its claim — touches that
+reservation's upkeep at once. ``Caches.inventory()`` is the node inventory of these
+caches (``reconciler.inventory``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from reconciler.pods import NodeView, PodView, project_node, project_pod
+from reconciler.inventory import InventoryCache
+from reconciler.pods import PodView, project_pod
 from reconciler.settings import ReconcilerSettings
 from reconciler.upkeep import Keeper
 from shared import model
 from shared.clock import Clock
 from shared.ledger import LedgerGateway
 from shared.logs import log
+from shared.policy.inventory import Inventory, NodeFacts, project_node_facts
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
 from shared.watch import Watched, WatchGateway
 
@@ -63,7 +68,13 @@ def touched_reservations(old: PodView | None, new: PodView | None) -> set[str]:
 class Caches:
     """The three caches and the ledger keeper of one leader term."""
 
-    def __init__(self, gateway: Any, settings: ReconcilerSettings, clock: Clock) -> None:
+    def __init__(
+        self,
+        gateway: Any,
+        settings: ReconcilerSettings,
+        clock: Clock,
+        class_labels: Callable[[], Iterable[str] | None] = lambda: None,
+    ) -> None:
         watch_gw: WatchGateway = gateway
         ledger_gw: LedgerGateway = gateway
         resync = settings.watch_resync_s
@@ -72,8 +83,8 @@ class Caches:
         self.pods: Watched[PodView] = Watched(
             watch_gw, PODS, lambda o: project_pod(o, rules), clock=clock, resync_s=resync
         )
-        self.nodes: Watched[NodeView] = Watched(
-            watch_gw, NODES, project_node, clock=clock, resync_s=resync
+        self.nodes: Watched[NodeFacts] = Watched(
+            watch_gw, NODES, project_node_facts, clock=clock, resync_s=resync
         )
         self.reservations: Watched[model.GPUReservation] = Watched(
             watch_gw,
@@ -94,6 +105,12 @@ class Caches:
         )
         self._tick_s = float(settings.queue_interval_s)
         self.pods.listeners.append(self._pod_changed)
+        self._inventory = InventoryCache(self.nodes, self.pods, class_labels)
+
+    def inventory(self) -> Inventory | None:
+        """The node inventory now (memoised; see ``reconciler.inventory``); ``None``
+        until the node and pod caches hold a full LIST — capacity is then unknown."""
+        return self._inventory.current()
 
     def by_name(self) -> dict[str, model.GPUReservation]:
         """Cached reservations by object name."""
@@ -110,6 +127,7 @@ class Caches:
         for cache in (self.pods, self.nodes, self.reservations):
             cache.items = {}
             cache.synced.clear()
+        self._inventory.invalidate()
 
     def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The leader's loops these caches need."""

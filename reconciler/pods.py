@@ -1,4 +1,4 @@
-"""Slim projections of pods and nodes: only what the reconciler's decisions read.
+"""Slim projections of pods: only what the reconciler's decisions read.
 
 A pod is watched when it carries the ``gpu-class`` label or requests
 ``nvidia.com/gpu`` (anything else projects to ``None`` and is not cached). The
@@ -17,7 +17,7 @@ from typing import Any
 from shared import vocab
 from shared.clock import parse_utc
 from shared.ledger import PodUse
-from shared.policy.matching import MatchRules, PodProfile, annotations_of, labels_of, profile
+from shared.policy.matching import MatchRules, PodProfile, annotations_of, profile
 from shared.policy.tolerations import is_granted, tolerations_of
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -120,29 +120,3 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
         node=spec.get("nodeName") or None,
         resource_version=str(meta.get("resourceVersion", "")),
     )
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """One node: its class (label), allocatable GPUs, and schedulability."""
-
-    name: str
-    gpu_class: str | None
-    gpus: int
-    schedulable: bool
-
-
-def project_node(node: dict[str, Any]) -> NodeView | None:
-    """The slim view of ``node``; nodes without a class label or GPUs are skipped."""
-    labels = labels_of(node)
-    alloc = ((node.get("status") or {}).get("allocatable") or {}).get(vocab.GPU_RESOURCE, "0")
-    try:
-        gpus = int(str(alloc))
-    except ValueError:
-        gpus = 0
-    gpu_class = labels.get(vocab.GPU_CLASS_LABEL) or None
-    if gpu_class is None and gpus == 0:
-        return None
-    spec = node.get("spec") or {}
-    name = str((node.get("metadata") or {}).get("name", ""))
-    return NodeView(name, gpu_class, gpus, not spec.get("unschedulable"))

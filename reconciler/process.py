@@ -67,7 +67,7 @@ class Reconciler:
         self.elector = Elector(
             gateway, ns, settings.identity, clock, settings.leader, self._on_leadership
         )
-        self.caches = Caches(gateway, settings, clock)
+        self.caches = Caches(gateway, settings, clock, self._class_labels)
         queue_metrics = QueueMetrics(self.metrics.registry)
 
         def counted(reason: str) -> None:

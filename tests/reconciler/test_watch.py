@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from reconciler.pods import project_node, project_pod
+from reconciler.pods import project_pod
 from shared import vocab
 from shared.clock import SystemClock
 from shared.errors import Gone
@@ -114,10 +114,4 @@ def test_projections_are_slim() -> None:
     view = project_pod(obj("a", "1", gpus=2), MatchRules())
     assert view is not None
     assert (view.key, view.gpus, view.tolerated, view.admitted) == ("alice/a", 2, False, False)
-    node = {
-        "metadata": {"name": "n1", "labels": {vocab.GPU_CLASS_LABEL: "a100"}},
-        "status": {"allocatable": {vocab.GPU_RESOURCE: "8"}},
-        "spec": {},
-    }
-    assert project_node(node) is not None
-    assert project_node({"metadata": {"name": "cpu"}, "status": {}}) is None
+    assert project_pod(obj("cpu", "1", gpus=0, label=False), MatchRules()) is None
