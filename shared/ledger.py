@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -196,7 +196,7 @@ class LedgerGateway(Protocol):
 
 @dataclass(frozen=True)
 class ClaimResult:
-    """The outcome of one ``claim`` call."""
+    """The outcome of one ``claim`` call (or of one ask of a ``claim_group``)."""
 
     admitted: bool
     #: The new hold's claim id when admitted (also for a dry run).
@@ -207,6 +207,42 @@ class ClaimResult:
     reason: str
     #: 409s met on the way.
     conflicts: int
+    #: The raw object ``reservation`` stands for (as written when admitted, as read when
+    #: refused; None for a dry run or when never read): a cache takes it as it is.
+    raw: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One pod's request within a group claim: ``gpus`` at ``now`` for ``pod``."""
+
+    gpus: int
+    pod: str | None
+    now: datetime
+    #: The hold is written already announced (see ``claim``).
+    announced: bool = False
+
+
+def decide_group(
+    res: GPUReservation, asks: Sequence[Ask], claim_ids: Sequence[str]
+) -> tuple[GPUReservation, list[str], list[Hold]]:
+    """Admit ``asks`` in order while they fit (no side effects).
+
+    Each ask is judged by ``verdict`` against the ledger holding the asks admitted
+    before it, so the group never holds more than the budget — exactly as the same asks
+    made one after another would. Returns the ledger with the new holds, each ask's
+    reason, and the new holds (ask ``i`` gets claim id ``claim_ids[i]``).
+    """
+    reasons: list[str] = []
+    new: list[Hold] = []
+    for ask, claim_id in zip(asks, claim_ids, strict=True):
+        reason = verdict(res, ask.gpus, ask.now)
+        reasons.append(reason)
+        if reason == "admitted":
+            hold = Hold(claim_id, ask.gpus, ask.now, pod=ask.pod, announced=ask.announced)
+            res = add_hold(res, hold)
+            new.append(hold)
+    return res, reasons, new
 
 
 class _Stop(Exception):
@@ -233,6 +269,7 @@ async def claim(
 ) -> ClaimResult:
     """Claim ``gpus`` of reservation ``name`` for ``pod``; the one admission path.
 
+    One call is one hold for one pod (``claim_group`` writes several at once).
     ``deadline`` is a ``monotonic()`` instant: no call starts after it and every call is
     cut off at it (reason ``deadline``; a write cut off mid-flight may still land, and
     then expires as an unbound hold after the TTL). ``cached`` (a watch cache's copy of
@@ -243,9 +280,50 @@ async def claim(
     ``announced`` marks the hold as already announced (a re-link sends its own
     RuntimeGuaranteed, so the admission announcer must not send another).
     """
+    ask = Ask(gpus, pod, now, announced)
+    if not dry_run:
+        found = await claim_group(
+            gateway, namespace, name, [ask], deadline=deadline, cached=cached, monotonic=monotonic
+        )
+        return found[0]
+    try:
+        raw = (
+            cached
+            if cached is not None
+            else await _read(gateway, namespace, name, deadline, monotonic)
+        )
+        last = _parse(raw, name)
+    except _Stop as stop:
+        _log_stop("ledger.claim_failed", name, stop.reason, 0)
+        return ClaimResult(False, None, None, stop.reason, 0)
+    updated, reasons, new = decide_group(last, [ask], [str(uuid.uuid4())])
+    if new:
+        return ClaimResult(True, new[0].claim, updated, "admitted", 0)
+    return ClaimResult(False, None, last, reasons[0], 0)
+
+
+async def claim_group(
+    gateway: LedgerGateway,
+    namespace: str,
+    name: str,
+    asks: Sequence[Ask],
+    *,
+    deadline: float,
+    cached: dict[str, Any] | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> list[ClaimResult]:
+    """Claim every ask that fits, in order, with one ``/status`` write; one result each.
+
+    The read-decide-write loop of ``claim`` (same ``deadline`` and ``cached`` rules),
+    deciding the whole group at once (``decide_group``): a 409 re-reads and re-decides
+    every ask, so each is told the outcome of the write that landed. The holds already
+    stored are written back as they were read; only the new ones are encoded. A stop
+    (not found, deadline, error) is every ask's reason.
+    """
     conflicts = 0
     raw = cached
     last: GPUReservation | None = None
+    claim_ids = [str(uuid.uuid4()) for _ in asks]
     try:
         for _ in range(MAX_ATTEMPTS):
             raw = (
@@ -254,22 +332,25 @@ async def claim(
                 else await _read(gateway, namespace, name, deadline, monotonic)
             )
             last = _parse(raw, name)
-            reason = verdict(last, gpus, now)
-            if reason != "admitted":
-                return ClaimResult(False, None, last, reason, conflicts)
-            hold = Hold(str(uuid.uuid4()), gpus, now, pod=pod, announced=announced)
-            updated = add_hold(last, hold)
-            if dry_run:
-                return ClaimResult(True, hold.claim, updated, "admitted", conflicts)
-            written = await _write(gateway, namespace, raw, updated, now, deadline, monotonic)
+            updated, reasons, new = decide_group(last, asks, claim_ids)
+            if not new:
+                return [ClaimResult(False, None, last, r, conflicts, raw) for r in reasons]
+            body = appended_body(raw, updated, new, max(a.now for a in asks))
+            written = await _put(gateway, namespace, name, body, deadline, monotonic)
             if written is not None:
-                return ClaimResult(True, hold.claim, written, "admitted", conflicts)
+                res, echoed = _echo(written, updated)
+                return [
+                    ClaimResult(
+                        r == "admitted", cid if r == "admitted" else None, res, r, conflicts, echoed
+                    )
+                    for r, cid in zip(reasons, claim_ids, strict=True)
+                ]
             conflicts += 1
             raw = None
         raise _Stop("deadline")
     except _Stop as stop:
         _log_stop("ledger.claim_failed", name, stop.reason, conflicts)
-        return ClaimResult(False, None, last, stop.reason, conflicts)
+        return [ClaimResult(False, None, last, stop.reason, conflicts) for _ in asks]
 
 
 async def amend(
@@ -327,6 +408,27 @@ async def _read(
         raise _Stop("error") from exc
 
 
+def appended_body(
+    raw: dict[str, Any], res: GPUReservation, new: Sequence[Hold], now: datetime
+) -> dict[str, Any]:
+    """The ``/status`` PUT body adding ``new`` holds to ``raw`` (``res`` is the result).
+
+    The stored hold entries go back verbatim (they were validated when ``raw`` was
+    parsed), so a claim's cost does not grow with re-encoding every hold it did not
+    touch; ``status_body`` gives the same status for the same ledger.
+    """
+    status = raw.get("status")
+    status = dict(status) if isinstance(status, dict) else {}
+    stored = status.get("holds")
+    stored = stored if isinstance(stored, list) else []
+    status["holds"] = [*stored, *(model.hold_to_status(h) for h in new)]
+    status["usedGpus"] = res.used_gpus
+    status["phase"] = res.facts.phase(now).value
+    body = dict(raw)
+    body["status"] = status
+    return body
+
+
 async def _write(
     gateway: LedgerGateway,
     namespace: str,
@@ -338,21 +440,40 @@ async def _write(
 ) -> GPUReservation | None:
     """The object as written; ``None`` on a 409 (someone wrote first)."""
     body = status_body(raw, updated, now)
-    call = gateway.replace(GPU_RESERVATIONS, updated.name, body, namespace, subresource="status")
+    written = await _put(gateway, namespace, updated.name, body, deadline, monotonic)
+    return None if written is None else _echo(written, updated)[0]
+
+
+async def _put(
+    gateway: LedgerGateway,
+    namespace: str,
+    name: str,
+    body: dict[str, Any],
+    deadline: float,
+    monotonic: Callable[[], float],
+) -> dict[str, Any] | None:
+    """PUT ``/status``: the object as written; ``None`` on a 409 (someone wrote first)."""
+    call = gateway.replace(GPU_RESERVATIONS, name, body, namespace, subresource="status")
     try:
-        written = await _within(call, deadline, monotonic)
+        return await _within(call, deadline, monotonic)
     except Conflict:
-        log(_log, logging.DEBUG, "ledger.claim_conflict", reservation=updated.name)
+        log(_log, logging.DEBUG, "ledger.claim_conflict", reservation=name)
         return None
     except NotFound as exc:
         raise _Stop("not_found") from exc
     except KubeError as exc:
-        log(_log, logging.WARNING, "ledger.write_failed", reservation=updated.name, error=str(exc))
+        log(_log, logging.WARNING, "ledger.write_failed", reservation=name, error=str(exc))
         raise _Stop("error") from exc
+
+
+def _echo(
+    written: dict[str, Any], updated: GPUReservation
+) -> tuple[GPUReservation, dict[str, Any] | None]:
+    """The object the server answered a write with, parsed, and the raw echo."""
     try:
-        return model.from_object(written)
+        return model.from_object(written), written
     except ValueError:
-        return updated  # the write succeeded; an odd echo does not undo it
+        return updated, None  # the write succeeded; an odd echo does not undo it
 
 
 async def _within(call: Awaitable[T], deadline: float, monotonic: Callable[[], float]) -> T:

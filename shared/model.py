@@ -213,7 +213,8 @@ def from_object(obj: dict[str, Any]) -> GPUReservation:
     if not isinstance(status, dict):
         raise ValueError("status: not an object")
     facts = _facts(spec)
-    holds = tuple(_hold(h, i) for i, h in enumerate(_list(status.get("holds"), "status.holds")))
+    entries = _list(status.get("holds"), "status.holds")
+    holds = tuple(_known_hold(h, i) for i, h in enumerate(entries))
     extra = {k: v for k, v in status.items() if k not in {"holds", "usedGpus", "phase"}}
     return GPUReservation(facts, holds, str(meta.get("resourceVersion", "")), extra)
 
@@ -234,6 +235,33 @@ def _facts(spec: dict[str, Any]) -> ReservationFacts:
         group=_str(spec, "group") if spec.get("group") is not None else None,
         cancel_reason=_str(spec, "cancelReason") if spec.get("cancelReason") else None,
     )
+
+
+#: Bound on ``_HOLDS`` (entries); a full memo is emptied, never grown.
+HOLD_MEMO_SIZE = 16384
+#: Stored hold entries already read, by their field values: a claim, the watch and the
+#: reconciler's passes meet the same holds again and again, and parsing each one's
+#: instant costs more than the rest of the read.
+_HOLDS: dict[tuple[Any, ...], Hold] = {}
+
+
+def _known_hold(raw: Any, index: int) -> Hold:
+    """``_hold`` through the memo (same result, same errors)."""
+    if not isinstance(raw, dict):
+        return _hold(raw, index)
+    gpus = raw.get("gpus")  # typed in the key: True == 1.0 == 1, yet only 1 is valid
+    key: tuple[Any, ...] = (raw.get("claim"), gpus, type(gpus), raw.get("at"))
+    key += (raw.get("pod"), raw.get("podUid"), raw.get("announced") is True)
+    try:
+        found = _HOLDS.get(key)
+    except TypeError:  # an unhashable value: malformed, and _hold says where
+        return _hold(raw, index)
+    if found is None:
+        found = _hold(raw, index)
+        if len(_HOLDS) >= HOLD_MEMO_SIZE:
+            _HOLDS.clear()
+        _HOLDS[key] = found
+    return found
 
 
 def _hold(raw: Any, index: int) -> Hold:

@@ -25,9 +25,8 @@ from zoneinfo import ZoneInfo
 from shared import ledger, model, vocab
 from shared.clock import Clock
 from shared.errors import KubeError
-from shared.ledger import ClaimResult, LedgerGateway
+from shared.ledger import Ask, ClaimResult, LedgerGateway
 from shared.logs import log
-from shared.model import GPUReservation
 from shared.policy.matching import annotations_of
 from shared.resources import GPU_RESERVATIONS
 from webhook import wording
@@ -41,6 +40,7 @@ from webhook.decide import (
     decide_create,
     decide_update,
 )
+from webhook.groupcommit import GroupCommit
 from webhook.metrics import Metrics
 from webhook.patch import diff
 from webhook.review import AdmissionRequest, Malformed, answer, parse
@@ -75,6 +75,9 @@ class Admission:
         self.ledger_deadline_s = ledger_deadline_s
         self.zone = zone
         self.monotonic = monotonic
+        self.group = GroupCommit(
+            gateway, policy.namespace, self._cached_raw, self._remember, monotonic=monotonic
+        )
 
     async def review(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON document) for one request body."""
@@ -205,41 +208,39 @@ class Admission:
         now: datetime,
         deadline: float,
     ) -> ClaimResult:
+        """A dry run decides alone; a real claim joins this replica's group commit."""
         name = cand.reservation.name
-        entry = self.cache.entry(name)
-        result = await ledger.claim(
-            self.gateway,
-            self.policy.namespace,
-            name,
-            gpus,
-            pod=_name_of(pod),
-            now=now,
-            deadline=deadline,
-            dry_run=request.dry_run,
-            cached=entry.raw if entry else None,
-            monotonic=self.monotonic,
-        )
+        if request.dry_run:
+            return await ledger.claim(
+                self.gateway,
+                self.policy.namespace,
+                name,
+                gpus,
+                pod=_name_of(pod),
+                now=now,
+                deadline=deadline,
+                dry_run=True,
+                cached=self._cached_raw(name),
+                monotonic=self.monotonic,
+            )
+        result = await self.group.claim(name, Ask(gpus, _name_of(pod), now), deadline)
         self.metrics.ledger_conflicts.inc(result.conflicts)
-        if result.reservation is not None and not request.dry_run:
-            self._remember(result.reservation, now)
         return result
 
-    def _remember(self, res: GPUReservation, now: datetime) -> None:
+    def _cached_raw(self, name: str) -> dict[str, Any] | None:
+        entry = self.cache.entry(name)
+        return entry.raw if entry else None
+
+    def _remember(self, result: ClaimResult) -> None:
         """Put the object as last read or written into the cache (ahead of the watch).
 
-        Spec and status both come from ``res``: that version may carry a spec newer
-        than the cached one (a 409 re-read), and the cached spec under the new
-        resourceVersion would outrank the watch's newer spec and let the next claim
-        decide (and write ``/status``) on the old budget.
+        It is the server's own copy (spec and status of one resourceVersion): the
+        cached spec under a newer resourceVersion would outrank the watch's newer spec
+        and let the next claim decide (and write ``/status``) on the old budget.
         """
-        entry = self.cache.entry(res.name)
-        if entry is None:
-            return
-        raw = dict(entry.raw)
-        raw["metadata"] = {**(raw.get("metadata") or {}), "resourceVersion": res.resource_version}
-        raw["spec"] = model.facts_to_spec(res.facts)
-        raw["status"] = model.status_of(res, now)
-        self.cache.upsert(raw)
+        res = result.reservation
+        if result.raw is not None and res is not None and self.cache.entry(res.name):
+            self.cache.upsert(result.raw)
 
     def _fail_open(
         self, request: AdmissionRequest, verdict: Verdict, reason: str, why: str

@@ -114,3 +114,31 @@ def test_malformed_field_is_named(path: str, value: Any, named: str) -> None:
     _set(obj, path, value)
     with pytest.raises(ValueError, match=r"^" + named.replace("[", r"\[").replace("]", r"\]")):
         model.from_object(obj)
+
+
+def test_a_remembered_hold_does_not_let_an_equal_but_invalid_value_through() -> None:
+    """The hold memo keys on values; ``True == 1`` must not make ``gpus: true`` valid
+    because ``gpus: 1`` was read before, nor ``announced: 1`` count as announced."""
+    obj = model.to_object(full(), "ns", NOW)
+    model.from_object(obj)
+    holds = obj["status"]["holds"]
+    changed = copy.deepcopy(obj)
+    changed["status"]["holds"][0]["gpus"] = (
+        True if holds[0]["gpus"] == 1 else float(holds[0]["gpus"])
+    )
+    with pytest.raises(ValueError, match=r"status\.holds\[0\]\.gpus"):
+        model.from_object(changed)
+    flagged = copy.deepcopy(obj)
+    flagged["status"]["holds"][0].pop("announced", None)
+    flagged["status"]["holds"][0]["announced"] = 1
+    assert model.from_object(flagged).holds[0].announced is False
+
+
+def test_the_hold_memo_stays_bounded() -> None:
+    res = model.GPUReservation(
+        facts(gpus=10**6),
+        tuple(model.Hold(f"c{i}", 1, NOW) for i in range(model.HOLD_MEMO_SIZE + 10)),
+    )
+    parsed = model.from_object(model.to_object(res, "ns", NOW))
+    assert parsed.holds == res.holds
+    assert len(model._HOLDS) <= model.HOLD_MEMO_SIZE
