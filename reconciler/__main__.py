@@ -1,6 +1,8 @@
 """``python -m reconciler``: read settings, run until SIGTERM/SIGINT, exit cleanly.
 
 Exit codes: 0 after a clean shutdown, 2 on invalid configuration.
+``python -m reconciler explain <ns>/<pod>`` and ``… list`` are the user's commands
+(``reconciler.cli``); they need no settings, only a kubeconfig.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 import signal
 import sys
 
+from reconciler import cli
 from reconciler import settings as settings_module
 from reconciler.process import Reconciler
 from reconciler.settings import ReconcilerSettings
@@ -23,6 +26,8 @@ _log = logging.getLogger("reconciler")
 
 def main() -> int:
     """Entry point."""
+    if len(sys.argv) > 1 and (sys.argv[1] in cli.COMMANDS or sys.argv[1].startswith("-")):
+        return cli.main(sys.argv[1:])
     try:
         settings, reader = settings_module.load()
     except SettingsError as exc:

@@ -170,6 +170,9 @@ def next_steps(ctx: SandboxContext) -> str:
     if "webhook" in ctx.endpoints:
         example = Path(__file__).parent / "examples" / "alice-notebook.yaml"
         lines.append(f"  kubectl create -f {example}")
+        lines.append(
+            "  kubectl gpures list -n alice      # with .venv/bin on PATH (docs/explain.md)"
+        )
     if "app" in ctx.endpoints:
         lines += [
             f"  curl -s -X POST {ctx.endpoints['app']}/_sandbox/bookings \\",

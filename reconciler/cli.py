@@ -1,0 +1,292 @@
+"""``python -m reconciler explain|list`` and the kubectl plugin ``kubectl gpures``.
+
+The shell around ``reconciler.explain``: it reads the pod, its Events, the owner's
+GPUReservations and GPU pods with the caller's own kubeconfig (no controller API),
+builds a ``Scene`` and prints what the pure functions say. Reads that are refused
+(RBAC) or fail degrade to a note; only a pod that cannot be read at all is an error.
+
+Exit codes: 0 done, 1 the pod or namespace could not be read, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import yaml
+
+from reconciler import explain
+from reconciler.pods import PodView, project_pod
+from shared import model, vocab
+from shared.clock import Clock, parse_utc
+from shared.errors import KubeError, NotFound
+from shared.gateway import Gateway
+from shared.policy.matching import MatchRules
+from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
+from shared.settings import EnvReader, read_clock
+
+COMMANDS = ("explain", "list")
+#: What the plugin is called as (``kubectl gpures …``), for usage texts.
+PLUGIN = f"kubectl {vocab.CRD_SHORT_NAME}"
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where to read from, and how to render."""
+
+    gateway: Gateway
+    controller_namespace: str
+    clock: Clock
+    zone: ZoneInfo | None
+    rules: MatchRules
+
+
+def _common(suppress: bool) -> argparse.ArgumentParser:
+    """The connection options, accepted before and after the command (as kubectl does)."""
+    keep: Any = argparse.SUPPRESS if suppress else None
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--kubeconfig",
+        default=keep,
+        help="kubeconfig file (default: the first file of $KUBECONFIG, else ~/.kube/config)",
+    )
+    common.add_argument(
+        "-n", "--namespace", default=keep, help="namespace (default: the kubeconfig context's)"
+    )
+    common.add_argument(
+        "--controller-namespace",
+        default=argparse.SUPPRESS
+        if suppress
+        else os.environ.get("GPURES_CONTROLLER_NAMESPACE", vocab.PRODUCT_NAME),
+        help=f"namespace of the GPUReservation objects (default: {vocab.PRODUCT_NAME})",
+    )
+    return common
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    """The arguments of both entry points (kubectl passes everything after the name)."""
+    top = argparse.ArgumentParser(
+        prog=prog,
+        description="Why is my GPU pod pending, and what are my bookings.",
+        parents=[_common(suppress=False)],
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+    inner = [_common(suppress=True)]
+    one = sub.add_parser(
+        "explain", parents=inner, help="say what holds a pod and what would release it"
+    )
+    one.add_argument("pod", help="<pod> or <namespace>/<pod>")
+    sub.add_parser(
+        "list", parents=inner, help="your bookings and your GPU pods with a wait estimate"
+    )
+    return top
+
+
+def kubeconfig_path(given: str | None, env: dict[str, str]) -> str:
+    """The kubeconfig file: the flag, else the first file of $KUBECONFIG, else ~/.kube/config."""
+    if given:
+        return given
+    for part in (env.get("KUBECONFIG") or "").split(os.pathsep):
+        if part and Path(part).is_file():
+            return part
+    return str(Path.home() / ".kube" / "config")
+
+
+def context_namespace(kubeconfig: str) -> str:
+    """The current context's namespace, as kubectl reads it; ``default`` otherwise."""
+    try:
+        config = yaml.safe_load(Path(kubeconfig).read_text(encoding="utf-8"))
+        current = config.get("current-context")
+        for entry in config.get("contexts") or []:
+            if entry.get("name") == current:
+                return str((entry.get("context") or {}).get("namespace") or "default")
+    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        pass
+    return "default"
+
+
+def target(pod: str, namespace: str) -> tuple[str, str]:
+    """``<ns>/<pod>`` or ``<pod>`` in ``namespace``; ValueError when malformed."""
+    ns, slash, name = pod.rpartition("/")
+    ns = ns if slash else namespace
+    if not name or "/" in ns or not ns:
+        raise ValueError(f"not a pod name: {pod!r} (use <pod> or <namespace>/<pod>)")
+    return ns, name
+
+
+def _unschedulable(pod: dict[str, Any]) -> str | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if not isinstance(cond, dict) or cond.get("type") != "PodScheduled":
+            continue
+        if cond.get("status") == "False" and cond.get("message"):
+            return str(cond["message"])
+    return None
+
+
+def _when(event: dict[str, Any]) -> datetime | None:
+    for key in ("lastTimestamp", "eventTime", "firstTimestamp"):
+        value = event.get(key)
+        if isinstance(value, str) and value:
+            try:
+                return parse_utc(value)
+            except ValueError:
+                continue
+    return None
+
+
+def ours(events: Sequence[dict[str, Any]]) -> tuple[explain.Said, ...]:
+    """The reservation system's Events, oldest first (malformed ones skipped)."""
+    found = []
+    for event in events:
+        source = (event.get("source") or {}).get("component")
+        if vocab.PRODUCT_NAME not in (source, event.get("reportingComponent")):
+            continue
+        reason, message = event.get("reason"), event.get("message")
+        if isinstance(reason, str) and isinstance(message, str):
+            kind = str(event.get("type") or "Normal")
+            found.append(explain.Said(reason, message, _when(event), kind))
+    return tuple(sorted(found, key=lambda s: s.at or datetime.min.replace(tzinfo=UTC)))
+
+
+async def owned_reservations(
+    ctx: Context, owner: str
+) -> tuple[tuple[model.GPUReservation, ...] | None, str | None]:
+    """The owner's GPUReservations, or None and why they could not be read."""
+    try:
+        listed = await ctx.gateway.list_all(GPU_RESERVATIONS, ctx.controller_namespace)
+    except KubeError as exc:
+        return None, f"{exc.reason or exc.code}: {exc.message}"
+    found = []
+    for obj in listed.items:
+        try:
+            res = model.from_object(obj)
+        except (ValueError, TypeError, KeyError):
+            continue
+        if res.facts.owner == owner:
+            found.append(res)
+    return tuple(found), None
+
+
+async def gpu_pods(ctx: Context, namespace: str) -> tuple[PodView, ...]:
+    """The namespace's GPU pods (empty when they cannot be listed)."""
+    try:
+        listed = await ctx.gateway.list_all(PODS, namespace)
+    except KubeError:
+        return ()
+    views = (project_pod(p, ctx.rules) for p in listed.items)
+    return tuple(sorted((v for v in views if v is not None), key=lambda v: v.name))
+
+
+async def pod_events(ctx: Context, pod: dict[str, Any]) -> tuple[explain.Said, ...]:
+    meta = pod.get("metadata") or {}
+    selector = f"involvedObject.uid={meta.get('uid', '')}"
+    try:
+        listed = await ctx.gateway.list_all(EVENTS, meta.get("namespace"), field_selector=selector)
+    except KubeError:
+        return ()
+    return ours(listed.items)
+
+
+async def scene_of(
+    ctx: Context,
+    raw: dict[str, Any],
+    reservations: tuple[tuple[model.GPUReservation, ...] | None, str | None],
+    neighbours: tuple[PodView, ...],
+) -> explain.Scene:
+    meta = raw.get("metadata") or {}
+    return explain.Scene(
+        key=f"{meta.get('namespace')}/{meta.get('name')}",
+        pod=project_pod(raw, ctx.rules),
+        now=ctx.clock.now(),
+        zone=ctx.zone,
+        unschedulable=_unschedulable(raw),
+        said=await pod_events(ctx, raw),
+        reservations=reservations[0],
+        unreadable=reservations[1],
+        neighbours=neighbours,
+        rules=ctx.rules,
+    )
+
+
+async def run_explain(ctx: Context, namespace: str, name: str) -> str:
+    """The explanation of one pod; NotFound/KubeError when the pod cannot be read."""
+    raw = await ctx.gateway.get(PODS, name, namespace)
+    reservations = await owned_reservations(ctx, namespace)
+    scene = await scene_of(ctx, raw, reservations, await gpu_pods(ctx, namespace))
+    return explain.render(scene, explain.explain(scene))
+
+
+async def run_list(ctx: Context, namespace: str) -> str:
+    """The owner's bookings, then their GPU pods with state and estimate."""
+    reservations = await owned_reservations(ctx, namespace)
+    neighbours = await gpu_pods(ctx, namespace)
+    now = ctx.clock.now()
+    if reservations[0] is None:
+        head = f"Your GPUReservations could not be read: {reservations[1]}."
+    elif reservations[0]:
+        head = explain.bookings(reservations[0], now, ctx.zone)
+    else:
+        head = f"No bookings for {namespace}."
+    raws = await ctx.gateway.list_all(PODS, namespace)
+    by_name = {str((p.get("metadata") or {}).get("name")): p for p in raws.items}
+    scenes = [
+        await scene_of(ctx, by_name[v.name], reservations, neighbours)
+        for v in neighbours
+        if v.name in by_name and not v.finished
+    ]
+    tail = explain.pods(scenes) if scenes else f"No GPU pods in {namespace}."
+    return f"{head}\n\n{tail}"
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m reconciler") -> int:
+    """Entry point of ``python -m reconciler explain|list``."""
+    args = parser(prog).parse_args(argv)
+    env = dict(os.environ)
+    reader = EnvReader(env)
+    config = kubeconfig_path(args.kubeconfig, env)
+    namespace = args.namespace or context_namespace(config)
+    try:
+        gateway = Gateway.from_kubeconfig(config)
+    except Exception as exc:  # the client library raises its own types for bad files
+        print(f"{prog}: cannot load kubeconfig {config}: {exc}", file=sys.stderr)
+        return 1
+    ctx = Context(
+        gateway,
+        args.controller_namespace,
+        read_clock(reader).build(),
+        reader.timezone("TZ", None),
+        MatchRules(),
+    )
+    try:
+        if args.command == "list":
+            text = asyncio.run(run_list(ctx, namespace))
+        else:
+            try:
+                ns, name = target(args.pod, namespace)
+            except ValueError as exc:
+                print(f"{prog}: {exc}", file=sys.stderr)
+                return 2
+            text = asyncio.run(run_explain(ctx, ns, name))
+    except NotFound as exc:
+        print(f"{prog}: not found: {exc.message}", file=sys.stderr)
+        return 1
+    except KubeError as exc:
+        print(f"{prog}: the Kubernetes API refused: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        gateway.close()
+    print(text)
+    return 0
+
+
+def plugin_main() -> int:
+    """``kubectl-gpures``: kubectl runs it for ``kubectl gpures <args>``."""
+    return main(sys.argv[1:], prog=PLUGIN)

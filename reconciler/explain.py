@@ -1,0 +1,463 @@
+"""Why is my pod pending: what holds a GPU pod and what would release it, in plain words.
+
+Pure functions over a ``Scene`` — the pod, its Events from the reservation system,
+its owner's GPUReservations and other GPU pods, read with the user's own credentials
+(``reconciler.cli`` is the shell). No side effects.
+
+``STATES`` is a table, tried in order: the first state whose test holds describes the
+pod (a headline, what holds it, what would release it, and a wait estimate when one
+is known). ``NOTES`` are added whenever they apply (a termination warning, the
+reservation system's newest Event, reservations that could not be read). A new state
+— an on-demand lease being requested, a preemption — is a new row.
+
+The route of a waiting pod is computed here with ``shared.policy.routing.route``, the
+function the reconciler uses, over the owner's reservations and the default matching
+rules (the cluster's settings are not readable with a user's credentials); the
+reservation system's own newest Event on the pod, which was decided with the real
+settings, is always shown next to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from reconciler.pods import PodView
+from shared import vocab
+from shared.clock import parse_utc
+from shared.model import GPUReservation
+from shared.policy import statuses, wording
+from shared.policy.matching import MatchRules
+from shared.policy.routing import Path, Route, Wait, free_gpus, route
+from shared.policy.wording import when
+
+
+@dataclass(frozen=True)
+class Said:
+    """One Event the reservation system wrote on the pod."""
+
+    reason: str
+    message: str
+    at: datetime | None
+    kind: str = "Normal"
+
+
+@dataclass(frozen=True)
+class Scene:
+    """Everything ``explain`` looks at; built by the shell."""
+
+    key: str
+    #: The pod's slim view; None when it is not a GPU pod (no class label, no GPUs).
+    pod: PodView | None
+    now: datetime
+    zone: ZoneInfo | None = None
+    #: The PodScheduled=False message of the scheduler, when it gave one.
+    unschedulable: str | None = None
+    #: The reservation system's Events on the pod, oldest first.
+    said: tuple[Said, ...] = ()
+    #: The owner's GPUReservations; None when they could not be read (``unreadable``).
+    reservations: tuple[GPUReservation, ...] | None = ()
+    unreadable: str | None = None
+    #: The owner's other GPU pods (holders of a full booking are named from these).
+    neighbours: tuple[PodView, ...] = ()
+    rules: MatchRules = field(default_factory=MatchRules)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What ``explain`` says: a state name, a headline and the lines under it."""
+
+    state: str
+    headline: str
+    lines: tuple[str, ...] = ()
+    #: The reservation concerned, when there is one.
+    reservation: str | None = None
+    #: When the pod is expected to start (or, for a running pod, lose its guarantee).
+    estimate: datetime | None = None
+
+
+@dataclass(frozen=True)
+class State:
+    """One row of the table: a name, when it applies, and what it says."""
+
+    name: str
+    applies: Callable[[Scene], bool]
+    describe: Callable[[Scene], Finding]
+
+
+# --- small readers ----------------------------------------------------------------------
+
+
+def _instant(pod: PodView, key: str) -> datetime | None:
+    text = pod.annotations.get(key)
+    try:
+        return parse_utc(text) if text else None
+    except ValueError:
+        return None
+
+
+def _relative(instant: datetime, now: datetime) -> str:
+    minutes = round((instant - now).total_seconds() / 60)
+    if minutes == 0:
+        return "now"
+    span = abs(minutes)
+    text = f"{span} min" if span < 120 else f"{span // 60} h {span % 60} min"
+    return f"in {text}" if minutes > 0 else f"{text} ago"
+
+
+def at(instant: datetime, scene: Scene) -> str:
+    """``2026-12-03 14:00 UTC (in 9 min)``."""
+    return f"{when(instant, scene.zone)} ({_relative(instant, scene.now)})"
+
+
+def _pod(scene: Scene) -> PodView:
+    assert scene.pod is not None
+    return scene.pod
+
+
+def _owned(scene: Scene) -> tuple[GPUReservation, ...]:
+    return scene.reservations or ()
+
+
+def route_of(scene: Scene) -> Route:
+    """The route the reconciler would give the pod over the owner's reservations."""
+    return route(_pod(scene).profile, _owned(scene), scene.now, scene.rules)
+
+
+def _find(scene: Scene, name: str | None) -> GPUReservation | None:
+    return next((r for r in _owned(scene) if r.name == name), None)
+
+
+def _waiting(scene: Scene, wait: Wait) -> bool:
+    if scene.reservations is None:
+        return False
+    found = route_of(scene)
+    return found.path is Path.QUEUE and found.wait is wait
+
+
+def _on_path(scene: Scene, path: Path) -> bool:
+    return scene.reservations is not None and route_of(scene).path is path
+
+
+def _booking(res: GPUReservation, scene: Scene) -> str:
+    f = res.facts
+    return f"{res.name} ({f.gpu_class_name}, {f.gpu_count} GPUs, {wording.window(f, scene.zone)})"
+
+
+# --- the states -----------------------------------------------------------------------------
+
+
+def _not_gpu(scene: Scene) -> Finding:
+    return Finding(
+        "not-a-gpu-pod",
+        "not a GPU pod: the reservation system leaves it alone",
+        (
+            f"It has no {vocab.GPU_CLASS_LABEL} label and requests no {vocab.GPU_RESOURCE}; "
+            "nothing here holds it.",
+        ),
+    )
+
+
+def _finished(scene: Scene) -> Finding:
+    pod = _pod(scene)
+    return Finding("finished", f"finished ({pod.phase}): it holds no GPUs any more")
+
+
+def _deleting(scene: Scene) -> Finding:
+    return Finding("deleting", "being deleted: its GPUs are released once it is gone")
+
+
+def _guarantee_line(pod: PodView, scene: Scene) -> tuple[str, datetime | None]:
+    until = _instant(pod, vocab.GUARANTEED_UNTIL)
+    status = pod.annotations.get(vocab.GUARANTEE_STATUS)
+    if until is None:
+        return "Its guarantee is not recorded.", None
+    if status == vocab.GUARANTEE_STATUS_OVERSTAY or until <= scene.now:
+        return (
+            f"Its guarantee ended {at(until, scene)}: it may be preempted whenever a "
+            "booking needs its GPUs.",
+            None,
+        )
+    return f"Its runtime is guaranteed until {at(until, scene)}.", until
+
+
+def _admitted_waiting(scene: Scene) -> Finding:
+    pod = _pod(scene)
+    guarantee, until = _guarantee_line(pod, scene)
+    lines = [
+        f"The reservation system admitted it under {pod.reference}; it now waits for the "
+        "Kubernetes scheduler to find a node with free GPUs.",
+    ]
+    if scene.unschedulable:
+        lines.append(f"The scheduler says: {scene.unschedulable}")
+    lines += [
+        "Released by: a node of its class with enough free GPUs (pods of other users "
+        "finishing, or being preempted for your booking).",
+        guarantee,
+    ]
+    return Finding(
+        "admitted-waiting-for-scheduler",
+        f"admitted under {pod.reference}, waiting for the scheduler",
+        tuple(lines),
+        pod.reference,
+        until,
+    )
+
+
+def _running(scene: Scene) -> Finding:
+    pod = _pod(scene)
+    guarantee, until = _guarantee_line(pod, scene)
+    where = f" on node {pod.node}" if pod.node else ""
+    return Finding(
+        "admitted",
+        f"admitted under {pod.reference}{where} ({pod.phase})",
+        (guarantee,),
+        pod.reference,
+        until,
+    )
+
+
+def _unknown(scene: Scene) -> Finding:
+    return Finding(
+        "reservations-unreadable",
+        "not admitted; your reservations could not be read",
+        ("What the reservation system last said on the pod is below.",),
+    )
+
+
+def _admit_now(scene: Scene) -> Finding:
+    res = route_of(scene).reservation
+    assert res is not None
+    return Finding(
+        "admittable-now",
+        f"not admitted yet, but {res.name} is open with room",
+        (
+            f"Your booking {_booking(res, scene)} can take it: the reservation system "
+            "admits the pod within seconds.",
+        ),
+        res.name,
+        scene.now,
+    )
+
+
+def _queued_window(scene: Scene) -> Finding:
+    res = route_of(scene).reservation
+    assert res is not None
+    start = res.facts.start
+    return Finding(
+        "queued-for-window",
+        f"waiting for your booking {res.name}, which opens {at(start, scene)}",
+        (
+            f"Held until the window of {_booking(res, scene)} opens.",
+            f"Released by: the window opening at {when(start, scene.zone)}; the pod is "
+            "admitted at that moment, nothing to do.",
+        ),
+        res.name,
+        start,
+    )
+
+
+def _holders(scene: Scene, res: GPUReservation) -> list[PodView]:
+    return sorted(
+        (p for p in scene.neighbours if p.reference == res.name and not p.finished),
+        key=lambda p: (_instant(p, vocab.GUARANTEED_UNTIL) or res.facts.end, p.name),
+    )
+
+
+def _queued_full(scene: Scene) -> Finding:
+    res = route_of(scene).reservation
+    assert res is not None
+    pod = _pod(scene)
+    holders = _holders(scene, res)
+    named = [
+        f"{p.name} ({p.gpus} GPUs, guaranteed until "
+        f"{when(_instant(p, vocab.GUARANTEED_UNTIL) or res.facts.end, scene.zone)})"
+        for p in holders
+    ]
+    ends = [_instant(p, vocab.GUARANTEED_UNTIL) or res.facts.end for p in holders]
+    soonest = min(ends) if ends else None
+    held = "held by your pods " + ", ".join(named) if named else "claimed by admissions in progress"
+    lines = [
+        f"Your booking {_booking(res, scene)} is open but full: {res.used_gpus} of its "
+        f"{res.facts.gpu_count} GPUs are {held}; the pod needs {pod.gpus} "
+        f"({max(free_gpus(res), 0)} free).",
+        "Released by: one of those pods finishing or being deleted "
+        "(kubectl delete pod <name>); the pod is admitted at once.",
+    ]
+    if soonest is not None:
+        lines.append(
+            f"Estimate: the earliest a holder's guarantee ends is {at(soonest, scene)} "
+            "(a holder may run on past it)."
+        )
+    return Finding(
+        "booking-full", f"waiting: your booking {res.name} is full", tuple(lines), res.name, soonest
+    )
+
+
+def _too_small(scene: Scene) -> Finding:
+    res = route_of(scene).reservation
+    assert res is not None
+    return Finding(
+        "booking-too-small",
+        f"never admitted as it is: {res.name} holds fewer GPUs than the pod requests",
+        (
+            wording.reservation_too_small(res, _pod(scene).gpus),
+            "Released by: recreating the pod with fewer GPUs, or a bigger booking.",
+        ),
+        res.name,
+    )
+
+
+def _jit(scene: Scene) -> Finding:
+    return Finding(
+        "on-demand",
+        "no booking is open: the pod is eligible for an on-demand lease",
+        (
+            "The reservation system requests a just-in-time lease for it if it cannot "
+            "schedule; whether one was granted or denied, and why, is in its Events "
+            f"({vocab.REASON_ONDEMAND_LEASE_DENIED}, {vocab.REASON_ONDEMAND_LEASE_REJECTED}, "
+            f"{vocab.REASON_ONDEMAND_ADMISSION_PAUSED}) and, once granted, in its "
+            f"{vocab.BOOKING_REFERENCE} and {vocab.RESERVATION_KIND} annotations.",
+            "Released by: a granted lease, or a booking for this GPU class.",
+        ),
+    )
+
+
+def _no_booking(scene: Scene) -> Finding:
+    pod = _pod(scene)
+    found = route_of(scene)
+    status = statuses.unmatched(
+        pod.profile,
+        found,
+        _owned(scene),
+        scene.now,
+        scene.rules,
+        known_classes=None,
+        contact=None,
+        zone=scene.zone,
+    )
+    return Finding(
+        "no-booking",
+        "not admitted: no booking matches and no lease can be requested",
+        (status.message, "Released by: a booking in the reservation app that matches the pod."),
+    )
+
+
+def _admitted(scene: Scene) -> bool:
+    return _pod(scene).admitted
+
+
+STATES: tuple[State, ...] = (
+    State("not-a-gpu-pod", lambda s: s.pod is None, _not_gpu),
+    State("finished", lambda s: _pod(s).finished, _finished),
+    State("deleting", lambda s: _pod(s).deleting, _deleting),
+    State(
+        "admitted-waiting-for-scheduler",
+        lambda s: _admitted(s) and _pod(s).node is None,
+        _admitted_waiting,
+    ),
+    State("admitted", _admitted, _running),
+    State("reservations-unreadable", lambda s: s.reservations is None, _unknown),
+    State("admittable-now", lambda s: _on_path(s, Path.ADMIT), _admit_now),
+    State("queued-for-window", lambda s: _waiting(s, Wait.OPENS_LATER), _queued_window),
+    State("booking-full", lambda s: _waiting(s, Wait.FULL), _queued_full),
+    State("booking-too-small", lambda s: _waiting(s, Wait.TOO_SMALL), _too_small),
+    State("on-demand", lambda s: _on_path(s, Path.JIT), _jit),
+    State("no-booking", lambda s: True, _no_booking),
+)
+
+
+# --- notes ------------------------------------------------------------------------------------
+
+
+def _warning(scene: Scene) -> str | None:
+    pod = scene.pod
+    if pod is None or pod.finished:
+        return None
+    kill = _instant(pod, vocab.TERMINATION_WARNING_AT)
+    if kill is None:
+        return None
+    risk = pod.annotations.get(vocab.TERMINATION_WARNING_RISK, "unknown")
+    message = pod.annotations.get(vocab.TERMINATION_WARNING_MESSAGE)
+    text = f"At risk of preemption from {at(kill, scene)} (risk {risk}): checkpoint before then."
+    return f"{text} {message}" if message else text
+
+
+def _newest(scene: Scene) -> str | None:
+    if not scene.said:
+        return None
+    last = scene.said[-1]
+    stamp = f" ({when(last.at, scene.zone)})" if last.at else ""
+    return f"The reservation system said{stamp}: {last.reason}: {last.message}"
+
+
+def _unreadable(scene: Scene) -> str | None:
+    if scene.reservations is not None:
+        return None
+    return f"Your GPUReservations could not be read: {scene.unreadable or 'unknown error'}."
+
+
+NOTES: tuple[Callable[[Scene], str | None], ...] = (_warning, _newest, _unreadable)
+
+
+def explain(scene: Scene) -> Finding:
+    """The first state of ``STATES`` that applies, with every note that applies."""
+    state = next(s for s in STATES if s.applies(scene))
+    found = state.describe(scene)
+    notes = tuple(n for n in (note(scene) for note in NOTES) if n)
+    return Finding(
+        found.state, found.headline, found.lines + notes, found.reservation, found.estimate
+    )
+
+
+def render(scene: Scene, found: Finding) -> str:
+    """The text ``explain`` prints."""
+    return "\n".join([f"{scene.key}: {found.headline}", *(f"  {line}" for line in found.lines)])
+
+
+# --- list ---------------------------------------------------------------------------------
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows as left-aligned columns (kubectl's style)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def bookings(reservations: Sequence[GPUReservation], now: datetime, zone: ZoneInfo | None) -> str:
+    """The owner's bookings: name, class, kind, GPUs used/total, window, phase."""
+    rows = [["NAME", "CLASS", "KIND", "GPUS", "START", "END", "PHASE"]]
+    for res in sorted(reservations, key=lambda r: (r.facts.start, r.facts.id)):
+        f = res.facts
+        rows.append(
+            [
+                res.name,
+                f.gpu_class_name,
+                f.kind.value,
+                f"{res.used_gpus}/{f.gpu_count}",
+                when(f.start, zone),
+                when(f.end, zone),
+                f.phase(now).value,
+            ]
+        )
+    return table(rows)
+
+
+def pods(scenes: Sequence[Scene]) -> str:
+    """One line per GPU pod: its state, reservation and estimate."""
+    rows = [["POD", "STATE", "RESERVATION", "ESTIMATE"]]
+    for scene in scenes:
+        found = explain(scene)
+        estimate = ""
+        if found.estimate is not None:
+            admitted = scene.pod is not None and scene.pod.admitted
+            label = "guaranteed until" if admitted else "starts"
+            label = "earliest" if found.state == "booking-full" else label
+            estimate = f"{label} {when(found.estimate, scene.zone)}"
+        name = scene.pod.name if scene.pod else scene.key
+        rows.append([name, found.state, found.reservation or "", estimate])
+    return table(rows)

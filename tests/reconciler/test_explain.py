@@ -1,0 +1,288 @@
+"""``reconciler.explain``: one state per situation, notes added, bad input survived.
+
+Each case is a pure ``Scene`` (virtual now, builders): the table picks the state, the
+headline and lines say what holds the pod and what would release it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler import cli, explain
+from reconciler.pods import project_pod
+from shared import vocab
+from shared.clock import format_utc
+from shared.model import GPUReservation
+from shared.policy.matching import MatchRules
+from tests.policy.builders import HOUR, NOW, PodBuilder, gpu_pod, reservation
+
+RULES = MatchRules()
+
+
+def scene(
+    raw: dict[str, Any],
+    reservations: tuple[GPUReservation, ...] | None = (),
+    neighbours: tuple[dict[str, Any], ...] = (),
+    **extra: Any,
+) -> explain.Scene:
+    meta = raw["metadata"]
+    return explain.Scene(
+        key=f"{meta['namespace']}/{meta['name']}",
+        pod=project_pod(raw, RULES),
+        now=NOW,
+        reservations=reservations,
+        neighbours=tuple(v for n in neighbours if (v := project_pod(n, RULES))),
+        **extra,
+    )
+
+
+def admitted(builder: PodBuilder, ref: str = "res-1", until: str | None = None) -> PodBuilder:
+    return (
+        builder.reservation_toleration()
+        .annotate(vocab.BOOKING_REFERENCE, ref)
+        .annotate(vocab.GUARANTEED_UNTIL, until or format_utc(NOW + HOUR))
+        .annotate(vocab.GUARANTEE_STATUS, vocab.GUARANTEE_STATUS_GUARANTEED)
+    )
+
+
+def running(builder: PodBuilder, node: str = "h100-r1") -> dict[str, Any]:
+    raw = builder.build()
+    raw["spec"]["nodeName"] = node
+    raw["status"] = {"phase": "Running"}
+    return raw
+
+
+def named(name: str, gpus: int = 1) -> PodBuilder:
+    return PodBuilder(name).cls().gpus(str(gpus))
+
+
+def test_queued_for_window_says_when_it_opens() -> None:
+    later = reservation(2, gpus=1, start=NOW + timedelta(minutes=10), end=NOW + 2 * HOUR)
+    found = explain.explain(scene(gpu_pod().build(), (later,)))
+    assert found.state == "queued-for-window"
+    assert found.headline == (
+        "waiting for your booking res-2, which opens 2026-01-05 10:10 UTC (in 10 min)"
+    )
+    assert found.estimate == NOW + timedelta(minutes=10)
+    assert any(line.startswith("Released by: the window opening at") for line in found.lines)
+
+
+def test_a_full_booking_names_the_holders_and_the_earliest_guarantee_end() -> None:
+    full = reservation(1, gpus=2, holds=(1, 1))
+    early = admitted(named("a"), until=format_utc(NOW + HOUR))
+    late = admitted(named("b"), until=format_utc(NOW + 2 * HOUR))
+    neighbours = (running(late), running(early))
+    found = explain.explain(scene(named("waiting").build(), (full,), neighbours))
+    assert found.state == "booking-full"
+    assert found.estimate == NOW + HOUR
+    text = "\n".join(found.lines)
+    assert "held by your pods a (1 GPUs, guaranteed until 2026-01-05 11:00 UTC), b (" in text
+    assert "the earliest a holder's guarantee ends is 2026-01-05 11:00 UTC (in 60 min)" in text
+
+
+def test_a_too_small_booking_says_it_never_admits() -> None:
+    small = reservation(1, gpus=1)
+    found = explain.explain(scene(gpu_pod(gpus=2).build(), (small,)))
+    assert found.state == "booking-too-small"
+    assert found.estimate is None
+
+
+def test_no_booking_gives_every_reason_and_why_no_lease() -> None:
+    found = explain.explain(scene(gpu_pod(namespace="carol").build(), ()))
+    assert found.state == "no-booking"
+    assert "you hold no booking" in found.lines[0]
+    assert "It cannot be admitted on demand either" in found.lines[0]
+
+
+def test_another_class_is_a_near_miss() -> None:
+    a100 = reservation(1, gpu_class="a100")
+    found = explain.explain(scene(gpu_pod().build(), (a100,)))
+    assert found.state == "no-booking"
+    assert "your booking res-1 (A100" in found.lines[0]
+
+
+def test_an_open_booking_with_room_admits_within_seconds() -> None:
+    found = explain.explain(scene(gpu_pod().build(), (reservation(1),)))
+    assert found.state == "admittable-now"
+    assert found.reservation == "res-1"
+
+
+def test_jit_eligible_points_at_the_lease_events() -> None:
+    raw = (
+        gpu_pod()
+        .annotate(vocab.MINIMUM_RUNTIME_SECONDS, "3600")
+        .annotate(vocab.USAGE_GROUP, "lab")
+        .build()
+    )
+    found = explain.explain(scene(raw, ()))
+    assert found.state == "on-demand"
+    assert vocab.REASON_ONDEMAND_LEASE_DENIED in found.lines[0]
+
+
+def test_admitted_but_unscheduled_quotes_the_scheduler() -> None:
+    raw = admitted(gpu_pod()).build()
+    message = "0/6 nodes are available: 6 Insufficient nvidia.com/gpu."
+    found = explain.explain(scene(raw, (reservation(1),), unschedulable=message))
+    assert found.state == "admitted-waiting-for-scheduler"
+    assert f"The scheduler says: {message}" in found.lines
+    assert found.estimate == NOW + HOUR
+
+
+def test_running_past_its_guarantee_is_overstay() -> None:
+    raw = running(
+        admitted(gpu_pod(), until=format_utc(NOW - HOUR)).annotate(
+            vocab.GUARANTEE_STATUS, vocab.GUARANTEE_STATUS_OVERSTAY
+        )
+    )
+    found = explain.explain(scene(raw, (reservation(1),)))
+    assert found.state == "admitted"
+    assert "may be preempted" in found.lines[0]
+    assert found.estimate is None
+
+
+def test_a_termination_warning_is_added_to_any_state() -> None:
+    raw = running(
+        admitted(gpu_pod())
+        .annotate(vocab.TERMINATION_WARNING_AT, format_utc(NOW + timedelta(minutes=20)))
+        .annotate(vocab.TERMINATION_WARNING_RISK, "0.50")
+        .annotate(vocab.TERMINATION_WARNING_MESSAGE, "Booking res-9 needs the GPUs.")
+    )
+    found = explain.explain(scene(raw, (reservation(1),)))
+    assert found.lines[-1] == (
+        "At risk of preemption from 2026-01-05 10:20 UTC (in 20 min) (risk 0.50): "
+        "checkpoint before then. Booking res-9 needs the GPUs."
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (vocab.GUARANTEED_UNTIL, "tomorrow"),
+        (vocab.GUARANTEED_UNTIL, "2026-01-05T12:00:00"),
+        (vocab.TERMINATION_WARNING_AT, "soon"),
+    ],
+    ids=["words", "naive-instant", "warning-words"],
+)
+def test_malformed_annotations_read_as_unknown(key: str, value: str) -> None:
+    raw = running(admitted(gpu_pod()).annotate(key, value))
+    found = explain.explain(scene(raw, (reservation(1),)))
+    assert found.state == "admitted"
+    assert not any(line.startswith("At risk") for line in found.lines)
+
+
+def test_unreadable_reservations_fall_back_to_the_events() -> None:
+    said = explain.Said(vocab.REASON_WAITING_FOR_RESERVATION, "Waiting for res-2.", NOW)
+    found = explain.explain(
+        scene(gpu_pod().build(), None, unreadable="Forbidden: no", said=(said,))
+    )
+    assert found.state == "reservations-unreadable"
+    assert found.lines[-2] == (
+        "The reservation system said (2026-01-05 10:00 UTC): WaitingForReservation: "
+        "Waiting for res-2."
+    )
+    assert found.lines[-1] == "Your GPUReservations could not be read: Forbidden: no."
+
+
+def test_finished_deleting_and_not_gpu_pods() -> None:
+    done = gpu_pod().build()
+    done["status"] = {"phase": "Succeeded"}
+    assert explain.explain(scene(done)).state == "finished"
+    going = gpu_pod().build()
+    going["metadata"]["deletionTimestamp"] = "2026-01-05T10:00:00Z"
+    assert explain.explain(scene(going)).state == "deleting"
+    plain = PodBuilder("web").build()
+    assert explain.explain(scene(plain)).state == "not-a-gpu-pod"
+
+
+def test_every_state_is_reachable_from_the_table() -> None:
+    assert [s.name for s in explain.STATES][-1] == "no-booking"
+    assert len({s.name for s in explain.STATES}) == len(explain.STATES)
+
+
+def test_list_shows_bookings_and_estimates() -> None:
+    later = reservation(2, gpus=1, start=NOW + timedelta(minutes=10))
+    text = explain.bookings((later,), NOW, None)
+    assert text.splitlines()[1].split() == [
+        "res-2", "H100", "booking", "0/1", "2026-01-05", "10:10", "UTC",
+        "2026-01-05", "12:00", "UTC", "Upcoming",
+    ]  # fmt: skip
+    rows = explain.pods([scene(gpu_pod().build(), (later,))])
+    assert rows.splitlines()[1].split() == [
+        "p", "queued-for-window", "res-2", "starts", "2026-01-05", "10:10", "UTC",
+    ]  # fmt: skip
+
+
+# --- the shell's readers -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("nb", ("alice", "nb")), ("bob/nb", ("bob", "nb"))],
+)
+def test_target(given: str, expected: tuple[str, str]) -> None:
+    assert cli.target(given, "alice") == expected
+
+
+@pytest.mark.parametrize("given", ["", "bob/", "/nb", "a/b/c"])
+def test_a_malformed_target_is_refused(given: str) -> None:
+    with pytest.raises(ValueError, match="not a pod name"):
+        cli.target(given, "alice")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("current-context: c\ncontexts: [{name: c, context: {namespace: bob}}]\n", "bob"),
+        ("current-context: c\ncontexts: [{name: c, context: {}}]\n", "default"),
+        ("contexts: 7\n", "default"),
+        ("{{{ not yaml", "default"),
+        ("- a list\n", "default"),
+    ],
+    ids=["namespace", "none-set", "malformed-contexts", "not-yaml", "not-a-mapping"],
+)
+def test_context_namespace(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "config"
+    path.write_text(text, encoding="utf-8")
+    assert cli.context_namespace(str(path)) == expected
+
+
+def test_a_missing_kubeconfig_reads_as_default(tmp_path: Path) -> None:
+    assert cli.context_namespace(str(tmp_path / "absent")) == "default"
+
+
+def test_only_our_well_formed_events_are_kept_oldest_first() -> None:
+    ours = {"source": {"component": vocab.PRODUCT_NAME}}
+    events: list[dict[str, Any]] = [
+        {**ours, "reason": "B", "message": "second", "lastTimestamp": "2026-01-05T10:05:00Z"},
+        {**ours, "reason": "A", "message": "first", "lastTimestamp": "2026-01-05T10:00:00Z"},
+        {"source": {"component": "kubelet"}, "reason": "Pulled", "message": "x"},
+        {**ours, "reason": 7, "message": "not a string reason"},
+        {**ours, "reason": "C", "message": "no time", "lastTimestamp": "garbage"},
+        {"reportingComponent": vocab.PRODUCT_NAME, "reason": "D", "message": "new API"},
+    ]
+    assert [s.reason for s in cli.ours(events)] == ["C", "D", "A", "B"]
+
+
+def test_a_bad_target_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: k, cluster: "
+        "{server: 'https://127.0.0.1:9'}}]\ncontexts: [{name: c, context: {cluster: k, "
+        "user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
+        encoding="utf-8",
+    )
+    assert cli.main(["--kubeconfig", str(config), "explain", "a/b/c"]) == 2
+    assert "not a pod name" in capsys.readouterr().err
+
+
+def test_an_unloadable_kubeconfig_exits_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "config"
+    config.write_text("kind: Config\n", encoding="utf-8")
+    assert cli.main(["--kubeconfig", str(config), "list"]) == 1
+    assert "cannot load kubeconfig" in capsys.readouterr().err

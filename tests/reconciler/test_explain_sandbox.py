@@ -1,0 +1,185 @@
+"""Issue 16 acceptance 1: a new user's walk through ``make sandbox`` with ``kubectl gpures``.
+
+The whole sandbox as ``make sandbox`` starts it (every component, the default scenario:
+alice holds a 2-GPU h100 booking open now, bob one opening in 10 minutes, carol none),
+then the real kubectl runs the plugin ``kubectl-gpures`` found on PATH — the one the
+package installs — with the sandbox's kubeconfig.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.runner import Sandbox, SandboxContext
+from sandbox.scenario import load_scenario
+from shared import vocab
+
+pytestmark = [
+    pytest.mark.kubectl,
+    pytest.mark.slow,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+PLUGIN = Path(sys.executable).parent / "kubectl-gpures"
+GPURES = vocab.CRD_SHORT_NAME  # kubectl gpures …
+EVERYTHING = ["kube", "cluster", "app", "reconciler", "webhook"]
+EXAMPLES = Path(__file__).resolve().parents[2] / "sandbox" / "examples"
+
+
+def pod(namespace: str, name: str, gpus: int = 1) -> dict[str, Any]:
+    """An h100 pod as a user writes it (the class label and the class taint's toleration)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {vocab.GPU_CLASS_LABEL: "h100"},
+            "annotations": {vocab.SANDBOX_RUN_SECONDS: "36000"},
+        },
+        "spec": {
+            "tolerations": [
+                {
+                    "key": vocab.GPU_CLASS_LABEL,
+                    "operator": "Equal",
+                    "value": "h100",
+                    "effect": vocab.TAINT_EFFECT_NO_SCHEDULE,
+                }
+            ],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {vocab.GPU_RESOURCE: str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+class User:
+    """A terminal: the sandbox's kubeconfig exported, the package's scripts on PATH."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.env = {
+            "PATH": f"{PLUGIN.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "KUBECONFIG": str(kubeconfig),
+            "HOME": str(kubeconfig.parent),
+            "TZ": "UTC",
+        }
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [shutil.which("kubectl") or "kubectl", *args],
+            input=stdin,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    def ok(self, *args: str, stdin: str | None = None) -> str:
+        done = self.run(*args, stdin=stdin)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def create(self, manifest: dict[str, Any]) -> None:
+        self.ok("create", "-f", "-", stdin=json.dumps(manifest))
+
+    def until(self, *args: str, text: str, within_s: float = 20) -> str:
+        """Run ``args`` until its output contains ``text``."""
+        deadline = time.monotonic() + within_s
+        while True:
+            out = self.ok(*args)
+            if text in out:
+                return out
+            assert time.monotonic() < deadline, out
+            time.sleep(0.3)
+
+
+@contextmanager
+def sandbox(tmp_path: Path) -> Iterator[User]:
+    """Everything ``make sandbox`` starts, on a loop thread of its own."""
+    ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario())
+    whole = Sandbox(ctx, EVERYTHING)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(whole.start(), loop).result(90)
+        yield User(tmp_path / "kubeconfig")
+    finally:
+        asyncio.run_coroutine_threadsafe(whole.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def test_a_new_user_reads_why_a_pod_waits_and_why_another_never_starts(tmp_path: Path) -> None:
+    assert PLUGIN.exists(), "the package installs kubectl-gpures next to the interpreter"
+    with sandbox(tmp_path) as user:
+        ns = vocab.PRODUCT_NAME
+        user.until("get", vocab.CRD_PLURAL, "-n", ns, text="Upcoming")
+        listed = json.loads(user.ok("get", vocab.CRD_PLURAL, "-n", ns, "-o", "json"))
+        bob_booking = next(o for o in listed["items"] if o["spec"]["owner"] == "bob")
+        name, start = bob_booking["metadata"]["name"], bob_booking["spec"]["start"]
+        opens = start.replace("T", " ")[:16] + " UTC"
+
+        # A pod waiting for a booking that opens in ten minutes: when will it start?
+        user.ok("create", "-f", str(EXAMPLES / "bob-training.yaml"))
+        out = user.ok(GPURES, "explain", "-n", "bob", "training")
+        assert out.startswith(f"bob/training: waiting for your booking {name}, which opens {opens}")
+        assert "(in 10 min)" in out or "(in 9 min)" in out
+        assert f"Released by: the window opening at {opens}" in out
+        listing = user.ok(GPURES, "list", "-n", "bob")
+        assert name in listing
+        assert "queued-for-window" in listing
+        assert f"starts {opens}" in listing
+
+        # A pod with no booking at all: why does it never start?
+        user.ok("create", "-f", str(EXAMPLES / "carol-notebook.yaml"))
+        out = user.ok(GPURES, "explain", "carol/notebook")
+        assert out.startswith("carol/notebook: not admitted: no booking matches")
+        assert "you hold no booking" in out
+        assert "It cannot be admitted on demand either" in out
+        # The reservation system's own Event is quoted once it has written it.
+        out = user.until(GPURES, "explain", "carol/notebook", text=vocab.REASON_NO_RESERVATION)
+        assert "The reservation system said" in out
+
+
+def test_a_full_booking_names_its_holders_and_an_admitted_pod_its_guarantee(
+    tmp_path: Path,
+) -> None:
+    with sandbox(tmp_path) as user:
+        user.until("get", vocab.CRD_PLURAL, "-n", vocab.PRODUCT_NAME, text="Open")
+        user.create(pod("alice", "big", gpus=2))
+        out = user.until(GPURES, "explain", "-n", "alice", "big", text="on node")
+        assert out.startswith("alice/big: admitted under res-")
+        assert "Its runtime is guaranteed until" in out
+
+        user.create(pod("alice", "small"))
+        out = user.ok(GPURES, "explain", "-n", "alice", "small")
+        assert out.startswith("alice/small: waiting: your booking res-")
+        assert "is full" in out
+        assert "held by your pods big (2 GPUs, guaranteed until" in out
+        assert "Estimate: the earliest a holder's guarantee ends is" in out
+
+        missing = user.run(GPURES, "explain", "-n", "alice", "nope")
+        assert missing.returncode == 1
+        assert "not found" in missing.stderr
