@@ -17,8 +17,10 @@ from typing import Any
 from shared import vocab
 from shared.clock import parse_utc
 from shared.ledger import PodUse
+from shared.policy.affinity import NodeConstraint, constraint_of
 from shared.policy.matching import MatchRules, PodProfile, annotations_of, profile
 from shared.policy.tolerations import is_granted, tolerations_of
+from shared.policy.verdict import POD_SCHEDULED, Scheduled
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
 
@@ -41,6 +43,12 @@ class PodView:
     deleting: bool
     node: str | None
     resource_version: str
+    #: The ``PodScheduled`` condition (the scheduler's verdict, guard 1a), if any.
+    scheduled: Scheduled | None = None
+    #: ``metadata.creationTimestamp`` as written (on-demand candidates go oldest first).
+    created: str = ""
+    #: ``nodeSelector`` and required node affinity (the on-demand node guards).
+    constraint: NodeConstraint = NodeConstraint()
 
     @property
     def key(self) -> str:
@@ -119,4 +127,21 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
         deleting=bool(meta.get("deletionTimestamp")),
         node=spec.get("nodeName") or None,
         resource_version=str(meta.get("resourceVersion", "")),
+        scheduled=scheduled_of(status),
+        created=str(meta.get("creationTimestamp") or ""),
+        constraint=constraint_of(spec),
     )
+
+
+def scheduled_of(status: Mapping[str, Any]) -> Scheduled | None:
+    """The ``PodScheduled`` condition of a pod status (None when absent or malformed)."""
+    conditions = status.get("conditions")
+    for cond in conditions if isinstance(conditions, list) else []:
+        if isinstance(cond, Mapping) and cond.get("type") == POD_SCHEDULED:
+            return Scheduled(
+                str(cond.get("status") or ""),
+                str(cond.get("reason") or ""),
+                str(cond.get("message") or ""),
+            )
+    return None
+

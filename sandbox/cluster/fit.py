@@ -24,6 +24,7 @@ from typing import Any
 from sandbox.cluster.quantity import parse_quantity
 from sandbox.cluster.requests import Resources
 from shared import vocab
+from shared.policy.affinity import allows, constraint_of
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -113,58 +114,12 @@ def taint_reason(taint: dict[str, Any]) -> str:
 
 
 def affinity_matches(pod: dict[str, Any], node: dict[str, Any]) -> bool:
-    """``nodeSelector`` (every label equal) and required node affinity (any term)."""
-    spec = pod.get("spec") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if labels.get(key) != value:
-            return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-    if not required:
-        return True
-    return any(_term_matches(t, node) for t in required.get("nodeSelectorTerms") or [])
-
-
-def _term_matches(term: dict[str, Any], node: dict[str, Any]) -> bool:
-    """All expressions and fields hold; a term with neither matches nothing."""
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    node_fields = {"metadata.name": str((node.get("metadata") or {}).get("name", ""))}
-    return all(requirement_holds(e, labels) for e in expressions) and all(
-        requirement_holds(f, node_fields) for f in fields
-    )
-
-
-def requirement_holds(requirement: dict[str, Any], values: dict[str, str]) -> bool:
-    """One node selector requirement: In, NotIn, Exists, DoesNotExist, Gt, Lt."""
-    key = requirement.get("key", "")
-    operator = requirement.get("operator", "")
-    wanted = [str(v) for v in requirement.get("values") or []]
-    present = key in values
-    if operator == "In":
-        return present and values[key] in wanted
-    if operator == "NotIn":
-        return not present or values[key] not in wanted
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and present and len(wanted) == 1:
-        return _compare(operator, values[key], wanted[0])
-    return False
-
-
-def _compare(operator: str, actual: str, bound: str) -> bool:
-    try:
-        have, limit = int(actual), int(bound)
-    except ValueError:
-        return False
-    return have > limit if operator == "Gt" else have < limit
+    """``nodeSelector`` (every label equal) and required node affinity (any term), by
+    ``shared.policy.affinity`` (the reconciler's guards use the same rules)."""
+    meta = node.get("metadata") or {}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    constraint = constraint_of(pod.get("spec") or {})
+    return allows(constraint, labels, str(meta.get("name", "")))
 
 
 def insufficient(wanted: Resources, info: NodeInfo) -> list[str]:

@@ -49,6 +49,12 @@ class MatchRules:
         return self.required_group_label is not None
 
 
+#: ``PodProfile.usage_group_source`` values.
+GROUP_FROM_LABEL = "label"
+GROUP_FROM_ANNOTATION = "annotation"
+GROUP_FROM_DEFAULT = "default"
+
+
 class Miss(StrEnum):
     """Why a reservation does not match a pod, in the order the checks run."""
 
@@ -75,6 +81,8 @@ class PodProfile:
     usage_group: str | None = None
     minimum_runtime_s: int | None = None
     best_effort: bool = False
+    #: Where ``usage_group`` came from: ``label``, ``annotation`` or ``default``.
+    usage_group_source: str | None = None
 
 
 def _strings(value: Any) -> dict[str, str]:
@@ -111,6 +119,17 @@ def usage_group(
     return notes.get(vocab.USAGE_GROUP) or rules.default_usage_group
 
 
+def usage_group_source(
+    labels: Mapping[str, str], notes: Mapping[str, str], rules: MatchRules
+) -> str | None:
+    """Where ``usage_group`` takes the group from (told in OnDemandLeaseRejected)."""
+    if rules.required_group_label is not None and labels.get(rules.required_group_label):
+        return GROUP_FROM_LABEL
+    if rules.required_group_label is None and notes.get(vocab.USAGE_GROUP):
+        return GROUP_FROM_ANNOTATION
+    return GROUP_FROM_DEFAULT if rules.default_usage_group else None
+
+
 def minimum_runtime(notes: Mapping[str, str], rules: MatchRules) -> int | None:
     """R5: a positive ``minimum-runtime-seconds``, else the default when above 0."""
     text = notes.get(vocab.MINIMUM_RUNTIME_SECONDS, "").strip()
@@ -135,6 +154,7 @@ def profile(pod: Any, rules: MatchRules, namespace: str | None = None) -> PodPro
         usage_group=usage_group(labels, notes, rules),
         minimum_runtime_s=minimum_runtime(notes, rules),
         best_effort=best_effort,
+        usage_group_source=usage_group_source(labels, notes, rules),
     )
 
 
