@@ -70,6 +70,11 @@ Emit = Callable[..., Awaitable[bool]]
 #: The throttled statuses (their Events are read back after a restart).
 STATUS_REASONS = frozenset(
     {
+        vocab.REASON_ONDEMAND_LEASE_DENIED,
+        vocab.REASON_ONDEMAND_LEASE_REJECTED,
+        vocab.REASON_ONDEMAND_ADMISSION_PAUSED,
+        vocab.REASON_NO_MATCHING_NODE,
+        vocab.REASON_WAITING_FOR_NODE,
         vocab.REASON_WAITING_FOR_RESERVATION,
         vocab.REASON_RESERVATION_FULL,
         vocab.REASON_RESERVATION_TOO_SMALL,
@@ -271,6 +276,7 @@ class Admitter:
         pool: list[GPUReservation],
         latest: dict[str, GPUReservation],
         now: datetime,
+        path: str = "reserved",
     ) -> Admitted | None:
         raw = await self._reread(pod)
         if raw is None:
@@ -290,10 +296,28 @@ class Admitter:
             if got.reservation is not None:
                 latest[cand.name] = got.reservation
             if got.admitted and got.claim is not None and got.reservation is not None:
-                return await self._stamp(pod, raw, got.reservation, got.claim, pool, now)
+                return await self._stamp(pod, raw, got.reservation, got.claim, pool, now, path)
             if got.reason in {"error", "deadline"}:
                 return None
         return None
+
+    async def admit_under(
+        self, pod: PodView, res: GPUReservation, now: datetime
+    ) -> Admitted | None:
+        """Admit ``pod`` under ``res`` at once and announce it — a just-granted on-demand
+        lease (``res`` as read, with its resourceVersion). The same claim, patch and
+        announcement as a queued pod; None when the pod no longer waits or the claim or
+        the patch failed (the caller cancels the lease then)."""
+        pool = [*self._caches.reservations.items.values(), res]
+        found = Route(Path.ADMIT, (res,))
+        got = await self._admit(pod, found, pool, {}, now, path="on_demand")
+        if got is not None:
+            await self._announce(got, now, False)
+        return got
+
+    async def say(self, pod: PodView, status: Status | None, now: datetime) -> None:
+        """Tell ``pod`` a waiting status on the shared throttle (one story per pod)."""
+        await self._say(pod, HOLD, status, now)
 
     async def _reread(self, pod: PodView) -> dict[str, Any] | None:
         """The pod as it is now, when it still waits (R11 step 3); else None."""
@@ -317,6 +341,7 @@ class Admitter:
         claim: str,
         pool: list[GPUReservation],
         now: datetime,
+        path: str = "reserved",
     ) -> Admitted | None:
         """Patch the pod after a successful claim; drop the hold again if that fails."""
         until = self._until(res, pool, now)
@@ -348,7 +373,7 @@ class Admitter:
         lag = (self._clock.now() - res.facts.start).total_seconds()
         if self._waited_open.pop(pod.uid, None) == res.name:
             self._metrics.lag.observe(max(0.0, lag))
-        self._metrics.admissions.labels("reserved").inc()
+        self._metrics.admissions.labels(path).inc()
         log(
             _log,
             logging.INFO,

@@ -10,7 +10,7 @@ it is still gated — never the whole object.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -48,7 +48,7 @@ class PodView:
     #: ``metadata.creationTimestamp`` as written (on-demand candidates go oldest first).
     created: str = ""
     #: ``nodeSelector`` and required node affinity (the on-demand node guards).
-    constraint: NodeConstraint = NodeConstraint()
+    constraint: NodeConstraint = field(default_factory=NodeConstraint)
 
     @property
     def key(self) -> str:
@@ -144,4 +144,3 @@ def scheduled_of(status: Mapping[str, Any]) -> Scheduled | None:
                 str(cond.get("message") or ""),
             )
     return None
-

@@ -26,6 +26,7 @@ from reconciler.evict import Upholders
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
 from reconciler.metrics import Metrics
+from reconciler.ondemand import LeaseApp, Leaser
 from reconciler.queue import QueueMetrics
 from reconciler.rotation import Rotator
 from reconciler.settings import ReconcilerSettings
@@ -57,6 +58,7 @@ class Reconciler:
         gateway: Gateway,
         source: ReservationSource,
         clock: Clock,
+        leases: LeaseApp | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -89,6 +91,21 @@ class Reconciler:
             queue_metrics,
             Knowledge(lambda: self.syncer.fetched, self._class_labels),
         )
+        self.leaser = (
+            Leaser(
+                leases,
+                gateway,
+                self.caches,
+                self.admitter,
+                self.syncer.writer,
+                settings,
+                clock,
+                lambda: self.syncer.classes,
+                self.metrics.registry,
+            )
+            if leases is not None
+            else None
+        )
         self.rotator = Rotator(gateway, settings.rotation, clock)
         self._leading = False
         self._lead_task: asyncio.Task[None] | None = None
@@ -108,6 +125,7 @@ class Reconciler:
             *self.caches.loops(),
             *self.upholders.loops(),
             *self.admitter.loops(),
+            *(self.leaser.loops() if self.leaser is not None else []),
             *self.rotator.loops(),
         ]
 

@@ -125,8 +125,8 @@ class QueueMetrics:
         )
         self.admissions = Counter(
             "admissions",
-            "Admissions by path (reserved: the reconciler's queue; webhook: announced "
-            "here, admitted at create).",
+            "Admissions by path (reserved: the reconciler's queue; on_demand: under a lease "
+            "just granted; webhook: announced here, admitted at create).",
             ["path"],
             namespace=NAMESPACE,
             registry=registry,

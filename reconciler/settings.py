@@ -59,6 +59,24 @@ class QueueSettings:
 
 
 @dataclass(frozen=True)
+class OnDemandSettings:
+    """Just-in-time leases (issue 12); seed variables, lenient like the seed."""
+
+    #: ONDEMAND_LEASE_BUFFER_MINUTES (seed, >= 0): added to the minimum runtime.
+    buffer: timedelta = timedelta(minutes=10)
+    #: ONDEMAND_DELEGATE_ADMISSION (seed): offer each batch to the app's selection.
+    delegate: bool = False
+    #: ONDEMAND_DENIAL_EVENT_ENABLED (seed): OnDemandLeaseDenied / OnDemandLeaseRejected.
+    denial_events: bool = True
+    #: ONDEMAND_PAUSE_EVENT_ENABLED (seed): OnDemandAdmissionPaused.
+    pause_events: bool = True
+    #: ONDEMAND_MERGE_ENABLED (seed): move a lease's pod onto its owner's booking.
+    merge: bool = True
+    #: ONDEMAND_OVERCOMMIT_FIT (seed): guard 4 admits what fits instead of pausing.
+    overcommit_fit: bool = True
+
+
+@dataclass(frozen=True)
 class ReconcilerSettings:
     """Everything the reconciler reads from the environment."""
 
@@ -97,6 +115,8 @@ class ReconcilerSettings:
     #: CERT_CHECK_INTERVAL and the certs hook Job's CERTS_* names: the leader's
     #: certificate check in self-signed mode (``reconciler.rotation``); ``None``: off.
     rotation: RotationSettings | None = None
+    #: Just-in-time on-demand leases (``reconciler.ondemand``).
+    ondemand: OnDemandSettings = field(default_factory=lambda: OnDemandSettings())
 
 
 def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvReader]:
@@ -124,6 +144,7 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         adoption_enabled=reader.boolean("POD_ADOPTION_ENABLED", True, strict=False),
         queue=queue_from(reader),
         rotation=rotation_from(reader),
+        ondemand=ondemand_from(reader),
     )
     reader.check()
     return settings, reader
@@ -138,6 +159,19 @@ def queue_from(reader: EnvReader) -> QueueSettings:
         problem_events=reader.boolean("POD_PROBLEM_EVENT_ENABLED", True, strict=False),
         support_contact=reader.string("SUPPORT_CONTACT") or None,
         repeat=timedelta(minutes=repeat),
+    )
+
+
+def ondemand_from(reader: EnvReader) -> OnDemandSettings:
+    """The seed's on-demand variables (lenient, like the seed)."""
+    buffer = reader.integer("ONDEMAND_LEASE_BUFFER_MINUTES", 10, 0, strict=False)
+    return OnDemandSettings(
+        buffer=timedelta(minutes=buffer),
+        delegate=reader.boolean("ONDEMAND_DELEGATE_ADMISSION", False, strict=False),
+        denial_events=reader.boolean("ONDEMAND_DENIAL_EVENT_ENABLED", True, strict=False),
+        pause_events=reader.boolean("ONDEMAND_PAUSE_EVENT_ENABLED", True, strict=False),
+        merge=reader.boolean("ONDEMAND_MERGE_ENABLED", True, strict=False),
+        overcommit_fit=reader.boolean("ONDEMAND_OVERCOMMIT_FIT", True, strict=False),
     )
 
 

@@ -33,6 +33,7 @@ from shared.appclient.outcomes import (
     Transient,
 )
 from shared.policy.affinity import NodeConstraint, allows
+from shared.policy.inventory import Inventory
 from shared.policy.verdict import Scheduled, lease_can_help
 
 #: A guard hold is retried this much later (R19).
@@ -257,3 +258,15 @@ def hold_until(now: datetime) -> datetime:
 def lease_seconds(minimum_runtime_s: int, buffer: timedelta) -> int:
     """R18: the lease covers the minimum runtime plus the buffer."""
     return minimum_runtime_s + int(buffer.total_seconds())
+
+
+def class_nodes(inventory: Inventory | None, gpu_class: str) -> tuple[ClassNode, ...] | None:
+    """The included nodes of ``gpu_class`` with labels and free GPUs; None = no data."""
+    cap = inventory.capacity(gpu_class) if inventory is not None else None
+    if inventory is None or cap is None:
+        return None
+    found = []
+    for node in cap.nodes:
+        facts = inventory.node_of(node.name)
+        found.append(ClassNode(node.name, facts.labels if facts else (), node.free))
+    return tuple(found)

@@ -23,8 +23,7 @@ from shared.policy.statuses import Status
 from shared.policy.wording import clip, quoted, with_support
 
 _PAUSED_WHY = {
-    Held.DRAINED: "none of its nodes can take pods right now (drained, cordoned or not "
-    "ready)",
+    Held.DRAINED: "none of its nodes can take pods right now (drained, cordoned or not ready)",
     Held.STUCK_HOLDER: "a pod already admitted to this class cannot be scheduled, so new "
     "leases are held back until that is resolved",
     Held.OVERCOMMIT: "the reservation system counts more GPUs for this class than the "

@@ -84,4 +84,3 @@ def lease_can_help(phase: str, scheduled: Scheduled | None, gpu_class: str | Non
     if vocab.GPU_RESOURCE in short or named:
         return True
     return any(form in text for form in _ANONYMOUS_TAINTS)
-

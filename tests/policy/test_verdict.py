@@ -16,7 +16,11 @@ from shared import vocab
 from shared.policy.verdict import Scheduled, filters_part, lease_can_help, named_taints
 from tests.cluster.builders import node, pod, reservation_taint
 
-CLASS_TAINT = {"key": vocab.GPU_CLASS_LABEL, "value": "a100", "effect": "NoSchedule"}
+CLASS_TAINT = {
+    "key": vocab.GPU_CLASS_LABEL,
+    "value": "a100",
+    "effect": vocab.TAINT_EFFECT_NO_SCHEDULE,
+}
 CLASS_TOLERATION = {**CLASS_TAINT, "operator": "Equal"}
 
 

@@ -1,0 +1,641 @@
+"""Just-in-time on-demand leases on the leader (R15–R22): ask, admit, tear down.
+
+Each *batch* reads the caches once:
+
+1. **Teardown and orphans** (state-based, so a restart finds what it missed): an
+   active, open ``on_demand`` lease that no live pod carries is cancelled —
+   ``pod-terminated`` once a pod that used it finished or left, ``controller-revoked``
+   when none ever did and it is older than ``LEDGER_CLAIM_TTL_SECONDS`` (a grant whose
+   admission never happened, e.g. the reconciler died between the two).
+2. **Candidates**: every waiting GPU pod that routing sends to JIT (re-routed every
+   batch: a booking that becomes admittable wins). Due candidates (their retry time
+   has come) are vetted oldest first by ``shared.policy.ondemand.preflight`` — guard
+   1a verdict, class id, 1b drained, node constraint, 3 stuck holder, 4 overcommit, 5
+   largest free block net of this batch's grants; a held pod is told why (throttled).
+3. **Selection**: with ``ONDEMAND_DELEGATE_ADMISSION`` the eligible set is offered to
+   the app; withheld pods retry later, any failure grants all.
+4. **Ask** (concurrently): ``POST /api/reservations`` with the idempotency key
+   ``lease_key(pod uid, attempt)``. A grant (new or returned) is mirrored as a
+   GPUReservation at once and the pod admitted through the ledger
+   (``Admitter.admit_under``); if that fails the lease is cancelled
+   ``controller-revoked`` and the next attempt uses a fresh key. A replay of a
+   cancelled lease moves to the next key at once. Refusals follow R19.
+
+Triggers: a new pending GPU pod (at most one batch in flight plus one trailing), a
+candidate held for lack of a verdict getting one (R21), a pod under a lease finishing
+or leaving, the earliest retry time, and the ``QUEUE_PROCESSOR_INTERVAL`` tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from reconciler import queue
+from reconciler.admit import Admitter
+from reconciler.caches import Caches
+from reconciler.metrics import NAMESPACE
+from reconciler.mirror import MirrorWriter, facts_from
+from reconciler.pods import PodView
+from reconciler.settings import ReconcilerSettings
+from reconciler.upkeep import until_ready, wait_either
+from shared import model, vocab
+from shared.appclient import (
+    AdmissionCandidate,
+    BestEffortRequest,
+    Cancelled,
+    CancelReason,
+    Denied,
+    Failure,
+    GpuClass,
+    Granted,
+    LeaseRequest,
+    Rejected,
+    ReplayedCancelled,
+    Reservation,
+    ReturnedExisting,
+    Selection,
+    lease_key,
+)
+from shared.appclient.outcomes import CancelResult, LeaseResult, SelectionResult
+from shared.clock import Clock, parse_utc
+from shared.errors import KubeError
+from shared.logs import log
+from shared.model import GPUReservation, Kind, State
+from shared.policy import ondemand, ondemand_wording
+from shared.policy.ondemand import Candidate, ClassState, Held, Preflight
+from shared.policy.routing import Path, route
+from shared.policy.statuses import Status
+from shared.policy.wording import unknown_gpu_class
+from shared.resources import GPU_RESERVATIONS, PODS
+
+_log = logging.getLogger(__name__)
+LEASE_TASK = "ondemand-leases"
+#: Lease asks in flight at once (each is one app call, a mirror write and a patch).
+ASK_CONCURRENCY = 16
+#: A gate is logged at most this often per (class, guard) (R38).
+GATE_LOG_S = 60.0
+
+
+class LeaseApp(Protocol):
+    """The app calls the lease path makes (``AppClient`` satisfies it)."""
+
+    async def create_lease(self, request: LeaseRequest) -> LeaseResult: ...
+
+    async def create_best_effort(self, request: BestEffortRequest) -> LeaseResult: ...
+
+    async def cancel(self, reservation_id: int, reason: CancelReason) -> CancelResult: ...
+
+    async def select_admissions(
+        self, candidates: Sequence[AdmissionCandidate]
+    ) -> SelectionResult: ...
+
+
+@dataclass
+class Track:
+    """One candidate's retry state (memory only: a restart asks again at once, and the
+    idempotency key returns any lease granted before)."""
+
+    seen: datetime
+    due: datetime
+    attempt: int = 1
+    errors: int = 0
+    waiting_verdict: bool = False
+
+
+@dataclass(frozen=True)
+class Context:
+    """What one batch reads, taken once."""
+
+    now: datetime
+    pods: list[PodView]
+    pool: list[GPUReservation]
+    states: dict[str, ClassState]
+    others: dict[str, tuple[ondemand.ClassNode, ...]]
+    class_ids: dict[str, int]
+
+
+@dataclass
+class LeaseMetrics:
+    """The lease path's metrics."""
+
+    registry: CollectorRegistry
+    asks: Counter = field(init=False)
+    calls: Counter = field(init=False)
+    candidates: Gauge = field(init=False)
+    batches: Counter = field(init=False)
+    grant_latency: Histogram = field(init=False)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.asks = Counter(
+            "ondemand_lease_asks",
+            "Lease asks by outcome (granted, returned, replayed, contended, scheduled, "
+            "structural, rejected, error, transient, revoked).",
+            ["outcome"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.calls = Counter(
+            "ondemand_app_calls",
+            "Reservation-app calls the lease path made, by endpoint (lease, cancel, select).",
+            ["call"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.candidates = Gauge(
+            "ondemand_candidates",
+            "Pods waiting for an on-demand lease after the last batch.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.batches = Counter(
+            "ondemand_batches", "Admission batches run.", namespace=NAMESPACE, registry=r
+        )
+        self.grant_latency = Histogram(
+            "ondemand_seen_to_admitted_seconds",
+            "From a candidate first seen to its pod admitted under its lease.",
+            namespace=NAMESPACE,
+            registry=r,
+            buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0),
+        )
+
+
+class Leaser:
+    """The on-demand lease path of one leader term."""
+
+    def __init__(
+        self,
+        app: LeaseApp,
+        gateway: Any,
+        caches: Caches,
+        admitter: Admitter,
+        writer: MirrorWriter,
+        settings: ReconcilerSettings,
+        clock: Clock,
+        classes: Callable[[], Mapping[int, GpuClass]],
+        registry: CollectorRegistry,
+        overcommit: Callable[[], Mapping[str, int]] = dict,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._app = app
+        self._gateway = gateway
+        self._caches = caches
+        self._admitter = admitter
+        self._writer = writer
+        self._settings = settings
+        self._clock = clock
+        self._classes = classes
+        self._overcommit = overcommit
+        self._rand = rand
+        self.metrics = LeaseMetrics(registry)
+        self.tracks: dict[str, Track] = {}
+        #: Leases a pod used and then finished or left (teardown says pod-terminated).
+        self._ended: set[str] = set()
+        #: Leases being used or cancelled right now (the teardown leaves them alone).
+        self._busy: set[str] = set()
+        self._cancel_retry: dict[str, datetime] = {}
+        self._gate_logged: dict[tuple[str, str], datetime] = {}
+        self._asks = asyncio.Semaphore(ASK_CONCURRENCY)
+        self._wake = asyncio.Event()
+        self.batches = 0
+        caches.pods.listeners.append(self._pod_changed)
+
+    def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """The leader's loop for leases (none when ONDEMAND_LEASE_ENABLED is off)."""
+        if not self._settings.rules.leases_enabled:
+            return []
+        return [(LEASE_TASK, lambda: self.run(float(self._settings.queue_interval_s)))]
+
+    def _pod_changed(self, _key: str, old: PodView | None, new: PodView | None) -> None:
+        if old is not None and old.reference and (new is None or new.finished):
+            self._ended.add(old.reference)
+            self._wake.set()
+        if new is None or new.finished or new.admitted:
+            if old is not None:
+                self.tracks.pop(old.uid, None)
+            return
+        if old is None and new.phase == "Pending":
+            self._wake.set()  # a new candidate: an immediate batch
+            return
+        track = self.tracks.get(new.uid)
+        if (
+            track is not None
+            and track.waiting_verdict
+            and (old is None or new.scheduled != old.scheduled)
+        ):
+            track.waiting_verdict = False  # R21: the scheduler gave its verdict
+            track.due = self._clock.now()
+            self._wake.set()
+
+    async def run(self, tick_s: float) -> None:
+        """A batch now, then on every trigger (see the module docstring)."""
+        await until_ready(self._caches.ready)
+        while True:
+            self._wake.clear()
+            try:
+                await self.once()
+            except KubeError as exc:
+                log(_log, logging.WARNING, "ondemand.batch_failed", error=str(exc))
+            await wait_either(self._clock.sleep(self._delay(tick_s)), self._wake.wait())
+
+    def _delay(self, tick_s: float) -> float:
+        now = self._clock.now()
+        soonest = min((t.due for t in self.tracks.values()), default=None)
+        if soonest is None:
+            return tick_s
+        return max(0.0, min(tick_s, (soonest - now).total_seconds()))
+
+    # --- one batch -----------------------------------------------------------------------
+
+    async def once(self) -> None:
+        """One batch: teardown, then vet and ask every due candidate."""
+        if not self._caches.ready():
+            return
+        self.batches += 1
+        self.metrics.batches.inc()
+        ctx = self._context()
+        await self._teardown(ctx)
+        due = self._due(ctx)
+        claimed: dict[str, int] = {}
+        eligible: list[PodView] = []
+        told: list[Awaitable[None]] = []
+        for pod in due:
+            cls = pod.profile.gpu_class or ""
+            pre = ondemand.preflight(
+                self._candidate(pod),
+                cls in ctx.class_ids,
+                ctx.states.get(cls, ClassState()),
+                claimed.get(cls, 0),
+                {c: n for c, n in ctx.others.items() if c != cls},
+            )
+            if pre.ask:
+                claimed[cls] = claimed.get(cls, 0) + pod.gpus
+                eligible.append(pod)
+            else:
+                told.append(self._hold(pod, pre, ctx))
+        await asyncio.gather(*told)
+        granted = await self._select(eligible, ctx)
+        await asyncio.gather(*(self._ask(pod, ctx) for pod in granted))
+        self.metrics.candidates.set(len(self.tracks))
+
+    def _context(self) -> Context:
+        now = self._clock.now()
+        pods = list(self._caches.pods.items.values())
+        pool = list(self._caches.reservations.items.values())
+        inventory = self._caches.inventory()
+        class_ids = {c.label_value: c.id for c in self._classes().values() if c.label_value}
+        labels = set(class_ids) | (set(inventory.classes) if inventory is not None else set())
+        nodes = {c: ondemand.class_nodes(inventory, c) for c in labels}
+        deficits = self._overcommit()
+        stuck = self._stuck_classes(pods, nodes)
+        states = {
+            c: ClassState(
+                nodes=nodes.get(c),
+                stuck=c in stuck,
+                overcommitted=deficits.get(c, 0) > 0,
+                overcommit_room=self._room(c, pool, inventory, now) if c in deficits else None,
+            )
+            for c in labels
+        }
+        others = {c: n for c, n in nodes.items() if n}
+        return Context(now, pods, pool, states, others, class_ids)
+
+    def _room(
+        self, cls: str, pool: list[GPUReservation], inventory: Any, now: datetime
+    ) -> int | None:
+        """Guard 4 with ONDEMAND_OVERCOMMIT_FIT: physical GPUs minus the peak booked over
+        the next lease-length window (None: pause every ask)."""
+        cap = inventory.capacity(cls) if inventory is not None else None
+        if not self._settings.ondemand.overcommit_fit or cap is None:
+            return None
+        horizon = now + self._settings.ondemand.buffer + timedelta(hours=1)
+        windows = [
+            (r.facts.start, r.facts.end, r.facts.gpu_count)
+            for r in pool
+            if r.facts.gpu_class == cls and r.facts.state is State.ACTIVE
+        ]
+        return int(cap.total) - ondemand.booked_peak(windows, now, horizon)
+
+    def _stuck_classes(
+        self, pods: list[PodView], nodes: Mapping[str, tuple[ondemand.ClassNode, ...] | None]
+    ) -> set[str]:
+        """Guard 3 (R17): classes with an admitted pod the scheduler cannot place that
+        its own node constraint does not explain."""
+        stuck = set()
+        for pod in pods:
+            cls = pod.profile.gpu_class
+            if not pod.admitted or cls is None or pod.finished or pod.deleting:
+                continue
+            if ondemand.stuck_holder(
+                pod.phase, pod.scheduled, pod.constraint, pod.gpus, nodes.get(cls)
+            ):
+                stuck.add(cls)
+        return stuck
+
+    def _due(self, ctx: Context) -> list[PodView]:
+        """Candidates whose retry time has come, oldest first; tracks kept in step."""
+        rules = self._settings.rules
+        found: list[PodView] = []
+        for pod in queue.waiting(ctx.pods):
+            if pod.phase != "Pending":
+                continue
+            if route(pod.profile, ctx.pool, ctx.now, rules).path is Path.JIT:
+                found.append(pod)
+        live = {p.uid for p in found}
+        for uid in self.tracks.keys() - live:
+            del self.tracks[uid]
+        for pod in found:
+            self.tracks.setdefault(pod.uid, Track(seen=ctx.now, due=ctx.now))
+        due = [p for p in found if self.tracks[p.uid].due <= ctx.now]
+        return sorted(due, key=lambda p: (p.created, p.namespace, p.name))
+
+    def _candidate(self, pod: PodView) -> Candidate:
+        return Candidate(
+            phase=pod.phase,
+            scheduled=pod.scheduled,
+            gpu_class=pod.profile.gpu_class,
+            gpus=pod.gpus,
+            best_effort=pod.profile.best_effort,
+            constraint=pod.constraint,
+        )
+
+    # --- holds ---------------------------------------------------------------------------
+
+    async def _hold(self, pod: PodView, pre: Preflight, ctx: Context) -> None:
+        track = self.tracks[pod.uid]
+        track.due = ondemand.hold_until(ctx.now)
+        track.waiting_verdict = pre.held is Held.NO_VERDICT
+        cls = pod.profile.gpu_class or ""
+        if pre.held in ondemand.PAUSES:
+            self._log_gate(cls, str(pre.held), ctx.now)
+        await self._admitter.say(pod, self._hold_status(pod, pre, ctx), ctx.now)
+
+    def _hold_status(self, pod: PodView, pre: Preflight, ctx: Context) -> Status | None:
+        od, q = self._settings.ondemand, self._settings.queue
+        cls = pod.profile.gpu_class or ""
+        held = pre.held
+        if held in ondemand.PAUSES and held is not None and od.pause_events:
+            limited = held is Held.OVERCOMMIT and od.overcommit_fit
+            return ondemand_wording.paused(held, cls, limited, q.support_contact)
+        if held is Held.NO_MATCHING_NODE and q.problem_events:
+            return ondemand_wording.no_matching_node(
+                pod.constraint, cls, pre.elsewhere, q.support_contact
+            )
+        if held is Held.WAITING_FOR_NODE and q.problem_events:
+            return ondemand_wording.waiting_for_node(pod.gpus, cls)
+        if held is Held.UNKNOWN_CLASS and q.problem_events and self._classes():
+            known = sorted(ctx.class_ids)
+            text = unknown_gpu_class(cls, known, q.support_contact)
+            return Status(vocab.REASON_UNKNOWN_GPU_CLASS, text)
+        return None
+
+    def _log_gate(self, cls: str, guard: str, now: datetime) -> None:
+        last = self._gate_logged.get((cls, guard))
+        if last is not None and (now - last).total_seconds() < GATE_LOG_S:
+            return
+        self._gate_logged[(cls, guard)] = now
+        waiting = len(self.tracks)
+        log(_log, logging.WARNING, "ondemand.gated", gpu_class=cls, guard=guard, waiting=waiting)
+
+    # --- selection and the ask --------------------------------------------------------
+
+    async def _select(self, eligible: list[PodView], ctx: Context) -> list[PodView]:
+        """R20: the app's choice when delegated; every eligible pod otherwise or on failure."""
+        if not eligible or not self._settings.ondemand.delegate:
+            return eligible
+        offered = [self._offer(p, ctx) for p in eligible]
+        self.metrics.calls.labels("select").inc()
+        got = await self._app.select_admissions(offered)
+        if not isinstance(got, Selection):
+            log(_log, logging.WARNING, "ondemand.selection_unavailable", error=_describe(got))
+            return eligible
+        chosen = set(got.granted)
+        for pod in eligible:
+            if pod.uid not in chosen:
+                self.tracks[pod.uid].due = ondemand.jitter(ctx.now, self._rand)
+        for withheld in got.withheld:
+            log(
+                _log,
+                logging.INFO,
+                "ondemand.withheld",
+                pod_uid=withheld.pod_uid,
+                code=withheld.denial.code,
+                outranked=withheld.outranked,
+            )
+        return [p for p in eligible if p.uid in chosen]
+
+    def _offer(self, pod: PodView, ctx: Context) -> AdmissionCandidate:
+        created = None
+        if pod.created:
+            try:
+                created = parse_utc(pod.created)
+            except ValueError:
+                created = None
+        return AdmissionCandidate(
+            pod_uid=pod.uid,
+            username=pod.namespace,
+            group_name=pod.profile.usage_group,
+            gpu_class_id=ctx.class_ids[pod.profile.gpu_class or ""],
+            gpu_count=pod.gpus,
+            duration_seconds=self._duration(pod),
+            pod_created_at=created,
+            pod_annotations=dict(pod.notes[:32]),
+            best_effort=pod.profile.best_effort,
+        )
+
+    def _duration(self, pod: PodView) -> int:
+        if pod.profile.best_effort:
+            return 0
+        runtime = pod.profile.minimum_runtime_s or 0
+        return ondemand.lease_seconds(runtime, self._settings.ondemand.buffer)
+
+    async def _ask(self, pod: PodView, ctx: Context) -> None:
+        async with self._asks:
+            track = self.tracks.get(pod.uid)
+            if track is None:
+                return
+            result = await self._create(pod, track, ctx)
+            now = self._clock.now()
+            if isinstance(result, ReplayedCancelled):
+                self.metrics.asks.labels("replayed").inc()
+                track.attempt += 1  # a fresh key: the cancelled original is never reused
+                track.due = now
+                self._wake.set()
+                return
+            if isinstance(result, Granted | ReturnedExisting):
+                outcome = "granted" if isinstance(result, Granted) else "returned"
+                self.metrics.asks.labels(outcome).inc()
+                await self._use(pod, track, result.reservation, now)
+                return
+            await self._refused(pod, track, result, now)
+
+    async def _create(self, pod: PodView, track: Track, ctx: Context) -> LeaseResult:
+        cls_id = ctx.class_ids[pod.profile.gpu_class or ""]
+        key = lease_key(pod.uid, track.attempt)
+        group = pod.profile.usage_group or ""
+        self.metrics.calls.labels("lease").inc()
+        if pod.profile.best_effort:
+            stub = BestEffortRequest(pod.namespace, group, cls_id, pod.gpus, key, None)
+            return await self._app.create_best_effort(stub)
+        ask = LeaseRequest(pod.namespace, group, cls_id, pod.gpus, self._duration(pod), key)
+        return await self._app.create_lease(ask)
+
+    async def _use(self, pod: PodView, track: Track, row: Reservation, now: datetime) -> None:
+        """Mirror the lease, admit the pod under it; cancel it when that fails."""
+        facts = facts_from(row, self._classes())
+        name = model.reference(row.id)
+        self._busy.add(name)
+        try:
+            admitted = False
+            if facts is not None and await self._writer.upsert(facts, now) != "failed":
+                res = await self._read(name)
+                if res is not None:
+                    at = max(self._clock.now(), facts.start)
+                    admitted = await self._admitter.admit_under(pod, res, at) is not None
+            if admitted:
+                self.tracks.pop(pod.uid, None)
+                waited = (self._clock.now() - track.seen).total_seconds()
+                self.metrics.grant_latency.observe(max(0.0, waited))
+                log(_log, logging.INFO, "ondemand.admitted", pod=pod.key, reservation=name)
+                return
+            if await self._carries(pod, name):
+                self.tracks.pop(pod.uid, None)
+                return
+            log(_log, logging.WARNING, "ondemand.admit_failed", pod=pod.key, reservation=name)
+            self.metrics.asks.labels("revoked").inc()
+            await self._cancel(row.id, CancelReason.CONTROLLER_REVOKED)
+            track.attempt += 1
+            track.due = ondemand.jitter(self._clock.now(), self._rand)
+        finally:
+            self._busy.discard(name)
+
+    async def _read(self, name: str) -> GPUReservation | None:
+        try:
+            raw = await self._gateway.get(GPU_RESERVATIONS, name, self._settings.common.namespace)
+            return model.from_object(raw)
+        except (KubeError, ValueError) as exc:
+            log(
+                _log,
+                logging.WARNING,
+                "ondemand.mirror_read_failed",
+                reservation=name,
+                error=str(exc),
+            )
+            return None
+
+    async def _carries(self, pod: PodView, name: str) -> bool:
+        """Whether the pod already carries ``name`` (admitted under it before)."""
+        try:
+            raw = await self._gateway.get(PODS, pod.name, pod.namespace)
+        except KubeError:
+            return False
+        notes = (raw.get("metadata") or {}).get("annotations") or {}
+        uid = (raw.get("metadata") or {}).get("uid")
+        return uid == pod.uid and notes.get(vocab.BOOKING_REFERENCE) == name
+
+    async def _refused(self, pod: PodView, track: Track, failure: Failure, now: datetime) -> None:
+        retry = ondemand.retry_after(failure, now, track.errors, self._rand)
+        track.due, track.errors = retry.at, retry.errors
+        self.metrics.asks.labels(str(retry.outcome)).inc()
+        log(
+            _log,
+            logging.INFO if isinstance(failure, Denied) else logging.WARNING,
+            "ondemand.lease_refused" if isinstance(failure, Denied) else "lease.error",
+            pod=pod.key,
+            outcome=str(retry.outcome),
+            status=failure.status,
+            detail=getattr(failure, "detail", ""),
+            retry_at=retry.at.isoformat(),
+        )
+        if not self._settings.ondemand.denial_events:
+            return
+        if isinstance(failure, Denied):
+            status = ondemand_wording.denied(failure.detail, not failure.denial.retryable)
+            await self._admitter.say(pod, status, now)
+        elif isinstance(failure, Rejected):
+            await self._admitter.say(pod, self._rejected(pod, failure, now), now)
+
+    def _rejected(self, pod: PodView, failure: Rejected, now: datetime) -> Status:
+        prof = pod.profile
+        label = self._settings.rules.required_group_label
+        others = sorted(
+            {
+                r.facts.group
+                for r in self._caches.reservations.items.values()
+                if r.facts.owner == pod.namespace
+                and r.facts.kind is Kind.BOOKING
+                and r.facts.state is State.ACTIVE
+                and r.facts.end > now
+                and r.facts.group
+                and r.facts.group != prof.usage_group
+            }
+        )
+        return ondemand_wording.rejected(
+            failure.detail or failure.unknown,
+            pod.namespace,
+            prof.usage_group or "",
+            ondemand_wording.group_source(prof.usage_group_source, label),
+            prof.gpu_class or "",
+            [g for g in others if g],
+            self._settings.queue.support_contact,
+        )
+
+    # --- teardown --------------------------------------------------------------------------
+
+    async def _teardown(self, ctx: Context) -> None:
+        """R22 and the orphan rule (module docstring, step 1)."""
+        grace = timedelta(seconds=self._settings.ledger_claim_ttl_s)
+        live = {p.reference for p in ctx.pods if p.reference and not p.finished}
+        finished = {p.reference for p in ctx.pods if p.reference and p.finished}
+        jobs = []
+        for res in ctx.pool:
+            facts = res.facts
+            if facts.kind is not Kind.ON_DEMAND or facts.state is not State.ACTIVE:
+                continue
+            if facts.end <= ctx.now or res.name in live or res.name in self._busy:
+                continue
+            if self._cancel_retry.get(res.name, ctx.now) > ctx.now:
+                continue
+            if res.name in self._ended or res.name in finished:
+                jobs.append(self._cancel(facts.id, CancelReason.POD_TERMINATED))
+            elif not res.holds and ctx.now - facts.start >= grace:
+                jobs.append(self._cancel(facts.id, CancelReason.CONTROLLER_REVOKED))
+        await asyncio.gather(*jobs)
+
+    async def _cancel(self, rid: int, reason: CancelReason) -> bool:
+        """Cancel a lease and mirror the answer; a failure is retried at the tick."""
+        name = model.reference(rid)
+        self.metrics.calls.labels("cancel").inc()
+        got = await self._app.cancel(rid, reason)
+        now = self._clock.now()
+        if not isinstance(got, Cancelled):
+            self._cancel_retry[name] = now + timedelta(seconds=self._settings.queue_interval_s)
+            log(
+                _log,
+                logging.WARNING,
+                "ondemand.cancel_failed",
+                reservation=name,
+                reason=str(reason),
+                error=_describe(got),
+            )
+            return False
+        self._cancel_retry.pop(name, None)
+        self._ended.discard(name)
+        log(_log, logging.INFO, "ondemand.cancelled", reservation=name, reason=str(reason))
+        row = got.reservation
+        facts = facts_from(row, self._classes()) if row is not None else None
+        if facts is not None:
+            await self._writer.upsert(facts, now)
+        return True
+
+
+def _describe(failure: Failure) -> str:
+    return f"{type(failure).__name__}: {getattr(failure, 'detail', '')}"[:300]

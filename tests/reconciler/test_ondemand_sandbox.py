@@ -1,0 +1,121 @@
+"""Issue 12 acceptance in the sandbox with the real kubectl: just-in-time leases.
+
+kube + app + cluster (the emulated scheduler and kubelet) run in-process; the
+reconciler runs as a real process. The a100 nodes of the default scenario are all
+reserved and alice holds no a100 booking, so an a100 pod of hers that names a runtime
+and a usage group can only start under an on-demand lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from sandbox.app.emulator import Emulator
+from sandbox.app.state import Reservation
+from shared import vocab
+from shared.clock import SystemClock
+from shared.resources import GPU_RESERVATIONS
+from tests.reconciler import test_queue_sandbox as queue_sandbox
+from tests.reconciler.test_integration import World, eventually
+from tests.reconciler.test_queue_sandbox import (
+    ENV,
+    create,
+    events_of,
+    manifest,
+    pod_of,
+    reasons_of,
+    reference,
+    sandbox_world,
+)
+
+pytestmark = queue_sandbox.pytestmark
+
+
+def jit_manifest(name: str, gpus: int = 1, run_s: int = 36000, **spec: Any) -> dict[str, Any]:
+    """An ungated a100 pod of alice's with a minimum runtime and a usage group."""
+    body = manifest(name, gpus=gpus, gated=False)
+    body["metadata"]["annotations"].update(
+        {
+            vocab.MINIMUM_RUNTIME_SECONDS: "3600",
+            vocab.USAGE_GROUP: "lab",
+            vocab.SANDBOX_RUN_SECONDS: str(run_s),
+        }
+    )
+    body["spec"].update(spec)
+    return body
+
+
+def app_of(w: World) -> Emulator:
+    emulator: Emulator = w.ctx.handles["app"]
+    return emulator
+
+
+def leases(w: World) -> list[Reservation]:
+    """Every on-demand lease the app emulator holds."""
+    state = app_of(w).state
+    return [r for r in state.reservations.values() if str(r.kind) == "on_demand"]
+
+
+async def watch_pod(w: World, name: str, check: Any, within_s: float) -> float:
+    """Seconds until ``check(pod)`` holds (polled every 10 ms)."""
+    began = time.monotonic()
+    while True:
+        pod = await pod_of(w, name)
+        if check(pod):
+            return time.monotonic() - began
+        assert time.monotonic() - began < within_s, f"{name}: not within {within_s}s"
+        await asyncio.sleep(0.01)
+
+
+def test_acceptance_1_lease_granted_admitted_runs_and_is_torn_down(tmp_path: Path) -> None:
+    asyncio.run(lease_lifecycle(tmp_path))
+
+
+async def lease_lifecycle(tmp_path: Path) -> None:
+    async with sandbox_world(tmp_path, SystemClock()) as w:
+        config = tmp_path / "kubeconfig"
+        await w.replica("r1", True, **ENV)
+        await asyncio.sleep(1.0)  # the leader's caches are listed
+        await create(config, jit_manifest("job", run_s=4))
+        lag = await watch_pod(w, "job", lambda p: reference(p) is not None, 10)
+        assert lag <= 3.0, f"admitted {lag:.2f}s after creation"
+        pod = await pod_of(w, "job")
+        ref = reference(pod)
+        assert ref is not None
+        got = [r for r in leases(w) if f"{vocab.RESERVATION_REF_PREFIX}{r.id}" == ref]
+        assert len(got) == 1, "the pod's reference is an on-demand lease of the app"
+        lease = got[0]
+        assert lease.gpu_count == 1
+        assert (lease.end - lease.start).total_seconds() == 3600 + 600
+        assert app_of(w).state.idempotency.get(pod["metadata"]["uid"]) == lease.id
+        mirror = await w.gateway.get(GPU_RESERVATIONS, ref, w.ctx.namespace)
+        assert mirror["spec"]["kind"] == "on_demand"
+        text = await asyncio.to_thread(
+            _kubectl, config, "get", vocab.CRD_SHORT_NAME, "-n", w.ctx.namespace, ref, "-o", "name"
+        )
+        assert ref in text
+
+        await watch_pod(w, "job", lambda p: p["status"].get("phase") == "Running", 10)
+
+        async def announced() -> bool:
+            return vocab.REASON_RUNTIME_GUARANTEED in await reasons_of(config, "job")
+
+        await eventually(announced, 5)
+        await watch_pod(w, "job", lambda p: p["status"].get("phase") == "Succeeded", 15)
+        began = time.monotonic()
+        while str(lease.status) != "cancelled":
+            assert time.monotonic() - began < 3.0, "the lease was not cancelled within 3 s"
+            await asyncio.sleep(0.01)
+        assert lease.cancel_reason == "pod-terminated"
+        assert len(leases(w)) == 1
+        told = [e["reason"] for e in await events_of(config, "job")]
+        assert vocab.REASON_ONDEMAND_LEASE_DENIED not in told
+
+
+def _kubectl(config: Path, *args: str) -> str:
+    from tests.reconciler.test_evict_sandbox import kubectl
+
+    return kubectl(config, *args)
