@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
 
-.PHONY: test sandbox bench lint lock tools clean
+.PHONY: test sandbox bench bench-full lint lock tools clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
@@ -37,8 +37,13 @@ test: $(STAMP) tools lint
 sandbox: $(STAMP) tools
 	$(BIN)/python -m sandbox up
 
+# Short runs of every benchmark (a few minutes); bench-full: the long intervals and the
+# larger sizes (docs/performance.md). Figures are printed and written to .bench/*.json.
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+bench-full: $(STAMP)
+	$(BIN)/python -m bench --full
 
 lock:
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^gpu-reservation' > requirements.lock.new
@@ -46,4 +51,4 @@ lock:
 	mv requirements.lock.tmp requirements.lock; rm -f requirements.lock.new
 
 clean:
-	rm -rf $(VENV) .sandbox .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .sandbox .bench .pytest_cache .mypy_cache .ruff_cache

@@ -1,39 +1,62 @@
-"""Webhook benchmark: decision latency in-process, admissions/s through uvicorn + TLS.
+"""Webhook benchmark: the real webhook process against a baseline, in the same run.
 
-1. ``decide_create`` alone (pure) over an owner with 20 reservations: p50/p99.
-2. ``Admission.review`` in-process (parse, decide, ledger claim on an in-memory
-   store with optimistic concurrency, diff, answer): p50/p99.
-3. End to end: one uvicorn server (one event loop, one core) serving ``/mutate`` over
-   TLS 1.2+, an httpx client with 8 concurrent keep-alive connections in another
-   thread of the same process; admissions per second.
+In-process figures first (the pure decision; ``Admission.review`` on an in-memory
+store), then end to end, as a user's pod creation meets it:
+
+- the sandbox's kube emulator in this process; **one real webhook replica** (``python
+  -m webhook``, the chart's RBAC and certificates, ``sandbox.webhook_component``)
+  claiming on it over HTTPS;
+- the **baseline** (``bench.baseline``): the same server construction doing only the
+  parse, copy, patch diff and answer every mutating webhook must do;
+- the **load** (``bench.loadgen``) in separate processes over keep-alive TLS, closed
+  loop, ``c`` = 1, 10, 50 connections; the measured server pinned to one core, the load
+  and the emulator to the other (where the machine has two);
+- for each ``c``: the baseline, then the webhook's three paths — **claim** (a GPU pod
+  of an owner whose booking is open with room: a ledger claim per pod), **no match**
+  (a GPU pod of a namespace without bookings), **non-GPU** (a plain pod); each figure
+  beside the baseline's as a ratio. While the claim load runs, a stand-in for the
+  reconciler's upkeep drops the booking's oldest holds every 0.25 s (keeping 64, as
+  pods finishing would), through ``ledger.amend`` like the reconciler: the ledger
+  stays the size a real booking has, and those writes are real contention;
+- a **burst**: 50 connections each sending one create at once for a booking of exactly
+  50 GPUs; every one must be admitted at creation (fail-opens counted from the
+  webhook's own ``fail_open_total``).
+
+``BENCH_MODE=full`` (``make bench-full``) measures 10 s per cell after 2 s of warm-up
+instead of 2 s after 0.5 s. Results go to ``$BENCH_OUT/webhook.json`` (default
+``.bench/``) as well as the table printed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
+import contextlib
 import json
-import ssl
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
-import threading
 import time
-import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
-from certs import issue
-from certs.tls import ReloadingTLS
-from shared import model, vocab
-from shared.clock import ManualClock
+from bench import loadgen
+from bench.loadgen import Load, Outcome, Target
+from sandbox.reconciler_component import ROOT, free_port
+from sandbox.runner import Sandbox, SandboxContext
+from sandbox.webhook_component import WebhookComponent
+from shared import ledger, model, vocab
+from shared.clock import ManualClock, SystemClock
 from shared.errors import Conflict
-from shared.gateway import ListResult
+from shared.gateway import Gateway, ListResult
 from shared.policy.matching import MatchRules
-from webhook.app import mutate_app
+from shared.resources import GPU_RESERVATIONS
 from webhook.cache import ReservationCache
 from webhook.decide import Context, decide_create
 from webhook.handler import Admission
@@ -43,6 +66,28 @@ from webhook.settings import STRIP, PolicySettings
 NOW = datetime(2026, 1, 5, 10, tzinfo=UTC)
 NS = vocab.PRODUCT_NAME
 POLICY = PolicySettings(MatchRules(), None, STRIP, frozenset(), NS)
+LEVELS = (1, 10, 50)
+PATHS = ("baseline", "claim", "nomatch", "nongpu")
+#: Holds the upkeep stand-in leaves on the claim booking.
+KEEP_HOLDS = 64
+BURST = 50
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    warmup_s: float
+    measure_s: float
+
+
+MODES = {"short": Mode("short", 0.5, 2.0), "full": Mode("full", 2.0, 10.0)}
+
+
+def mode() -> Mode:
+    return MODES.get(os.environ.get("BENCH_MODE", "short"), MODES["short"])
+
+
+# --- in-process figures ----------------------------------------------------------------
 
 
 class MemoryStore:
@@ -53,39 +98,35 @@ class MemoryStore:
         self.rv = 1
 
     async def get(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any]:
-        return copy.deepcopy(self.objects[name])
+        return json.loads(json.dumps(self.objects[name]))  # type: ignore[no-any-return]
 
     async def replace(
         self,
         res: Any,
         name: str,
         body: dict[str, Any],
-        namespace: Any = None,
-        subresource: Any = None,
+        namespace: str | None = None,
+        subresource: str | None = None,
     ) -> dict[str, Any]:
         current = self.objects[name]
         if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
             raise Conflict(409, "modified", "Conflict")
         self.rv += 1
-        updated = {
-            **current,
-            "status": body["status"],
-            "metadata": {**current["metadata"], "resourceVersion": str(self.rv)},
-        }
-        self.objects[name] = updated
-        return copy.deepcopy(updated)
+        meta = {**current["metadata"], "resourceVersion": str(self.rv)}
+        self.objects[name] = {**current, "status": body["status"], "metadata": meta}
+        return await self.get(res, name)
 
     async def list_all(self, res: Any, namespace: Any = None, **_: Any) -> ListResult:
         return ListResult(list(self.objects.values()), str(self.rv))
 
 
-def reservations(gpus: int) -> list[model.GPUReservation]:
+def reservations(gpus: int, owner: str = "alice", count: int = 20) -> list[model.GPUReservation]:
     found = []
-    for i in range(20):
+    for i in range(count):
         start = NOW + timedelta(hours=i - 1)
         facts = model.ReservationFacts(
             id=i + 1,
-            owner="alice",
+            owner=owner,
             gpu_class="h100" if i % 2 == 0 else "a100",
             gpu_class_name="H100",
             gpu_count=gpus,
@@ -99,139 +140,270 @@ def reservations(gpus: int) -> list[model.GPUReservation]:
     return found
 
 
-def pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "alice", "labels": {vocab.GPU_CLASS_LABEL: "h100"}},
-        "spec": {
-            "containers": [
-                {"name": "c", "image": "i", "resources": {"limits": {vocab.GPU_RESOURCE: "1"}}}
-            ]
-        },
-    }
-
-
-def review(name: str) -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "namespace": "alice",
-                "name": name,
-                "operation": "CREATE",
-                "userInfo": {"username": "alice"},
-                "object": pod(name),
-                "dryRun": False,
-            },
-        }
-    ).encode()
-
-
-def percentiles(samples: list[float]) -> tuple[float, float]:
+def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
-    return statistics.median(ordered), ordered[int(len(ordered) * 0.99) - 1]
+    return ordered[max(0, int(len(ordered) * q + 0.5) - 1)] if ordered else float("nan")
 
 
-def bench_decide(n: int = 5000) -> str:
-    pool, ctx, p = reservations(10**6), Context(POLICY, NOW), pod("p")
+def bench_decide(n: int = 5000) -> dict[str, float]:
+    pool, ctx = reservations(10**6), Context(POLICY, NOW)
+    pod = loadgen.pod("claim", "alice")
     samples = []
     for _ in range(n):
         t0 = time.perf_counter()
-        decide_create(p, "alice", pool, ctx)
+        decide_create(pod, "alice", pool, ctx)
         samples.append(time.perf_counter() - t0)
-    p50, p99 = percentiles(samples)
-    return f"decide_create (pure): p50 {p50 * 1e6:.0f} µs, p99 {p99 * 1e6:.0f} µs ({n} runs)"
+    return {"p50_us": percentile(samples, 0.5) * 1e6, "p99_us": percentile(samples, 0.99) * 1e6}
 
 
-async def admission() -> Admission:
-    store = MemoryStore([model.to_object(r, NS, NOW) for r in reservations(10**6)])
-    cache = ReservationCache(store, NS, ManualClock(NOW))  # type: ignore[arg-type]
-    await cache.relist()
-    return Admission(POLICY, cache, store, ManualClock(NOW), Metrics(), ledger_deadline_s=5)
-
-
-def bench_review(n: int = 3000) -> str:
+def bench_review(n: int = 3000) -> dict[str, float]:
     async def run() -> list[float]:
-        adm, samples = await admission(), []
+        store = MemoryStore([model.to_object(r, NS, NOW) for r in reservations(10**6)])
+        cache = ReservationCache(store, NS, ManualClock(NOW))  # type: ignore[arg-type]
+        await cache.relist()
+        adm = Admission(POLICY, cache, store, ManualClock(NOW), Metrics(), ledger_deadline_s=5)
+        body = loadgen.template("claim", "alice")
+        samples = []
         for i in range(n):
-            body = review(f"p-{i}")
+            data = body.replace(b"@NAME@", f"p-{i}".encode()).replace(b"@UID@", b"u")
             t0 = time.perf_counter()
-            await adm.review(body)
+            await adm.review(data)
             samples.append(time.perf_counter() - t0)
         return samples
 
-    p50, p99 = percentiles(asyncio.run(run()))
-    figures = f"p50 {p50 * 1e6:.0f} µs, p99 {p99 * 1e6:.0f} µs"
-    return f"Admission.review with ledger claim (in-process): {figures}"
+    samples = asyncio.run(run())
+    return {"p50_us": percentile(samples, 0.5) * 1e6, "p99_us": percentile(samples, 0.99) * 1e6}
 
 
-def bench_tls(n: int = 2000, concurrency: int = 8) -> str:
-    directory = Path(tempfile.mkdtemp())
-    ca = issue.issue_ca(NOW.now(UTC))
-    pair = issue.issue_serving(ca, ("webhook.local",), NOW.now(UTC))
-    (directory / "tls.crt").write_bytes(pair.cert_pem)
-    (directory / "tls.key").write_bytes(pair.key_pem)
-    (directory / "ca.crt").write_bytes(ca.cert_pem)
-    ready = threading.Event()
-    holder: dict[str, Any] = {}
+# --- end to end -------------------------------------------------------------------------
 
-    def serve() -> None:
-        async def main() -> None:
-            tls = ReloadingTLS(directory / "tls.crt", directory / "tls.key", ManualClock(NOW))
-            app = mutate_app(await admission(), 3 * 1024 * 1024)
-            config = uvicorn.Config(
-                app,
-                host="127.0.0.1",
-                port=0,
-                log_config=None,
-                access_log=False,
-                lifespan="off",
-                ssl_context_factory=tls.uvicorn_factory,
-            )
-            server = uvicorn.Server(config)
-            holder["server"] = server
-            task = asyncio.ensure_future(server.serve())
-            while not server.started:  # noqa: ASYNC110 - uvicorn exposes a flag only
-                await asyncio.sleep(0.01)
-            holder["port"] = server.servers[0].sockets[0].getsockname()[1]
-            ready.set()
-            await task
 
-        asyncio.run(main())
+def scenario() -> dict[str, Any]:
+    return {"namespaces": ["alice", "nobody", "burst", NS], "nodes": []}
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    ready.wait(10)
-    context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
-    context.check_hostname = False
 
-    async def client() -> float:
-        async with httpx.AsyncClient(
-            verify=context, base_url=f"https://127.0.0.1:{holder['port']}"
-        ) as http:
-            counter = iter(range(n))
+def booking(rid: int, owner: str, gpus: int) -> dict[str, Any]:
+    now = SystemClock().now()
+    facts = model.ReservationFacts(
+        id=rid,
+        owner=owner,
+        gpu_class="h100",
+        gpu_class_name="H100",
+        gpu_count=gpus,
+        kind=model.Kind.BOOKING,
+        start=now - timedelta(hours=1),
+        end=now + timedelta(days=1),
+        state=model.State.ACTIVE,
+        updated_at=now,
+    )
+    body = model.to_object(model.GPUReservation(facts), NS, now)
+    body["metadata"].pop("resourceVersion", None)
+    return body
 
-            async def worker() -> None:
-                for i in counter:
-                    response = await http.post("/mutate", content=review(f"t-{i}"))
-                    assert response.status_code == 200
 
-            t0 = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-            return time.perf_counter() - t0
+async def upkeep(gateway: Gateway, name: str, stop: asyncio.Event) -> int:
+    """Drop all but the newest ``KEEP_HOLDS`` holds every 0.25 s; writes made."""
 
-    elapsed = asyncio.run(client())
-    holder["server"].should_exit = True
-    thread.join(10)
-    return f"end to end (uvicorn + TLS, {concurrency} connections): {n / elapsed:.0f} admissions/s"
+    def trim(res: model.GPUReservation) -> model.GPUReservation:
+        return ledger.drop(res, {h.claim for h in res.holds[:-KEEP_HOLDS]})
+
+    writes = 0
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.25)
+        now = SystemClock().now()
+        got = await ledger.amend(gateway, NS, name, trim, now=now, deadline=time.monotonic() + 2)
+        writes += got is not None
+    return writes
+
+
+def fail_opens(health_url: str) -> int:
+    text = httpx.get(f"{health_url}/metrics", timeout=5).text
+    prefix = "gpu_reservation_webhook_fail_open_total{"
+    return int(
+        sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+    )
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def cell(c: int, path: str, out: Outcome, fails: int | None) -> dict[str, Any]:
+    lat = out.latencies
+    return {
+        "concurrency": c,
+        "path": path,
+        "requests": len(lat),
+        "rps": len(lat) / out.seconds if out.seconds else 0.0,
+        "p50_ms": percentile(lat, 0.5) * 1e3,
+        "p99_ms": percentile(lat, 0.99) * 1e3,
+        "mean_ms": statistics.fmean(lat) * 1e3 if lat else float("nan"),
+        "statuses": dict(out.statuses),
+        "patched": out.patched,
+        "admitted": out.admitted,
+        "errors": out.errors,
+        "fail_opens": fails,
+    }
+
+
+async def start_baseline(cert: Path, key: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    proc = subprocess.Popen(  # noqa: ASYNC220 - started once, returns at once
+        [sys.executable, "-m", "bench.baseline", str(port), str(cert), str(key)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(200):
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return proc, port
+        await asyncio.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the baseline server did not start")
+
+
+async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
+    ctx = SandboxContext(state_dir=state, scenario=scenario())
+    ctx.handles["webhook.replicas"] = 1
+    box = Sandbox(ctx, ["kube", "webhook"])
+    await box.start()
+    baseline: subprocess.Popen[bytes] | None = None
+    gateway = Gateway.from_kubeconfig(str(state / "kubeconfig"))
+    try:
+        component: WebhookComponent = ctx.handles["webhook"]
+        replica = component.replicas[0]
+        assert replica.proc is not None
+        assert component.mount is not None
+        pid = replica.proc.pid
+        loadgen.pin(pid, server=True)
+        loadgen.pin(os.getpid(), server=False)
+        baseline, baseline_port = await start_baseline(
+            component.mount.cert_file, component.mount.key_file
+        )
+        loadgen.pin(baseline.pid, server=True)
+        for body in (booking(1, "alice", 10**6), booking(2, "burst", BURST)):
+            await gateway.create(GPU_RESERVATIONS, body, NS)
+        await asyncio.sleep(1.0)  # the replica's watch delivers them
+        webhook = Target("127.0.0.1", replica.port)
+        rss_start = rss_mib(pid)
+        cells = []
+        for c in LEVELS:
+            for path in PATHS:
+                target = Target("127.0.0.1", baseline_port) if path == "baseline" else webhook
+                kind = "claim" if path == "baseline" else path
+                load = Load(kind, c, run.warmup_s, run.measure_s)
+                before = fail_opens(replica.health_url)
+                stop = asyncio.Event()
+                trimmer = asyncio.ensure_future(upkeep(gateway, "res-1", stop))
+                out = await asyncio.to_thread(loadgen.run_load, target, load)
+                stop.set()
+                await trimmer
+                fails = None if path == "baseline" else fail_opens(replica.health_url) - before
+                cells.append(cell(c, path, out, fails))
+        before = fail_opens(replica.health_url)
+        burst_load = Load("claim", BURST, 0, 0, per_connection=1, owner="burst")
+        out = await asyncio.to_thread(loadgen.run_load, webhook, burst_load)
+        burst = cell(BURST, "burst", out, fail_opens(replica.health_url) - before)
+        held = model.from_object(await gateway.get(GPU_RESERVATIONS, "res-2", NS))
+        burst["held_gpus"] = ledger.used(held)
+        return {
+            "cells": cells,
+            "burst": burst,
+            "webhook_rss_mib": {"start": rss_start, "end": rss_mib(pid)},
+        }
+    finally:
+        gateway.close()
+        if baseline is not None:
+            baseline.terminate()
+            baseline.wait(10)
+        await box.stop()
+
+
+# --- report ------------------------------------------------------------------------------
+
+
+def ratios(cells: list[dict[str, Any]]) -> None:
+    """Each cell's requests/s as a share of the same ``c``'s baseline."""
+    base = {c["concurrency"]: c for c in cells if c["path"] == "baseline"}
+    for c in cells:
+        ref = base.get(c["concurrency"])
+        c["ratio"] = c["rps"] / ref["rps"] if ref and ref["rps"] else float("nan")
+
+
+def table(found: dict[str, Any]) -> list[str]:
+    rows = [
+        "| c | path | req/s | vs baseline | p50 ms | p99 ms | patched | admitted | fail-opens |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in found["cells"]:
+        fails = "–" if c["fail_opens"] is None else str(c["fail_opens"])
+        rows.append(
+            f"| {c['concurrency']} | {c['path']} | {c['rps']:.0f} | {c['ratio'] * 100:.0f}% "
+            f"| {c['p50_ms']:.1f} | {c['p99_ms']:.1f} | {c['patched']} | {c['admitted']} "
+            f"| {fails} |"
+        )
+    b = found["burst"]
+    rows.append(
+        f"burst: {BURST} concurrent creates on one booking of {BURST} GPUs: {b['admitted']} "
+        f"admitted at creation, {b['fail_opens']} fail-opens, {b['held_gpus']} GPUs held, "
+        f"p99 {b['p99_ms']:.0f} ms"
+    )
+    rss = found["webhook_rss_mib"]
+    rows.append(
+        f"webhook RSS: {rss['start']:.0f} MiB at start, {rss['end']:.0f} MiB after the load"
+    )
+    return rows
+
+
+def conditions() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "placement": loadgen.describe_placement(),
+        "load_average_before": os.getloadavg(),
+        "python": sys.version.split()[0],
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def write_json(name: str, found: dict[str, Any]) -> Path:
+    folder = Path(os.environ.get("BENCH_OUT", ROOT / ".bench"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(found, indent=2, default=str) + "\n", encoding="utf-8")
+    return path
 
 
 def run() -> list[str]:
-    return [bench_decide(), bench_review(), bench_tls()]
+    run_mode = mode()
+    found: dict[str, Any] = {"mode": run_mode.name, "conditions": conditions()}
+    loadgen.placement()  # read the cores before anything is pinned
+    found["decide_create"] = bench_decide()
+    found["review_in_process"] = bench_review()
+    state = Path(tempfile.mkdtemp(prefix="bench-webhook-"))
+    try:
+        found.update(asyncio.run(end_to_end(state, run_mode)))
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    found["conditions"]["load_average_after"] = os.getloadavg()
+    ratios(found["cells"])
+    path = write_json("webhook", found)
+    d, r = found["decide_create"], found["review_in_process"]
+    lines = [
+        f"mode {run_mode.name} ({run_mode.measure_s:g} s per cell after {run_mode.warmup_s:g} s "
+        f"warm-up); {found['conditions']['placement']}; load average before "
+        f"{found['conditions']['load_average_before'][0]:.1f}, after "
+        f"{found['conditions']['load_average_after'][0]:.1f}",
+        f"decide_create (pure, 20 bookings): p50 {d['p50_us']:.0f} µs, p99 {d['p99_us']:.0f} µs",
+        f"Admission.review in-process (ledger claim on memory): p50 {r['p50_us']:.0f} µs, "
+        f"p99 {r['p99_us']:.0f} µs",
+    ]
+    return [*lines, *table(found), f"JSON: {path}"]
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Ignore`` lets pods through unadmitted) and ``/metrics``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,6 +20,11 @@ from starlette.routing import Route
 from webhook.handler import Admission
 
 CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def json_response(doc: dict[str, Any], status_code: int = 200) -> Response:
+    """``doc`` as a JSON response."""
+    return JSONResponse(doc, status_code=status_code)
 
 
 class TooLarge(Exception):
@@ -46,9 +52,9 @@ def mutate_app(admission: Admission, max_body_bytes: int) -> Starlette:
             body = await _read_limited(request, max_body_bytes)
         except TooLarge:
             admission.metrics.requests.labels("malformed").inc()
-            return JSONResponse({"error": "request body too large"}, status_code=400)
+            return json_response({"error": "request body too large"}, status_code=400)
         status, doc = await admission.review(body)
-        return JSONResponse(doc, status_code=status)
+        return json_response(doc, status_code=status)
 
     return Starlette(routes=[Route("/mutate", mutate, methods=["POST"])])
 

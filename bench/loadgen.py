@@ -1,0 +1,290 @@
+"""The load generator: separate processes sending AdmissionReviews over keep-alive TLS.
+
+A benchmark that drives a server from its own process measures the client as much as
+the server (one GIL, one event loop). Here each load process opens its share of the
+connections (TLS handshakes done before the clock starts), waits for the common start
+signal, and sends one request at a time per connection — closed-loop concurrency
+``c`` = connections. The client is a few lines of HTTP/1.1 over ``asyncio`` streams
+(no httpx): the request bytes are prepared once per request from a template, so the
+client's own cost per request stays far below the server's.
+
+Counted: requests *started* after the warm-up and *answered* before the end of the
+measured interval; their latencies (send → whole answer read). Answers are classified
+by their bytes: HTTP status, carries a patch, says "admitted under".
+
+``python -m bench.loadgen`` is not a thing: ``run_load`` starts the processes itself
+(multiprocessing, spawn) and merges what they report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import math
+import multiprocessing as mp
+import os
+import ssl
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared import vocab
+
+#: Connections per load process (more processes for more connections).
+CONNECTIONS_PER_PROCESS = 25
+#: Seconds a load process may take to start and connect before the run gives up.
+START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Load:
+    """What to send: ``kind`` of pod, how many connections, for how long."""
+
+    kind: str  # "claim" | "nomatch" | "nongpu"
+    connections: int
+    warmup_s: float
+    measure_s: float
+    #: Send exactly this many requests per connection, then stop (a burst); the
+    #: interval is then "until done" and warm-up is skipped.
+    per_connection: int | None = None
+    #: Namespace (= owner) of the pods of a claim or non-GPU load.
+    owner: str = "alice"
+
+
+@dataclass
+class Outcome:
+    """What the load processes saw, merged."""
+
+    latencies: list[float] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
+    patched: int = 0
+    admitted: int = 0
+    errors: int = 0
+    #: Wall seconds of the measured interval (the burst's own duration for a burst).
+    seconds: float = 0.0
+
+    def merge(self, other: dict[str, Any]) -> None:
+        self.latencies += other["latencies"]
+        self.statuses.update({int(k): v for k, v in other["statuses"].items()})
+        self.patched += other["patched"]
+        self.admitted += other["admitted"]
+        self.errors += other["errors"]
+        self.seconds = max(self.seconds, other["seconds"])
+
+
+def pod(kind: str, owner: str) -> dict[str, Any]:
+    """The pod of a review: ``claim`` (GPU pod of the booking's owner), ``nomatch``
+    (GPU pod of a namespace without any booking), ``nongpu`` (no label, no GPU)."""
+    labels = {} if kind == "nongpu" else {vocab.GPU_CLASS_LABEL: "h100"}
+    limits = {} if kind == "nongpu" else {vocab.GPU_RESOURCE: "1"}
+    namespace = "nobody" if kind == "nomatch" else owner
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "@NAME@", "namespace": namespace, "labels": labels},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "registry.local/train:1", "resources": {"limits": limits}}
+            ],
+            "restartPolicy": "Never",
+        },
+    }
+
+
+def template(kind: str, owner: str) -> bytes:
+    """An AdmissionReview (CREATE) with ``@NAME@`` and ``@UID@`` to fill in."""
+    obj = pod(kind, owner)
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "@UID@",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": obj["metadata"]["namespace"],
+            "name": "@NAME@",
+            "operation": "CREATE",
+            "userInfo": {"username": f"system:serviceaccount:{owner}:default"},
+            "object": obj,
+            "dryRun": False,
+        },
+    }
+    return json.dumps(review).encode()
+
+
+def request_bytes(body_template: bytes, name: str) -> bytes:
+    body = body_template.replace(b"@NAME@", name.encode()).replace(
+        b"@UID@", str(uuid.uuid4()).encode()
+    )
+    head = (
+        f"POST /mutate HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes
+) -> tuple[int, bytes]:
+    writer.write(data)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    return status, await reader.readexactly(length)
+
+
+class _Process:
+    """One load process: its connections, the shared start signal, its counts."""
+
+    def __init__(self, target: Target, load: Load, index: int, connections: int) -> None:
+        self.target, self.load = target, load
+        self.index, self.connections = index, connections
+        self.body = template(load.kind, load.owner)
+        self.found: dict[str, Any] = {
+            "latencies": [],
+            "statuses": Counter(),
+            "patched": 0,
+            "admitted": 0,
+            "errors": 0,
+            "seconds": 0.0,
+        }
+
+    async def run(self, ready: Any, go: Any) -> dict[str, Any]:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # the server's identity is not what we measure
+        streams = [
+            await asyncio.open_connection(self.target.host, self.target.port, ssl=context)
+            for _ in range(self.connections)
+        ]
+        ready.put(self.index)
+        await asyncio.to_thread(go.wait, START_TIMEOUT_S)
+        t0 = time.perf_counter()
+        load = self.load
+        begin = t0 + (0.0 if load.per_connection else load.warmup_s)
+        end = begin + (math.inf if load.per_connection else load.measure_s)
+        await asyncio.gather(
+            *(self._connection(i, r, w, begin, end) for i, (r, w) in enumerate(streams))
+        )
+        self.found["seconds"] = (
+            (time.perf_counter() - begin) if load.per_connection else load.measure_s
+        )
+        for _, w in streams:
+            w.close()
+        return self.found
+
+    async def _connection(
+        self,
+        conn: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        begin: float,
+        end: float,
+    ) -> None:
+        sent = 0
+        limit = self.load.per_connection
+        while (limit is None or sent < limit) and time.perf_counter() < end:
+            data = request_bytes(self.body, f"bench-{self.index}-{conn}-{sent}-{os.getpid()}")
+            started = time.perf_counter()
+            try:
+                status, body = await _exchange(reader, writer, data)
+            except (OSError, asyncio.IncompleteReadError, ValueError):
+                self.found["errors"] += 1
+                return
+            done = time.perf_counter()
+            sent += 1
+            if started >= begin and done <= end:
+                self._count(status, body, done - started)
+
+    def _count(self, status: int, body: bytes, latency: float) -> None:
+        found = self.found
+        found["latencies"].append(latency)
+        found["statuses"][status] += 1
+        found["patched"] += b'"patch"' in body
+        found["admitted"] += b"admitted under" in body
+
+
+def _main(
+    target: Target, load: Load, index: int, connections: int, ready: Any, go: Any, out: Any
+) -> None:
+    found = asyncio.run(_Process(target, load, index, connections).run(ready, go))
+    found["statuses"] = dict(found["statuses"])
+    out.put(found)
+
+
+def run_load(target: Target, load: Load) -> Outcome:
+    """Run ``load`` against ``target`` from separate processes; their merged outcome."""
+    spawn = mp.get_context("spawn")
+    ready, out, go = spawn.Queue(), spawn.Queue(), spawn.Event()
+    shares = _shares(load.connections)
+    procs = [
+        spawn.Process(target=_main, args=(target, load, i, n, ready, go, out), daemon=True)
+        for i, n in enumerate(shares)
+    ]
+    for proc in procs:
+        proc.start()
+        pin(proc.pid, server=False)
+    try:
+        for _ in procs:
+            ready.get(timeout=START_TIMEOUT_S)
+        go.set()
+        outcome = Outcome()
+        wait = START_TIMEOUT_S + load.warmup_s + load.measure_s
+        for _ in procs:
+            outcome.merge(out.get(timeout=wait))
+        return outcome
+    finally:
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+def _shares(connections: int) -> list[int]:
+    count = max(1, math.ceil(connections / CONNECTIONS_PER_PROCESS))
+    base, extra = divmod(connections, count)
+    return [base + (i < extra) for i in range(count)]
+
+
+# --- placement: server and load on separate cores where the machine allows ----------
+
+
+@functools.cache
+def placement() -> tuple[frozenset[int], frozenset[int]] | None:
+    """(server cores, load cores) from the cores this process may use at first call:
+    the first core for the measured server, the others for the load processes and the
+    emulated API server. None on a single core (nothing is pinned then)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return (frozenset(cpus[:1]), frozenset(cpus[1:])) if len(cpus) >= 2 else None
+
+
+def pin(pid: int | None, server: bool) -> None:
+    """Pin ``pid`` to the server's or the load's cores (a no-op where impossible)."""
+    cores = placement()
+    if pid is None or cores is None:
+        return
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(pid, cores[0] if server else cores[1])
+
+
+def describe_placement() -> str:
+    cores = placement()
+    if cores is None:
+        return "not pinned (one core)"
+    return f"server on cpu {sorted(cores[0])}, load and API emulator on cpu {sorted(cores[1])}"
