@@ -8,7 +8,6 @@ was requested from; ``admit`` runs the mutating admission chain (``admission_api
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +21,7 @@ from sandbox.kube.admission_api import (
     UserInfo,
 )
 from sandbox.kube.auth import TokenAuthenticator
+from sandbox.kube.clone import clone
 from sandbox.kube.errors import ApiError, bad_request
 from sandbox.kube.rbac import Authorizer
 from sandbox.kube.registry import Registry, ResourceType
@@ -138,7 +138,7 @@ class Cluster:
             except AdmissionError as exc:
                 raise ApiError(exc.code, exc.status) from exc
             call.warnings.extend(result.warnings)
-            obj = copy.deepcopy(result.object) if operation != "DELETE" else obj
+            obj = clone(result.object) if operation != "DELETE" else obj
             if operation != "DELETE" and not isinstance(obj, dict):
                 raise bad_request("admission returned no object")
         return obj
@@ -158,11 +158,11 @@ class Cluster:
             subresource=call.subresource,
             namespace=call.namespace or None,
             name=name,
-            object=copy.deepcopy(obj),
-            old_object=copy.deepcopy(old),
+            object=clone(obj),
+            old_object=clone(old),
             user=call.user,
             dry_run=call.dry_run,
-            options=copy.deepcopy(options),
+            options=clone(options),
         )
 
 

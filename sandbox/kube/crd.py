@@ -9,10 +9,10 @@ carry a resourceVersion.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from sandbox.kube import schema
+from sandbox.kube.clone import clone
 from sandbox.kube.errors import FieldError, bad_request, invalid_value, required
 from sandbox.kube.meta import is_dns_subdomain
 from sandbox.kube.registry import ResourceType
@@ -119,7 +119,7 @@ def resource_types(crd: Obj) -> list[ResourceType]:
             categories=tuple(names.get("categories") or ()),
             subresources=tuple(sorted((version.get("subresources") or {}).keys())),
             strategic=False,
-            crd_version=copy.deepcopy(version),
+            crd_version=clone(version),
             singular_name=names.get("singular") or names["kind"].lower(),
         )
         for version in _versions(crd)
@@ -152,10 +152,10 @@ class CustomStrategy(ConditionalStrategy):
         obj.pop("status", None)
 
     def status_only(self, new: Obj, old: Obj) -> Obj:
-        merged = copy.deepcopy(old)
+        merged = clone(old)
         merged["metadata"]["resourceVersion"] = (new.get("metadata") or {}).get("resourceVersion")
         if "status" in new:
-            merged["status"] = copy.deepcopy(new["status"])
+            merged["status"] = clone(new["status"])
         else:
             merged.pop("status", None)
         return merged

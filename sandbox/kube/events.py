@@ -8,9 +8,9 @@ in and out (facts §5).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from sandbox.kube.clone import clone
 from sandbox.kube.errors import (
     FieldError,
     forbidden,
@@ -39,7 +39,7 @@ DEPRECATED = tuple(new for _, new in RENAMES if new.startswith("deprecated"))
 
 def to_new(core: Obj) -> Obj:
     """The events.k8s.io/v1 view of a stored event."""
-    out = copy.deepcopy(core)
+    out = clone(core)
     for old, new in RENAMES:
         if old in out:
             out[new] = out.pop(old)
@@ -49,7 +49,7 @@ def to_new(core: Obj) -> Obj:
 
 def to_core(new: Obj) -> Obj:
     """The stored (core/v1) form of an events.k8s.io/v1 event."""
-    out = copy.deepcopy(new)
+    out = clone(new)
     for old, renamed in RENAMES:
         if renamed in out:
             out[old] = out.pop(renamed)

@@ -11,12 +11,12 @@ list is replaced (``spec.tolerations`` is atomic). The ``$setElementOrder`` and
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import jsonpatch
 import jsonpointer
 
+from sandbox.kube.clone import clone
 from sandbox.kube.errors import bad_request, error, too_large
 
 Obj = dict[str, Any]
@@ -63,7 +63,7 @@ def json_patch(target: Obj, ops: Any) -> Obj:
         )
     try:
         patch = jsonpatch.JsonPatch(ops)
-        result = patch.apply(copy.deepcopy(target))
+        result = patch.apply(clone(target))
     except jsonpatch.JsonPatchTestFailed as exc:
         raise _rejected(str(exc)) from exc
     except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException) as exc:
@@ -87,8 +87,8 @@ def _rejected(detail: str) -> Exception:
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge, ``null`` deletes a key, anything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return clone(patch)
+    result = clone(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -110,8 +110,8 @@ def _merge_map(target: Any, patch: Obj, path: str) -> Any:
     if directive == "delete":
         return None
     if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if not k.startswith("$")}
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return {k: clone(v) for k, v in patch.items() if not k.startswith("$")}
+    result = clone(target) if isinstance(target, dict) else {}
     retain = patch.get("$retainKeys")
     for key, value in patch.items():
         if key.startswith("$setElementOrder/") or key in ("$patch", "$retainKeys"):
@@ -139,7 +139,7 @@ def _merge_value(target: Any, value: Any, path: str) -> Any:
         return _merge_map(target, value, path)
     if isinstance(value, list):
         return _merge_list(target if isinstance(target, list) else [], value, path)
-    return copy.deepcopy(value)
+    return clone(value)
 
 
 def _merge_list(target: list[Any], patch: list[Any], path: str) -> list[Any]:
@@ -147,10 +147,10 @@ def _merge_list(target: list[Any], patch: list[Any], path: str) -> list[Any]:
     if path in MERGE_PRIMITIVES:
         return [*target, *(v for v in patch if v not in target)]
     if key is None:
-        return [copy.deepcopy(v) for v in patch if not (isinstance(v, dict) and "$patch" in v)]
+        return [clone(v) for v in patch if not (isinstance(v, dict) and "$patch" in v)]
     if any(isinstance(v, dict) and v.get("$patch") == "replace" for v in patch):
-        return [copy.deepcopy(v) for v in patch if not (isinstance(v, dict) and "$patch" in v)]
-    result = copy.deepcopy(target)
+        return [clone(v) for v in patch if not (isinstance(v, dict) and "$patch" in v)]
+    result = clone(target)
     for item in patch:
         if not isinstance(item, dict) or key not in item:
             raise bad_request(f"map: {item} does not contain declared merge key: {key}")

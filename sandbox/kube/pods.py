@@ -9,10 +9,10 @@ the stored pod is gated) narrowing of ``nodeSelector`` and required node affinit
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from sandbox.kube import podspec
+from sandbox.kube.clone import clone
 from sandbox.kube.errors import FieldError, forbidden, invalid_value, required
 from sandbox.kube.strategy import StatusStrategy, WriteContext
 
@@ -110,7 +110,7 @@ def _now(ctx: WriteContext) -> str:
 def validate_pod_update(new: Obj, old: Obj) -> list[FieldError]:
     """``ValidatePodUpdate``: every spec change except the allowed ones is forbidden."""
     errors = podspec.validate_spec(new, creating=False)
-    munged = copy.deepcopy(new)
+    munged = clone(new)
     errors += _images(munged, old)
     errors += _active_deadline(munged, old)
     errors += _tolerations(munged, old)
@@ -230,7 +230,7 @@ def _gated_scheduling_constraints(munged: Obj, old: Obj) -> list[FieldError]:
         )
     _restore(munged, old, "nodeSelector")
     errors += _node_affinity(munged, old)
-    new_aff = copy.deepcopy(munged.get("affinity") or {})
+    new_aff = clone(munged.get("affinity") or {})
     new_aff.pop("nodeAffinity", None)
     old_aff = old.get("affinity") or {}
     if "nodeAffinity" in old_aff:
@@ -281,7 +281,7 @@ def _required_terms(spec: Obj) -> list[Obj]:
 def _restore(munged: Obj, old: Obj, key: str) -> None:
     munged.pop(key, None)
     if key in old:
-        munged[key] = copy.deepcopy(old[key])
+        munged[key] = clone(old[key])
 
 
 def _diff(new: Obj, old: Obj) -> str:
@@ -318,7 +318,7 @@ def binding_refusal(pod: Obj, target: str) -> str:
 
 def bind(pod: Obj, node: str, now: str) -> Obj:
     """The pod after a successful binding: ``spec.nodeName`` and PodScheduled=True."""
-    bound = copy.deepcopy(pod)
+    bound = clone(pod)
     bound["spec"]["nodeName"] = node
     conditions = [
         c

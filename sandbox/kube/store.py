@@ -11,11 +11,12 @@ event loop, so a read-modify-write without an ``await`` in between is atomic.
 from __future__ import annotations
 
 import asyncio
-import copy
 import secrets
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from sandbox.kube.clone import clone
 
 Key = tuple[str, str, str, str]
 Obj = dict[str, Any]
@@ -80,7 +81,7 @@ class Store:
     def get(self, group: str, plural: str, namespace: str, name: str) -> Obj | None:
         """A copy of one object, or ``None``."""
         obj = self._objects.get((group, plural, namespace or "", name))
-        return copy.deepcopy(obj) if obj is not None else None
+        return clone(obj) if obj is not None else None
 
     def list(self, group: str, plural: str, namespace: str | None = None) -> ObjList:
         """Copies of the objects of one resource (one namespace, or all), sorted."""
@@ -89,7 +90,7 @@ class Store:
             for k in self._objects
             if k[0] == group and k[1] == plural and (namespace is None or k[2] == namespace)
         )
-        return [copy.deepcopy(self._objects[k]) for k in keys]
+        return [clone(self._objects[k]) for k in keys]
 
     def namespaces_in_use(self, namespace: str) -> KeyList:
         """Keys of every namespaced object in ``namespace``."""
@@ -101,11 +102,11 @@ class Store:
         """Create or replace ``key`` with ``obj``, stamping the next resourceVersion."""
         previous = self._objects.get(key)
         self._rv += 1
-        stored = copy.deepcopy(obj)
+        stored = clone(obj)
         stored.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
         self._objects[key] = stored
         self._record(Change(self._rv, "MODIFIED" if previous else "ADDED", key, stored, previous))
-        return copy.deepcopy(stored)
+        return clone(stored)
 
     def remove(self, key: Key) -> Obj | None:
         """Delete ``key``; the DELETED change carries the last state with a new RV."""
@@ -113,10 +114,10 @@ class Store:
         if previous is None:
             return None
         self._rv += 1
-        last = copy.deepcopy(previous)
+        last = clone(previous)
         last["metadata"]["resourceVersion"] = str(self._rv)
         self._record(Change(self._rv, "DELETED", key, last, previous))
-        return copy.deepcopy(last)
+        return clone(last)
 
     def next_resource_version(self) -> str:
         """The RV a dry-run write would have shown (nothing is recorded)."""

@@ -8,11 +8,11 @@ the object. All methods are pure functions over dicts (no store access).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sandbox.kube.clone import clone
 from sandbox.kube.errors import FieldError
 
 Obj = dict[str, Any]
@@ -79,9 +79,9 @@ class Strategy:
 
     def status_only(self, new: Obj, old: Obj) -> Obj:
         """A ``/status`` write: spec from the stored object, new metadata and status."""
-        merged = copy.deepcopy(new)
+        merged = clone(new)
         if "spec" in old:
-            merged["spec"] = copy.deepcopy(old["spec"])
+            merged["spec"] = clone(old["spec"])
         else:
             merged.pop("spec", None)
         return merged
@@ -97,9 +97,9 @@ class Strategy:
 
 def keep_status(new: Obj, old: Obj) -> Obj:
     """A main-resource write: the stored status wins (facts §2.1, §3.6, §7)."""
-    merged = copy.deepcopy(new)
+    merged = clone(new)
     if "status" in old:
-        merged["status"] = copy.deepcopy(old["status"])
+        merged["status"] = clone(old["status"])
     else:
         merged.pop("status", None)
     return merged

@@ -9,12 +9,12 @@ no-op writes nothing).
 
 from __future__ import annotations
 
-import copy
 import uuid
 from typing import Any
 
 from sandbox.kube import meta as m
 from sandbox.kube import names
+from sandbox.kube.clone import clone
 from sandbox.kube.cluster import Call, Cluster, options_body, present
 from sandbox.kube.errors import (
     already_exists,
@@ -45,7 +45,7 @@ def decode(call: Call, body: Any) -> Obj:
             f"the kind in the data ({body.get('kind')}) does not match the expected kind "
             f"({rtype.kind})"
         )
-    obj = copy.deepcopy(body)
+    obj = clone(body)
     obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
     meta = obj.get("metadata")
     if meta is None:

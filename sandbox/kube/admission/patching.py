@@ -11,7 +11,6 @@ the same documents. Source: kubernetes/apiserver
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -19,6 +18,7 @@ import jsonpatch
 import jsonpointer
 
 from sandbox.kube.admission.status import internal_error
+from sandbox.kube.clone import clone
 
 
 def apply_patch(webhook: str, patch: bytes, obj: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -32,7 +32,7 @@ def apply_patch(webhook: str, patch: bytes, obj: dict[str, Any] | None) -> dict[
             "which is not supported for this operation"
         )
     try:
-        patched = jsonpatch.JsonPatch(operations).apply(copy.deepcopy(obj))
+        patched = jsonpatch.JsonPatch(operations).apply(clone(obj))
     except jsonpatch.JsonPatchTestFailed as exc:
         raise internal_error(f"testing value failed: {exc}") from exc
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
@@ -66,7 +66,7 @@ def _apply_message(operations: list[dict[str, Any]], obj: dict[str, Any], exc: E
 
 def _first_failing(operations: list[dict[str, Any]], obj: dict[str, Any]) -> dict[str, Any] | None:
     """Replay the operations one by one to name the one that failed."""
-    doc: Any = copy.deepcopy(obj)
+    doc: Any = clone(obj)
     for operation in operations:
         try:
             doc = jsonpatch.JsonPatch([operation]).apply(doc)

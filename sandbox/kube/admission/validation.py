@@ -10,7 +10,6 @@ apiserver defaults and validates them before storage in the same request.
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +21,7 @@ from sandbox.kube.admission.hook import AdmissionAttributes, AdmissionResult
 from sandbox.kube.admission.matching import ADMISSION_GROUP
 from sandbox.kube.admission.selectors import SelectorError, matches
 from sandbox.kube.admission.status import refusal
+from sandbox.kube.clone import clone
 from sandbox.kube.errors import FieldError
 
 KIND = "MutatingWebhookConfiguration"
@@ -85,7 +85,7 @@ def _applies(attrs: AdmissionAttributes) -> bool:
 
 def default_configuration(obj: dict[str, Any]) -> dict[str, Any]:
     """A copy with the v1 defaults filled in. No side effects."""
-    result = copy.deepcopy(obj)
+    result = clone(obj)
     for webhook in result.get("webhooks") or []:
         if not isinstance(webhook, dict):
             continue
