@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sandbox.kube.clone import clone
 
 
 def test_a_clone_is_equal_and_shares_no_container() -> None:
-    obj = {"a": [1, {"b": "c", "d": [True, None, 2.5]}], "e": {"f": {}}}
+    obj: dict[str, Any] = {"a": [1, {"b": "c", "d": [True, None, 2.5]}], "e": {"f": {}}}
     copied = clone(obj)
     assert copied == obj
     copied["a"][1]["d"].append("x")
