@@ -14,6 +14,11 @@ CASES: dict[str, dict[str, Any]] = {
     "cert-manager": values(certManager={"enabled": True}),
     "object-selector-fallback": values(webhook={"objectSelectorFallback": True}),
     "service-monitor": values(serviceMonitor={"enabled": True, "labels": {"release": "prom"}}),
+    "monitoring": values(
+        serviceMonitor={"enabled": True},
+        prometheusRule={"enabled": True, "labels": {"release": "prom"}},
+        grafanaDashboard={"enabled": True, "annotations": {"grafana_folder": "GPUs"}},
+    ),
     "network-policy": values(networkPolicy={"enabled": True}),
     "network-policy-with-peers": values(
         networkPolicy={

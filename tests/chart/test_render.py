@@ -23,6 +23,7 @@ def test_every_builtin_kind_has_a_schema_and_custom_kinds_are_only_optional_extr
         ("cert-manager.io/v1", "Issuer"),
         ("cert-manager.io/v1", "Certificate"),
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PrometheusRule"),
     }
     default_kinds = {(d["apiVersion"], d["kind"]) for d in render.render(CASES["default"])}
     assert not default_kinds & custom
