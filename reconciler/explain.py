@@ -318,7 +318,8 @@ def _jit(scene: Scene) -> Finding:
             "The reservation system requests a just-in-time lease for it if it cannot "
             "schedule; whether one was granted or denied, and why, is in its Events "
             f"({vocab.REASON_ONDEMAND_LEASE_DENIED}, {vocab.REASON_ONDEMAND_LEASE_REJECTED}, "
-            f"{vocab.REASON_ONDEMAND_ADMISSION_PAUSED}) and, once granted, in its "
+            f"{vocab.REASON_ONDEMAND_ADMISSION_PAUSED}, {vocab.REASON_NO_MATCHING_NODE}, "
+            f"{vocab.REASON_WAITING_FOR_NODE}; the newest is below) and, once granted, in its "
             f"{vocab.BOOKING_REFERENCE} and {vocab.RESERVATION_KIND} annotations.",
             "Released by: a granted lease, or a booking for this GPU class.",
         ),
