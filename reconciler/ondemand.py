@@ -82,6 +82,17 @@ LEASE_TASK = "ondemand-leases"
 ASK_CONCURRENCY = 16
 #: A gate is logged at most this often per (class, guard) (R38).
 GATE_LOG_S = 60.0
+#: Holds retried at once when a node changes or a pod frees GPUs or gets placed.
+RECHECKED = frozenset(
+    {
+        Held.DRAINED,
+        Held.NO_MATCHING_NODE,
+        Held.WAITING_FOR_NODE,
+        Held.STUCK_HOLDER,
+        Held.OVERCOMMIT,
+        Held.FRAGMENTED,
+    }
+)
 
 
 class LeaseApp(Protocol):
@@ -108,6 +119,8 @@ class Track:
     attempt: int = 1
     errors: int = 0
     waiting_verdict: bool = False
+    #: The guard holding it (None: due, or waiting after an app answer).
+    held: Held | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +220,7 @@ class Leaser:
         self._wake = asyncio.Event()
         self.batches = 0
         caches.pods.listeners.append(self._pod_changed)
+        caches.nodes.listeners.append(lambda _k, _o, _n: self._recheck())
 
     def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The leader's loop for leases (none when ONDEMAND_LEASE_ENABLED is off)."""
@@ -214,10 +228,21 @@ class Leaser:
             return []
         return [(LEASE_TASK, lambda: self.run(float(self._settings.queue_interval_s)))]
 
+    def _recheck(self) -> None:
+        """Capacity or a class gate may have changed: candidates held by a guard that
+        reads them are due at once (not at their 30 s retry)."""
+        now = self._clock.now()
+        for track in self.tracks.values():
+            if track.held in RECHECKED:
+                track.due = min(track.due, now)
+                self._wake.set()
+
     def _pod_changed(self, _key: str, old: PodView | None, new: PodView | None) -> None:
         if old is not None and old.reference and (new is None or new.finished):
             self._ended.add(old.reference)
             self._wake.set()
+        if moved(old, new):
+            self._recheck()  # GPUs freed, or a stuck holder moved on
         if new is None or new.finished or new.admitted:
             if old is not None:
                 self.tracks.pop(old.uid, None)
@@ -277,6 +302,7 @@ class Leaser:
                 {c: n for c, n in ctx.others.items() if c != cls},
             )
             if pre.ask:
+                self.tracks[pod.uid].held = None
                 claimed[cls] = claimed.get(cls, 0) + pod.gpus
                 eligible.append(pod)
             else:
@@ -372,6 +398,7 @@ class Leaser:
     async def _hold(self, pod: PodView, pre: Preflight, ctx: Context) -> None:
         track = self.tracks[pod.uid]
         track.due = ondemand.hold_until(ctx.now)
+        track.held = pre.held
         track.waiting_verdict = pre.held is Held.NO_VERDICT
         cls = pod.profile.gpu_class or ""
         if pre.held in ondemand.PAUSES:
@@ -635,6 +662,20 @@ class Leaser:
         if facts is not None:
             await self._writer.upsert(facts, now)
         return True
+
+
+def moved(old: PodView | None, new: PodView | None) -> bool:
+    """Whether a change of a placed or admitted pod may change capacity or guard 3."""
+    if old is None or (old.node is None and not old.admitted):
+        return False
+    if new is None:
+        return True
+    return (old.node, old.phase, old.deleting, old.scheduled) != (
+        new.node,
+        new.phase,
+        new.deleting,
+        new.scheduled,
+    )
 
 
 def _describe(failure: Failure) -> str:

@@ -144,7 +144,7 @@ def preflight(
 ) -> Preflight:
     """R15 steps 4–8 for one candidate; ``claimed`` GPUs of its class were granted
     earlier in this batch (guard 5 counts them as taken). No side effects."""
-    verdict = lease_can_help(cand.phase, cand.scheduled, cand.gpu_class)
+    verdict = lease_can_help(cand.phase, cand.scheduled)
     if verdict is None:
         return Preflight(Held.NO_VERDICT)
     if verdict is False:

@@ -10,11 +10,13 @@ for what a lease can NOT fix:
 - ``False`` (a lease cannot help):
   - an ``Insufficient <resource>`` for anything but ``nvidia.com/gpu`` (cpu, memory
     on the nodes that got that far) — even when GPUs are short too;
-  - the message names taints inline (``{key: value}``) and none of them is the
-    reservation taint of the pod's own class — every taint is somebody else's;
+  - the message names taints inline (``{key: value}``) and none of them has the
+    reservation taint's key — every taint is somebody else's (the key alone, as the
+    seed: a class whose nodes are all cordoned answers "were unschedulable" and never
+    names its own taint, and guard 1b must still see such a pod);
   - no taint is mentioned at all and GPUs are not short (an affinity-only or
     cordon-only failure: a toleration changes nothing);
-- ``True``: otherwise — GPUs are short, or our class's reservation taint is named, or
+- ``True``: otherwise — GPUs are short, or a reservation taint is named, or
   the taints are anonymous counts (``untolerated taint(s)``, 1.35+, and the ≤ 1.17
   ``taints that the pod didn't tolerate``).
 
@@ -67,8 +69,8 @@ def named_taints(message: str) -> list[tuple[str, str]]:
     return [(k.strip(), v.strip()) for k, v in _NAMED_TAINT.findall(message)]
 
 
-def lease_can_help(phase: str, scheduled: Scheduled | None, gpu_class: str | None) -> bool | None:
-    """R16 for a pod of class ``gpu_class`` (see the module docstring); no side effects."""
+def lease_can_help(phase: str, scheduled: Scheduled | None) -> bool | None:
+    """R16 (see the module docstring); no side effects."""
     if phase != "Pending" or scheduled is None:
         return None
     if scheduled.status != "False" or scheduled.reason != UNSCHEDULABLE or not scheduled.message:
@@ -78,8 +80,7 @@ def lease_can_help(phase: str, scheduled: Scheduled | None, gpu_class: str | Non
     if short - {vocab.GPU_RESOURCE}:
         return False
     named = named_taints(text)
-    ours = (vocab.RESERVATION_TAINT_KEY, gpu_class or "")
-    if named and ours not in named:
+    if named and all(key != vocab.RESERVATION_TAINT_KEY for key, _ in named):
         return False
     if vocab.GPU_RESOURCE in short or named:
         return True

@@ -50,32 +50,34 @@ def candidate(gpus: int = 1, **kw: Any) -> dict[str, Any]:
 
 def test_emulated_reserved_nodes_only_name_our_taint_a_lease_helps() -> None:
     message = emulated([reserved("r1"), reserved("r2")], candidate())
-    assert lease_can_help("Pending", unschedulable(message), "a100") is True
+    assert lease_can_help("Pending", unschedulable(message)) is True
 
 
 def test_emulated_ordinary_pool_full_and_reserved_tainted_a_lease_helps() -> None:
     message = emulated([reserved("r1"), ordinary("o1", gpus=0)], candidate())
     assert "Insufficient nvidia.com/gpu" in message
-    assert lease_can_help("Pending", unschedulable(message), "a100") is True
+    assert lease_can_help("Pending", unschedulable(message)) is True
 
 
 def test_emulated_cpu_shortage_on_the_ordinary_pool_is_not_for_a_lease() -> None:
     message = emulated([reserved("r1"), ordinary("o1", cpu="1")], candidate(cpu="4"))
     assert "Insufficient cpu" in message
-    assert lease_can_help("Pending", unschedulable(message), "a100") is False
+    assert lease_can_help("Pending", unschedulable(message)) is False
 
 
-def test_emulated_only_other_classes_taints_named_is_not_for_a_lease() -> None:
+def test_emulated_only_other_taints_named_is_not_for_a_lease() -> None:
+    infra = node("i1", taints=[{"key": "dedicated", "value": "infra", "effect": "NoExecute"}])
+    message = emulated([infra], candidate())
+    assert named_taints(message) == [("dedicated", "infra")]
+    assert lease_can_help("Pending", unschedulable(message)) is False
+
+
+def test_emulated_own_class_cordoned_still_names_a_reservation_taint() -> None:
+    """Guard 1b (drained) must see this pod: its own nodes say "unschedulable"."""
     h100 = node("h1", taints=[reservation_taint("h100")])
-    message = emulated([h100], candidate())
-    assert named_taints(message) == [(vocab.RESERVATION_TAINT_KEY, "h100")]
-    assert lease_can_help("Pending", unschedulable(message), "a100") is False
-
-
-def test_emulated_affinity_only_failure_is_not_for_a_lease() -> None:
-    message = emulated([ordinary("o1")], candidate(nodeSelector={"disk": "ssd"}))
-    assert "didn't match" in message
-    assert lease_can_help("Pending", unschedulable(message), "a100") is False
+    message = emulated([h100, reserved("r1", unschedulable=True)], candidate())
+    assert "were unschedulable" in message
+    assert lease_can_help("Pending", unschedulable(message)) is True
 
 
 OLD = (
@@ -129,10 +131,10 @@ NEW = (
             id="only somebody else's taint",
         ),
         pytest.param(
-            "0/2 nodes are available: 2 node(s) had untolerated taint "
-            "{gpu-class-reservation: h100}, 1 Insufficient nvidia.com/gpu.",
-            False,
-            id="only another class's reservation taint named",
+            "0/3 nodes are available: 2 node(s) had untolerated taint "
+            "{gpu-class-reservation: h100}, 1 node(s) were unschedulable.",
+            True,
+            id="another class's reservation taint: guard 1b decides",
         ),
         pytest.param(
             "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.",
@@ -152,7 +154,7 @@ NEW = (
     ],
 )
 def test_real_kube_scheduler_formats(message: str, expected: bool) -> None:
-    assert lease_can_help("Pending", unschedulable(message), "a100") is expected
+    assert lease_can_help("Pending", unschedulable(message)) is expected
 
 
 @pytest.mark.parametrize(
@@ -167,7 +169,7 @@ def test_real_kube_scheduler_formats(message: str, expected: bool) -> None:
     ],
 )
 def test_no_verdict_yet(phase: str, scheduled: Scheduled | None) -> None:
-    assert lease_can_help(phase, scheduled, "a100") is None
+    assert lease_can_help(phase, scheduled) is None
 
 
 def test_postfilter_text_is_cut_off() -> None:
@@ -179,4 +181,4 @@ def test_postfilter_text_is_cut_off() -> None:
     ["{", "{}", "Insufficient", "{gpu-class-reservation}", "x" * 5000, "\x00{a: b}"],
 )
 def test_malformed_messages_never_raise(garbage: str) -> None:
-    assert lease_can_help("Pending", unschedulable(garbage), "a100") in {True, False}
+    assert lease_can_help("Pending", unschedulable(garbage)) in {True, False}
