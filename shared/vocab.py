@@ -126,6 +126,8 @@ REASON_RESERVATION_TOO_SMALL: Final = "ReservationTooSmall"
 REASON_NO_MATCHING_NODE: Final = "NoMatchingNode"
 #: Eviction of a pod tolerating the reservation taint without a ledger hold.
 REASON_UNADMITTED_TOLERATION: Final = "UnadmittedToleration"
+#: A pod past its guarantee may be preempted soon (termination warning, R33).
+REASON_TERMINATION_WARNING: Final = "TerminationWarning"
 
 #: Reasons whose Events have type Warning; every other reason is Normal.
 WARNING_REASONS: Final = frozenset(
@@ -140,6 +142,7 @@ WARNING_REASONS: Final = frozenset(
         REASON_RESERVATION_TOO_SMALL,
         REASON_NO_MATCHING_NODE,
         REASON_UNADMITTED_TOLERATION,
+        REASON_TERMINATION_WARNING,
     }
 )
 

@@ -173,3 +173,34 @@ def annotation_ignored(key: str, value: str, effect: str, contact: str | None) -
     """AnnotationIgnored: which annotation, its value, what happens instead."""
     text = f"Annotation {key}={quoted(value)!r} was ignored: {effect}."
     return clip(with_support(text, contact))
+
+
+# --- Preemption -----------------------------------------------------------------------
+
+
+def preempted(gpu_class: str, boundary: datetime | None, zone: ZoneInfo | None) -> str:
+    """Preempted: past its guarantee, its GPUs go to a booking (or the headroom)."""
+    why = (
+        f"a booking of {gpu_class} GPUs starting {when(boundary, zone)}"
+        if boundary is not None
+        else f"the {gpu_class} GPUs kept free for on-demand work"
+    )
+    return (
+        f"This pod ran past its runtime guarantee and was preempted: its GPUs are needed for {why}."
+    )
+
+
+def termination_warning(
+    gpu_class: str, at: datetime, boundary: datetime | None, zone: ZoneInfo | None
+) -> str:
+    """The termination-warning text (annotation and Event): when, and why; no risk
+    figure, so the Event is not repeated when only the risk moves."""
+    why = (
+        f"a booking of {gpu_class} GPUs starting {when(boundary, zone)}"
+        if boundary is not None
+        else f"the {gpu_class} GPUs kept free for on-demand work"
+    )
+    return (
+        "This pod is past its runtime guarantee and may be preempted from "
+        f"{when(at, zone)} to free GPUs for {why}. Save your work (checkpoint) before then."
+    )

@@ -1,0 +1,161 @@
+"""What preemption, warnings, headroom and the forecast read: their settings, and the
+caches seen through ``shared.policy.preemption``'s types.
+
+- ``holders_of`` turns cached pods into ``Holder``s: live (not finished, not
+  terminating), bound to a node, admitted (``galends/booking-reference``), with a GPU
+  class; the live guarantee end and the chain come from the reservation cache exactly
+  as the guarantee keeper computes them (``reconciler.guarantees.live_end``).
+- ``rooms_from`` reads the node inventory (``shared.policy.inventory``, issue 11) as
+  ``Room``s; excluded nodes are simply absent, so pods there are never eligible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from reconciler.guarantees import live_end
+from reconciler.pods import PodView
+from shared.model import GPUReservation, ReservationFacts, State, parse_reference
+from shared.policy.preemption import Holder, Room
+from shared.policy.windows import chain
+from shared.settings import EnvReader
+
+
+@dataclass(frozen=True)
+class PreemptionSettings:
+    """The seed's preemption, warning, headroom and overstay-report variables."""
+
+    #: PREEMPTION_LEAD_MINUTES (>= 0): how long before a booking starts its GPUs are
+    #: reclaimed (phase A), and how long after it phase B still runs.
+    lead: timedelta = timedelta(minutes=15)
+    #: PREEMPTION_CHECK_INTERVAL (s, >= 1): the sweep's backstop period.
+    interval_s: int = 60
+    #: PREEMPTION_DELEGATE_SELECTION: the app chooses the victims (contract §2.8).
+    delegate: bool = True
+    #: TERMINATION_WARNING_ENABLED: annotate (and tell) pods at risk.
+    warnings: bool = True
+    #: TERMINATION_WARNING_LEAD_MINUTES (>= 0): how far ahead pods are warned.
+    warning_lead: timedelta = timedelta(minutes=30)
+    #: HEADROOM_TARGET_PERCENT (0..100): share of each class kept free (0: off).
+    headroom_percent: int = 0
+    #: HEADROOM_NOTICE_MINUTES (>= 0): warning time before a headroom kill.
+    headroom_notice: timedelta = timedelta(minutes=15)
+    #: HEADROOM_CHECK_INTERVAL (s, >= 1): headroom kills at most this often.
+    headroom_interval_s: int = 600
+    #: OVERSTAY_REPORT_ENABLED: report a preempted overstay to the app (§2.10).
+    overstay_report: bool = False
+
+
+def preemption_from(reader: EnvReader) -> PreemptionSettings:
+    """The seed's variables, read leniently like the seed (bad value → default + notice)."""
+    minutes = timedelta(minutes=1)
+    return PreemptionSettings(
+        lead=minutes * reader.integer("PREEMPTION_LEAD_MINUTES", 15, 0, strict=False),
+        interval_s=reader.integer("PREEMPTION_CHECK_INTERVAL", 60, 1, strict=False),
+        delegate=reader.boolean("PREEMPTION_DELEGATE_SELECTION", True, strict=False),
+        warnings=reader.boolean("TERMINATION_WARNING_ENABLED", True, strict=False),
+        warning_lead=minutes
+        * reader.integer("TERMINATION_WARNING_LEAD_MINUTES", 30, 0, strict=False),
+        headroom_percent=reader.integer("HEADROOM_TARGET_PERCENT", 0, 0, 100, strict=False),
+        headroom_notice=minutes * reader.integer("HEADROOM_NOTICE_MINUTES", 15, 0, strict=False),
+        headroom_interval_s=reader.integer("HEADROOM_CHECK_INTERVAL", 600, 1, strict=False),
+        overstay_report=reader.boolean("OVERSTAY_REPORT_ENABLED", False, strict=False),
+    )
+
+
+# --- the inventory as rooms -----------------------------------------------------------
+
+
+class NodeFigures(Protocol):
+    """What is read of ``shared.policy.inventory.NodeCapacity``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def free(self) -> int: ...
+
+
+class ClassFigures(Protocol):
+    """What is read of ``shared.policy.inventory.ClassCapacity``."""
+
+    @property
+    def nodes(self) -> Iterable[NodeFigures]: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def used(self) -> int: ...
+
+
+class InventoryFigures(Protocol):
+    """What is read of ``shared.policy.inventory.Inventory``."""
+
+    @property
+    def classes(self) -> Mapping[str, ClassFigures]: ...
+
+
+def rooms_from(inventory: InventoryFigures) -> dict[str, Room]:
+    """Every class the inventory knows, as a ``Room`` (unknown classes stay absent)."""
+    rooms = {}
+    for cls, cap in inventory.classes.items():
+        nodes = list(cap.nodes)
+        rooms[cls] = Room(
+            total=cap.total,
+            used=cap.used,
+            node_gpus={n.name: n.gpus for n in nodes},
+            node_free={n.name: n.free for n in nodes},
+        )
+    return rooms
+
+
+# --- pods as holders ------------------------------------------------------------------
+
+
+def guarantee_of(
+    ref: str,
+    reservations: Mapping[str, GPUReservation],
+    facts: list[ReservationFacts],
+    now: datetime,
+    *,
+    use_group: bool,
+) -> tuple[datetime | None, frozenset[str]]:
+    """The live guarantee end of pods under ``ref`` and the names they claim."""
+    res = reservations.get(ref)
+    end = live_end(res, facts, now, use_group=use_group)
+    claims = {ref}
+    if res is not None and res.facts.state is State.ACTIVE:
+        claims.update(link.name for link in chain(res.facts, facts, now, use_group=use_group))
+    return end, frozenset(claims)
+
+
+def holders_of(
+    pods: Iterable[PodView],
+    reservations: Mapping[str, GPUReservation],
+    now: datetime,
+    *,
+    use_group: bool,
+) -> list[Holder]:
+    """Every live admitted GPU pod bound to a node, as a ``Holder`` (the guarantee is
+    computed once per reservation, not per pod)."""
+    facts = [r.facts for r in reservations.values()]
+    known: dict[str, tuple[datetime | None, frozenset[str]]] = {}
+    found = []
+    for pod in pods:
+        ref = pod.reference
+        rid = parse_reference(ref) if ref else None
+        cls = pod.profile.gpu_class
+        if ref is None or rid is None or cls is None or pod.node is None:
+            continue
+        if pod.finished or pod.deleting or not pod.uid or pod.gpus <= 0:
+            continue
+        if ref not in known:
+            known[ref] = guarantee_of(ref, reservations, facts, now, use_group=use_group)
+        end, claims = known[ref]
+        found.append(
+            Holder(pod.uid, pod.namespace, pod.name, cls, pod.gpus, pod.node, rid, end, claims)
+        )
+    return found

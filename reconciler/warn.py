@@ -1,0 +1,127 @@
+"""Termination warnings on pods (R33): the three ``galends/termination-warning-*``
+annotations kept equal to the sweep's plan, and one Warning Event per warning.
+
+``wanted`` (pure) gives the JSON Patch that brings one pod's annotations to the plan:
+set instant, risk and message when at risk and any differs; remove all three when it
+no longer is. The patch's first op tests the booking reference, so a pod re-linked
+meanwhile is left for the next sweep. An Event ``TerminationWarning`` (Warning) is
+sent when a pod gets a warning or its instant moves — not when only the risk moves —
+so ``kubectl describe pod`` shows it once per warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from reconciler.guarantees import patch_ops, pointer
+from reconciler.pods import PodView
+from reconciler.relink import Emit
+from shared import vocab
+from shared.clock import format_utc
+from shared.errors import KubeError
+from shared.logs import log
+from shared.resources import PODS
+
+_log = logging.getLogger(__name__)
+KEYS = (
+    vocab.TERMINATION_WARNING_AT,
+    vocab.TERMINATION_WARNING_RISK,
+    vocab.TERMINATION_WARNING_MESSAGE,
+)
+
+
+@dataclass(frozen=True)
+class Warning:
+    """What one pod's warning annotations should say."""
+
+    at: datetime
+    risk: float
+    message: str
+
+    def values(self) -> dict[str, str]:
+        return {
+            vocab.TERMINATION_WARNING_AT: format_utc(self.at),
+            vocab.TERMINATION_WARNING_RISK: f"{self.risk:.2f}",
+            vocab.TERMINATION_WARNING_MESSAGE: self.message,
+        }
+
+
+def carried(pod: PodView) -> bool:
+    """Whether the pod carries any warning annotation."""
+    notes = pod.annotations
+    return any(k in notes for k in KEYS)
+
+
+def wanted(pod: PodView, warning: Warning | None) -> list[dict[str, Any]] | None:
+    """The patch bringing ``pod`` to ``warning`` (None: nothing to change)."""
+    ref = pod.reference
+    if ref is None:
+        return None
+    notes = pod.annotations
+    if warning is None:
+        present = [k for k in KEYS if k in notes]
+        if not present:
+            return None
+        ops = patch_ops(ref, {})
+        ops.extend({"op": "remove", "path": pointer(k)} for k in present)
+        return ops
+    changes = {k: v for k, v in warning.values().items() if notes.get(k) != v}
+    return patch_ops(ref, changes) if changes else None
+
+
+def news(pod: PodView, warning: Warning | None) -> bool:
+    """A new warning, or its instant moved: the pod's owner is told again."""
+    if warning is None:
+        return False
+    return pod.annotations.get(vocab.TERMINATION_WARNING_AT) != format_utc(warning.at)
+
+
+async def reconcile(
+    gateway: Any,
+    emit: Emit,
+    pods: Mapping[str, PodView],
+    plan: Mapping[str, Warning],
+    skip: set[str],
+    now: datetime,
+    on_event: Callable[[], None] | None = None,
+) -> bool:
+    """Apply ``plan`` (pod uid → warning) to every admitted pod; pods in ``skip``
+    (being deleted) are left alone. True while any pod may still carry a warning."""
+    outstanding = False
+    for pod in pods.values():
+        if pod.uid in skip or pod.finished or pod.deleting:
+            continue
+        warning = plan.get(pod.uid)
+        ops = wanted(pod, warning)
+        if ops is None:
+            outstanding = outstanding or warning is not None
+            continue
+        try:
+            await gateway.patch(PODS, pod.name, ops, pod.namespace)
+        except KubeError as exc:
+            log(
+                _log, logging.WARNING, "pod.termination_warning_failed", pod=pod.key, error=str(exc)
+            )
+            outstanding = True
+            continue
+        if warning is None:
+            log(_log, logging.INFO, "pod.termination_warning_cleared", pod=pod.key)
+            continue
+        outstanding = True
+        log(
+            _log,
+            logging.INFO,
+            "pod.termination_warned",
+            pod=pod.key,
+            at=format_utc(warning.at),
+            risk=f"{warning.risk:.2f}",
+        )
+        if news(pod, warning):
+            await emit(gateway, pod, vocab.REASON_TERMINATION_WARNING, warning.message, now=now)
+            if on_event is not None:
+                on_event()
+    return outstanding
