@@ -3,6 +3,9 @@
 ``GET /health`` — 200 ``{"status": "ok", "leader": …}`` while every guarded task
 runs; 503 naming each crashed or exited task. ``GET /metrics`` — Prometheus text.
 ``POST /api/reservations/push`` — the inbound push (``reconciler.push``).
+``GET /api/forecast/preemption-risk[?namespace=]`` — the preemption-risk forecast
+(``reconciler.forecast``); same bearer token as the push; 503 while the token is
+unset or this replica's pod/node picture is unknown.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from reconciler import push
+from reconciler.forecast import Forecaster
 from reconciler.metrics import Metrics
 from reconciler.sync import Syncer
 from reconciler.tasks import Tasks
@@ -37,6 +41,7 @@ class HttpState:
     syncer: Syncer
     inbound_token: SecretStr | None
     is_leader: Callable[[], bool]
+    forecast: Forecaster | None = None
 
 
 def build_app(state: HttpState) -> Starlette:
@@ -59,25 +64,51 @@ def build_app(state: HttpState) -> Starlette:
         state.metrics.pushes.labels(str(response.status_code)).inc()
         return response
 
+    async def forecast_api(request: Request) -> Response:
+        return _forecast(state, request)
+
     return Starlette(
         routes=[
             Route("/health", health, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/api/reservations/push", push_api, methods=["POST"]),
+            Route("/api/forecast/preemption-risk", forecast_api, methods=["GET"]),
         ]
     )
 
 
-async def _push(state: HttpState, request: Request) -> Response:
+def _refused(state: HttpState, request: Request, event: str) -> Response | None:
+    """The inbound APIs' shared gate: 503 without a token, 401 without the right one."""
     if state.inbound_token is None:
         return JSONResponse({"detail": push.DISABLED}, status_code=503)
     if not push.authorised(request.headers.get("authorization"), state.inbound_token):
-        log(_log, logging.WARNING, "push.unauthorised", client=_client(request))
+        log(_log, logging.WARNING, event, client=_client(request))
         return JSONResponse(
             {"detail": push.UNAUTHORISED},
             status_code=401,
             headers={"WWW-Authenticate": "Bearer"},
         )
+    return None
+
+
+def _forecast(state: HttpState, request: Request) -> Response:
+    refused = _refused(state, request, "forecast.unauthorised")
+    if refused is not None:
+        return refused
+    namespace = request.query_params.get("namespace") or None
+    body = state.forecast(namespace) if state.forecast is not None else None
+    if body is None:
+        return JSONResponse(
+            {"detail": "Forecast unavailable: the pod or node state is not known yet"},
+            status_code=503,
+        )
+    return JSONResponse(body)
+
+
+async def _push(state: HttpState, request: Request) -> Response:
+    refused = _refused(state, request, "push.unauthorised")
+    if refused is not None:
+        return refused
     try:
         entries = push.parse_body(await request.body())
     except push.BadPush as exc:

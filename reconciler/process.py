@@ -23,6 +23,7 @@ from reconciler import events
 from reconciler.admit import Admitter, Knowledge
 from reconciler.caches import Caches
 from reconciler.evict import Upholders
+from reconciler.forecast import forecaster
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
 from reconciler.metrics import Metrics
@@ -30,6 +31,7 @@ from reconciler.ondemand import LeaseApp, Leaser
 from reconciler.queue import QueueMetrics
 from reconciler.rotation import Rotator
 from reconciler.settings import ReconcilerSettings
+from reconciler.sweep import Sweeper, SweepMetrics, VictimApp
 from reconciler.sync import ReservationSource, Syncer
 from reconciler.tasks import Tasks
 from shared.clock import Clock
@@ -107,6 +109,22 @@ class Reconciler:
             else None
         )
         self.rotator = Rotator(gateway, settings.rotation, clock)
+        self.sweeper = Sweeper(
+            gateway,
+            clock,
+            functools.partial(events.emit, on_sent=counted),
+            pods=lambda: self.caches.pods.items,
+            reservations=self.caches.by_name,
+            inventory=self.caches.inventory,
+            ready=self.caches.ready,
+            app=source if isinstance(source, VictimApp) else None,
+            settings=settings.preemption,
+            rules=settings.rules,
+            zone=settings.common.display_timezone,
+            lock=self.upholders.relinker.lock,
+            metrics=SweepMetrics(self.metrics.registry),
+        )
+        self.caches.reservations.listeners.append(lambda *_: self.sweeper.touch())
         self._leading = False
         self._lead_task: asyncio.Task[None] | None = None
         self._switch_task: asyncio.Task[None] | None = None
@@ -127,6 +145,7 @@ class Reconciler:
             *self.admitter.loops(),
             *(self.leaser.loops() if self.leaser is not None else []),
             *self.rotator.loops(),
+            *self.sweeper.loops(),
         ]
 
     def _class_labels(self) -> set[str] | None:
@@ -196,6 +215,7 @@ class Reconciler:
             self.syncer,
             self.settings.inbound_token,
             lambda: self._leading,
+            forecaster(self.caches, self.settings.preemption, self.settings.rules, self.clock),
         )
         config = uvicorn.Config(
             build_app(state),

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from reconciler.preemption import PreemptionSettings, preemption_from
 from reconciler.rotation import RotationSettings, rotation_from
 from shared.policy.matching import MatchRules
 from shared.settings import (
@@ -117,6 +118,8 @@ class ReconcilerSettings:
     rotation: RotationSettings | None = None
     #: Just-in-time on-demand leases (``reconciler.ondemand``).
     ondemand: OnDemandSettings = field(default_factory=lambda: OnDemandSettings())
+    #: Preemption, termination warnings, headroom and overstay reports (issue 13).
+    preemption: PreemptionSettings = field(default_factory=lambda: PreemptionSettings())
 
 
 def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvReader]:
@@ -145,6 +148,7 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         queue=queue_from(reader),
         rotation=rotation_from(reader),
         ondemand=ondemand_from(reader),
+        preemption=preemption_from(reader),
     )
     reader.check()
     return settings, reader

@@ -29,7 +29,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from zoneinfo import ZoneInfo
 
 from prometheus_client import CollectorRegistry, Counter
@@ -58,6 +58,7 @@ _log = logging.getLogger(__name__)
 SWEEP_TASK = "preemption-sweep"
 
 
+@runtime_checkable
 class VictimApp(Protocol):
     """What the sweep asks of the reservation app (``shared.appclient.AppClient``)."""
 
@@ -162,6 +163,8 @@ class Sweeper:
         #: Warnings count as outstanding at startup (a previous leader may have left some).
         self.outstanding = True
         self.last_headroom: datetime | None = None
+        #: Pod uid → the warning instant this process announced with an Event.
+        self.told: dict[str, str] = {}
 
     def loops(self) -> list[tuple[str, Callable[[], Any]]]:
         return [(SWEEP_TASK, self.run)]
@@ -232,6 +235,7 @@ class Sweeper:
                 result.warnings,
                 {v.holder.uid for v in result.victims},
                 now,
+                self.told,
                 self._metrics.warnings.inc if self._metrics else None,
             )
         return result

@@ -73,11 +73,14 @@ def wanted(pod: PodView, warning: Warning | None) -> list[dict[str, Any]] | None
     return patch_ops(ref, changes) if changes else None
 
 
-def news(pod: PodView, warning: Warning | None) -> bool:
-    """A new warning, or its instant moved: the pod's owner is told again."""
+def news(pod: PodView, warning: Warning | None, told: Mapping[str, str]) -> bool:
+    """A new warning, or its instant moved: the pod's owner is told again. ``told``
+    (uid → instant announced by this process) covers the cache lagging behind our own
+    patch, which would otherwise announce one warning twice."""
     if warning is None:
         return False
-    return pod.annotations.get(vocab.TERMINATION_WARNING_AT) != format_utc(warning.at)
+    at = format_utc(warning.at)
+    return pod.annotations.get(vocab.TERMINATION_WARNING_AT) != at and told.get(pod.uid) != at
 
 
 async def reconcile(
@@ -87,11 +90,16 @@ async def reconcile(
     plan: Mapping[str, Warning],
     skip: set[str],
     now: datetime,
+    told: dict[str, str],
     on_event: Callable[[], None] | None = None,
 ) -> bool:
     """Apply ``plan`` (pod uid → warning) to every admitted pod; pods in ``skip``
-    (being deleted) are left alone. True while any pod may still carry a warning."""
+    (being deleted) are left alone; ``told`` is kept to the live pods' announcements.
+    True while any pod may still carry a warning."""
     outstanding = False
+    live = {p.uid for p in pods.values()}
+    for uid in [u for u in told if u not in live]:
+        del told[uid]
     for pod in pods.values():
         if pod.uid in skip or pod.finished or pod.deleting:
             continue
@@ -120,7 +128,8 @@ async def reconcile(
             at=format_utc(warning.at),
             risk=f"{warning.risk:.2f}",
         )
-        if news(pod, warning):
+        if news(pod, warning, told):
+            told[pod.uid] = format_utc(warning.at)
             await emit(gateway, pod, vocab.REASON_TERMINATION_WARNING, warning.message, now=now)
             if on_event is not None:
                 on_event()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared import vocab
 from shared.clock import format_utc
 from shared.model import ReservationFacts
 from shared.policy.outlook import Stop, future_starts, kill_from, stops
@@ -28,8 +29,8 @@ from shared.policy.preemption import Holder, Room
 
 BUCKETS = 3
 HOUR = timedelta(hours=1)
-GUARANTEED = "guaranteed"
-OVERSTAY = "overstay"
+GUARANTEED = vocab.GUARANTEE_STATUS_GUARANTEED
+OVERSTAY = vocab.GUARANTEE_STATUS_OVERSTAY
 MIXED = "mixed"
 
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from shared.clock import utc
-from shared.policy.forecast import Bucket, buckets, forecast, state_in
+from shared.policy.forecast import GUARANTEED, MIXED, OVERSTAY, Bucket, buckets, forecast, state_in
 from tests.policy.test_preemption import LEAD, MIN, booking, holder, room
 
 NOW = utc(2026, 1, 5, 10, 20)
@@ -24,10 +24,10 @@ def test_three_calendar_aligned_buckets() -> None:
 
 def test_state_per_bucket() -> None:
     b = Bucket(utc(2026, 1, 5, 11), utc(2026, 1, 5, 12))
-    assert state_in(b, utc(2026, 1, 5, 12)) == "guaranteed"
-    assert state_in(b, utc(2026, 1, 5, 11)) == "overstay"
-    assert state_in(b, None) == "overstay"
-    assert state_in(b, utc(2026, 1, 5, 11, 30)) == "mixed"
+    assert state_in(b, utc(2026, 1, 5, 12)) == GUARANTEED
+    assert state_in(b, utc(2026, 1, 5, 11)) == OVERSTAY
+    assert state_in(b, None) == OVERSTAY
+    assert state_in(b, utc(2026, 1, 5, 11, 30)) == MIXED
 
 
 def body(**kw: Any) -> dict[str, Any]:
@@ -54,11 +54,11 @@ def test_risk_lands_in_the_bucket_of_the_kill_window() -> None:
     pods = {p["uid"]: p for p in out["pods"]}
     # Running pods are assumed to keep running: "over" is in both boundaries' pools.
     assert [b["risk"] for b in pods["over"]["buckets"]] == [1.0, 0.5, 0.0]
-    assert [b["state"] for b in pods["guarded"]["buckets"]] == ["guaranteed"] * 3
+    assert [b["state"] for b in pods["guarded"]["buckets"]] == [GUARANTEED] * 3
     assert [b["risk"] for b in pods["guarded"]["buckets"]] == [0.0, 0.0, 0.0]
     # The second booking (11:40) is met by the pool that now includes "late" (ends 11:30).
     late = pods["late"]["buckets"]
-    assert [b["state"] for b in late] == ["guaranteed", "mixed", "overstay"]
+    assert [b["state"] for b in late] == [GUARANTEED, MIXED, OVERSTAY]
     assert [b["risk"] for b in late] == [0.0, 0.5, 0.0]
     first = out["buckets"][0]["classes"]["h100"]
     assert first == {

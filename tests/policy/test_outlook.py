@@ -36,7 +36,7 @@ def test_a_short_class_warns_its_whole_pool_with_the_shared_risk() -> None:
 def test_a_guarantee_ending_inside_the_lead_delays_the_kill_instant() -> None:
     late = holder("late", ends=S1 - MIN)
     assert kill_from(late, S1, LEAD) == S1 - MIN
-    assert kill_from(holder("none", ends=None), S1, LEAD) == S1 - LEAD
+    assert kill_from(holder("unguaranteed", ends=None), S1, LEAD) == S1 - LEAD
 
 
 def test_the_soonest_boundary_wins_and_room_carries_forward() -> None:

@@ -99,10 +99,14 @@ async def eventually(check: Callable[[], Awaitable[Any]], within_s: float) -> An
 
 @asynccontextmanager
 async def world(
-    tmp_path: Path, clock: Clock | None = None, components: tuple[str, ...] = ("kube", "app")
+    tmp_path: Path,
+    clock: Clock | None = None,
+    components: tuple[str, ...] = ("kube", "app"),
+    scenario: dict[str, Any] | None = None,
 ) -> AsyncIterator[World]:
-    """The emulators (``components``) on ``clock``; the caller starts reconciler replicas."""
-    ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario())
+    """The emulators (``components``) on ``clock`` seeded from ``scenario`` (the
+    default one when None); the caller starts reconciler replicas."""
+    ctx = SandboxContext(state_dir=tmp_path, scenario=scenario or load_scenario())
     if clock is not None:
         ctx.clock = clock
     sandbox = Sandbox(ctx, list(components))

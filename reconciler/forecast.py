@@ -1,0 +1,69 @@
+"""``GET /api/forecast/preemption-risk`` (contract §4.2, R41): the forecast from this
+replica's caches.
+
+The body is ``shared.policy.forecast.forecast`` over the cached reservations, the
+cached pods as ``Holder``s and the node inventory. Without a full pod and node
+picture (the inventory is ``None``) there is no forecast: the endpoint answers 503 —
+never risk computed from unknown physical state. ``pending_jit_gpus`` counts the GPUs
+of live pods of the class that are neither admitted nor bound nor gated: the pods
+the on-demand path would lease for.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from reconciler.caches import Caches
+from reconciler.pods import PodView
+from reconciler.preemption import PreemptionSettings, holders_of, rooms_from
+from shared.clock import Clock
+from shared.logs import log
+from shared.policy.forecast import forecast
+from shared.policy.matching import MatchRules
+
+_log = logging.getLogger(__name__)
+
+#: The forecast body for a namespace filter (None: all); None when state is unknown.
+Forecaster = Callable[[str | None], dict[str, Any] | None]
+
+
+def pending_jit(pods: Iterable[PodView]) -> dict[str, int]:
+    """GPUs per class of live pods waiting without admission, node or gate."""
+    found: dict[str, int] = {}
+    for p in pods:
+        cls = p.profile.gpu_class
+        if cls is None or p.reference is not None or p.node is not None or p.gates:
+            continue
+        if p.finished or p.deleting or p.gpus <= 0:
+            continue
+        found[cls] = found.get(cls, 0) + p.gpus
+    return found
+
+
+def forecaster(
+    caches: Caches, settings: PreemptionSettings, rules: MatchRules, clock: Clock
+) -> Forecaster:
+    """The forecast over ``caches`` (see the module docstring)."""
+
+    def compute(namespace: str | None) -> dict[str, Any] | None:
+        inventory = caches.inventory() if caches.ready() else None
+        if inventory is None:
+            log(_log, logging.WARNING, "forecast.snapshot_failed", target="node_capacity")
+            return None
+        now = clock.now()
+        reservations = caches.by_name()
+        pods = list(caches.pods.items.values())
+        return forecast(
+            now,
+            settings.lead,
+            [r.facts for r in reservations.values()],
+            holders_of(pods, reservations, now, use_group=rules.use_group),
+            rooms_from(inventory),
+            delegated=settings.delegate,
+            namespace=namespace,
+            pending_jit=pending_jit(pods),
+        )
+
+    return compute

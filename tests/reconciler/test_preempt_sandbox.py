@@ -1,0 +1,269 @@
+"""Issue 13 acceptance 1–4 in the sandbox with the real kubectl, on a scaled clock.
+
+kube + app + cluster (the emulated scheduler and kubelet) run in-process; the
+reconciler runs as a real process. The h100 class is three reserved nodes of 4 GPUs:
+carol's 4-GPU pod (inside her booking's guarantee) fills one node, bob's eight 1-GPU
+pods fill the other two. An admin then ends bob's booking (its window is moved into
+the past), so bob's pods overstay; dave books 4 GPUs starting 90 s later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import vocab
+from shared.clock import ScaledClock, parse_utc
+from tests.reconciler.test_evict_sandbox import kubectl
+from tests.reconciler.test_integration import World, eventually, world
+
+pytest.importorskip("sandbox.kube.component")
+
+pytestmark = [
+    pytest.mark.kubectl,
+    pytest.mark.slow,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+GATE = "gpu-reservation.galends.io/queued"
+ENV = {
+    "LEADER_ELECTION_ENABLED": "false",
+    "RESERVATION_FETCH_INTERVAL": "3600",
+    "POD_SCHEDULING_GATE_NAME": GATE,
+    "EVENT_DISPLAY_TIMEZONE": "Europe/Berlin",
+    "PREEMPTION_LEAD_MINUTES": "1",
+    "TERMINATION_WARNING_LEAD_MINUTES": "2",
+    "PREEMPTION_CHECK_INTERVAL": "10",
+}
+USERS = ["alice", "bob", "carol", "dave"]
+
+
+def node(name: str, gpus: int = 4) -> dict[str, Any]:
+    return {
+        "name": name,
+        "labels": {vocab.GPU_CLASS_LABEL: "h100"},
+        "taints": [f"{vocab.RESERVATION_TAINT_KEY}=h100:NoSchedule"],
+        "allocatable": {vocab.GPU_RESOURCE: str(gpus), "cpu": "32", "memory": "256Gi"},
+    }
+
+
+def scenario(nodes: list[dict[str, Any]], bookings: list[dict[str, Any]]) -> dict[str, Any]:
+    total = sum(int(n["allocatable"][vocab.GPU_RESOURCE]) for n in nodes)
+    return {
+        "namespaces": [*USERS, vocab.PRODUCT_NAME],
+        "nodes": nodes,
+        "app": {
+            "timezone": "Europe/Berlin",
+            "seed": 7,
+            "classes": [
+                {
+                    "id": 1,
+                    "name": "H100",
+                    "label_value": "h100",
+                    "total_gpus": total,
+                    "max_gpus_per_reservation": 8,
+                }
+            ],
+            "users": USERS,
+            "groups": [{"name": "lab", "members": USERS, "classes": ["h100"]}],
+            "bookings": [
+                {"group": "lab", "gpu_class": "h100", "start": "+0s", "end": "+2h", **b}
+                for b in bookings
+            ],
+        },
+    }
+
+
+def manifest(name: str, user: str, gpus: int = 1) -> dict[str, Any]:
+    """A gated h100 pod (the reconciler admits it while its owner's booking is open)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": user,
+            "labels": {vocab.GPU_CLASS_LABEL: "h100"},
+            "annotations": {vocab.SANDBOX_RUN_SECONDS: "36000"},
+        },
+        "spec": {
+            "schedulingGates": [{"name": GATE}],
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {vocab.GPU_RESOURCE: str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+async def create(config: Path, *pods: dict[str, Any]) -> None:
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(pods)})
+    await asyncio.to_thread(kubectl, config, "create", "--validate=false", "-f", "-", stdin=body)
+
+
+async def pods_of(config: Path, user: str) -> list[dict[str, Any]]:
+    text = await asyncio.to_thread(kubectl, config, "get", "pods", "-n", user, "-o", "json")
+    items: list[dict[str, Any]] = json.loads(text)["items"]
+    return items
+
+
+async def events_of(config: Path, user: str, reason: str) -> list[dict[str, Any]]:
+    text = await asyncio.to_thread(kubectl, config, "get", "events", "-n", user, "-o", "json")
+    return [e for e in json.loads(text)["items"] if e.get("reason") == reason]
+
+
+def running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+
+
+def notes(pod: dict[str, Any]) -> dict[str, str]:
+    return dict(pod["metadata"].get("annotations") or {})
+
+
+async def all_running(config: Path, user: str, count: int) -> bool:
+    found = running(await pods_of(config, user))
+    return len([p for p in found if not p["metadata"].get("deletionTimestamp")]) == count
+
+
+async def book(w: World, user: str, gpus: int, start: str, end: str) -> int:
+    body = {"username": user, "group": "lab", "gpu_class": "h100", "gpu_count": gpus}
+    answer = await w.http.post(
+        f"{w.app}/_sandbox/bookings", json={**body, "start": start, "end": end}
+    )
+    assert answer.status_code == 201, answer.text
+    rid: int = answer.json()["id"]
+    return rid
+
+
+async def end_booking(w: World, rid: int) -> None:
+    """An admin moves the booking's window into the past: its pods overstay."""
+    answer = await w.http.post(
+        f"{w.app}/_sandbox/bookings/{rid}/move", json={"start": "-10m", "end": "-1s"}
+    )
+    assert answer.status_code == 200, answer.text
+
+
+async def overstaying(config: Path, user: str, count: int) -> bool:
+    pods = await pods_of(config, user)
+    status = [notes(p).get(vocab.GUARANTEE_STATUS) for p in pods]
+    return status.count(vocab.GUARANTEE_STATUS_OVERSTAY) == count
+
+
+async def full_class(w: World, config: Path) -> None:
+    """carol's 4-GPU pod on one node, bob's eight 1-GPU pods on the other two."""
+    await create(config, manifest("train", "carol", 4))
+    await eventually(lambda: all_running(config, "carol", 1), 30)
+    await create(config, *(manifest(f"job-{i}", "bob") for i in range(8)))
+    await eventually(lambda: all_running(config, "bob", 8), 30)
+
+
+def test_acceptance_1_and_3_warned_then_preempted_booking_runs_forecast(tmp_path: Path) -> None:
+    asyncio.run(acceptance_1(tmp_path))
+
+
+async def acceptance_1(tmp_path: Path) -> None:
+    clock = ScaledClock(factor=4.0)
+    seed = scenario(
+        [node("h100-r1"), node("h100-r2"), node("h100-r3")],
+        [{"username": "bob", "gpu_count": 8}, {"username": "carol", "gpu_count": 4}],
+    )
+    async with world(tmp_path, clock, ("kube", "app", "cluster"), seed) as w:
+        config = tmp_path / "kubeconfig"
+        proc = await w.replica("r1", True, **ENV)
+        await full_class(w, config)
+        await end_booking(w, 1)
+        await eventually(lambda: overstaying(config, "bob", 8), 20)
+        rid = await book(w, "dave", 4, "+90s", "+1h")
+        res = await eventually(lambda: w.get(f"{vocab.RESERVATION_REF_PREFIX}{rid}"), 10)
+        start = parse_utc(res["spec"]["start"])
+        await create(config, manifest("big", "dave", 4))
+
+        # Warned before phase A: annotations on every overstayer, and an Event each.
+        async def warned() -> bool:
+            pods = await pods_of(config, "bob")
+            return all(vocab.TERMINATION_WARNING_AT in notes(p) for p in pods)
+
+        await eventually(warned, 20)
+        assert clock.now() < start - timedelta(minutes=1), "warned only after phase A"
+        bob = await pods_of(config, "bob")
+        assert {notes(p)[vocab.TERMINATION_WARNING_RISK] for p in bob} == {"0.50"}
+        assert all(" CET" in notes(p)[vocab.TERMINATION_WARNING_MESSAGE] for p in bob)
+        carol = await pods_of(config, "carol")
+        assert vocab.TERMINATION_WARNING_AT not in notes(carol[0])
+        told = await events_of(config, "bob", vocab.REASON_TERMINATION_WARNING)
+        assert len(told) == 8
+        assert {e["type"] for e in told} == {"Warning"}
+
+        await forecast_checks(w, proc.url, start)
+        where = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in bob}
+
+        # Phase A: exactly enough overstayers (one node's 4) are preempted.
+        async def preempted() -> list[dict[str, Any]]:
+            return await events_of(config, "bob", vocab.REASON_PREEMPTED)
+
+        await eventually(preempted, 60)
+        assert clock.now() >= start - timedelta(minutes=1) - timedelta(seconds=1)
+        seen = await running_at(clock, config, "dave", start)
+        lag = (seen - start).total_seconds()
+        assert lag <= 5.0, f"dave's pod ran {lag:.1f} sandbox seconds after the start"
+        gone = await events_of(config, "bob", vocab.REASON_PREEMPTED)
+        assert len(gone) == 4
+        assert await events_of(config, "carol", vocab.REASON_PREEMPTED) == []
+        survivors = [
+            p for p in await pods_of(config, "bob") if not p["metadata"].get("deletionTimestamp")
+        ]
+        assert len(survivors) == 4
+        # Dave's 4-GPU pod needs one node: the four victims shared one.
+        assert len({where[e["involvedObject"]["name"]] for e in gone}) == 1
+
+
+async def running_at(clock: ScaledClock, config: Path, user: str, start: datetime) -> datetime:
+    """The sandbox instant the user's only pod is first seen Running."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if running(await pods_of(config, user)):
+            return clock.now()
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{user}'s pod never ran (start {start})")
+
+
+async def forecast_checks(w: World, url: str, start: datetime) -> None:
+    """Acceptance 3 before the boundary: guaranteed pods at 0, overstayers at risk in
+    the bucket of the kill window; the namespace filter; 401 without the token."""
+    token = {"Authorization": f"Bearer {w.ctx.inbound_token}"}
+    path = f"{url}/api/forecast/preemption-risk"
+    answer = await w.http.get(path, headers=token)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    spans = [(parse_utc(b["start"]), parse_utc(b["end"])) for b in body["buckets"]]
+    kill_from = start - timedelta(minutes=1)
+    hit = {i for i, (a, b) in enumerate(spans) if kill_from < b and start >= a}
+    pods = {p["name"]: p for p in body["pods"]}
+    carol = pods["train"]
+    assert [b["risk"] for b in carol["buckets"]] == [0, 0, 0]
+    assert (
+        carol["buckets"][0]["state"] == vocab.GUARANTEE_STATUS_GUARANTEED
+    )  # her booking ends in 2 h
+    for i in range(8):
+        risks = [b["risk"] for b in pods[f"job-{i}"]["buckets"]]
+        assert all(0 < risks[k] <= 1 for k in hit), risks
+        assert all(risks[k] == 0 for k in range(3) if k not in hit), risks
+    only = (await w.http.get(path, params={"namespace": "carol"}, headers=token)).json()
+    assert [p["name"] for p in only["pods"]] == ["train"]
+    assert len(only["buckets"]) == 3
+    assert (await w.http.get(path)).status_code == 401
+    wrong = await w.http.get(path, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert wrong.headers["www-authenticate"] == "Bearer"
