@@ -7,6 +7,9 @@ picture (the inventory is ``None``) there is no forecast: the endpoint answers 5
 never risk computed from unknown physical state. ``pending_jit_gpus`` counts the GPUs
 of live pods of the class that are neither admitted nor bound nor gated: the pods
 the on-demand path would lease for.
+
+Every replica answers: the leader from its caches, a standby from the watches
+``Standby`` runs while it does not lead.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from reconciler.caches import Caches
+from reconciler.caches import NODES_TASK, PODS_TASK, RESERVATIONS_TASK, Caches
 from reconciler.pods import PodView
 from reconciler.preemption import PreemptionSettings, holders_of, rooms_from
+from reconciler.tasks import Tasks
 from shared.clock import Clock
 from shared.logs import log
 from shared.policy.forecast import forecast
@@ -42,12 +46,38 @@ def pending_jit(pods: Iterable[PodView]) -> dict[str, int]:
     return found
 
 
+class Standby:
+    """The watches a standby replica runs so its forecast is as fresh as the leader's:
+    pods, nodes and GPUReservations into its own ``Caches`` (no upkeep, no acting
+    loop). Started while the replica does not lead, stopped (and emptied) when it does.
+    Its tasks are its own: they never count in the replica's health or loops."""
+
+    WATCHES = (PODS_TASK, NODES_TASK, RESERVATIONS_TASK)
+
+    def __init__(self, caches: Caches) -> None:
+        self.caches = caches
+        self.tasks = Tasks()
+
+    def start(self) -> None:
+        if self.tasks.running():
+            return
+        for name, loop in self.caches.loops():
+            if name in self.WATCHES:
+                self.tasks.spawn(name, loop)
+
+    async def stop(self) -> None:
+        await self.tasks.cancel()
+        self.caches.reset()
+
+
 def forecaster(
-    caches: Caches, settings: PreemptionSettings, rules: MatchRules, clock: Clock
+    current: Callable[[], Caches], settings: PreemptionSettings, rules: MatchRules, clock: Clock
 ) -> Forecaster:
-    """The forecast over ``caches`` (see the module docstring)."""
+    """The forecast over the caches ``current`` names now: the leader's, or a standby's
+    (see the module docstring)."""
 
     def compute(namespace: str | None) -> dict[str, Any] | None:
+        caches = current()
         inventory = caches.inventory() if caches.ready() else None
         if inventory is None:
             log(_log, logging.WARNING, "forecast.snapshot_failed", target="node_capacity")

@@ -23,7 +23,7 @@ from reconciler import events
 from reconciler.admit import Admitter, Knowledge
 from reconciler.caches import Caches
 from reconciler.evict import Upholders
-from reconciler.forecast import forecaster
+from reconciler.forecast import Standby, forecaster
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
 from reconciler.metrics import Metrics
@@ -125,7 +125,9 @@ class Reconciler:
             metrics=SweepMetrics(self.metrics.registry),
         )
         self.caches.reservations.listeners.append(lambda *_: self.sweeper.touch())
+        self.standby = Standby(Caches(gateway, settings, clock, self._class_labels))
         self._leading = False
+        self._stopping = False
         self._lead_task: asyncio.Task[None] | None = None
         self._switch_task: asyncio.Task[None] | None = None
         self._server: _Server | None = None
@@ -158,6 +160,7 @@ class Reconciler:
         """Serve HTTP, then join the election (or lead at once when it is disabled)."""
         await self._serve(sock)
         if self.settings.leader.enabled:
+            self.standby.start()
             self.tasks.spawn(ELECTION_TASK, self.elector.run)
         else:
             self._on_leadership(True)
@@ -166,11 +169,13 @@ class Reconciler:
     async def stop(self) -> None:
         """Cancel every loop, release the Lease, close the listener."""
         log(_log, logging.INFO, "shutdown.start")
+        self._stopping = True
         await self.tasks.cancel(ELECTION_TASK)  # no leadership change after this
         self._leading = False
         if self._switch_task is not None:
             await asyncio.gather(self._switch_task, return_exceptions=True)
         await self._stop_leading()
+        await self.standby.stop()
         await self.tasks.cancel()
         await self.elector.release()
         if self._server is not None and self._server_task is not None:
@@ -191,7 +196,10 @@ class Reconciler:
             await asyncio.gather(previous, return_exceptions=True)
         if not leading:
             await self._stop_leading()
+            if not self._stopping:
+                self.standby.start()
         elif self._leading and self._lead_task is None:
+            await self.standby.stop()
             self._lead_task = asyncio.create_task(self._lead())
 
     async def _lead(self) -> None:
@@ -215,7 +223,12 @@ class Reconciler:
             self.syncer,
             self.settings.inbound_token,
             lambda: self._leading,
-            forecaster(self.caches, self.settings.preemption, self.settings.rules, self.clock),
+            forecaster(
+                lambda: self.caches if self._leading else self.standby.caches,
+                self.settings.preemption,
+                self.settings.rules,
+                self.clock,
+            ),
         )
         config = uvicorn.Config(
             build_app(state),
