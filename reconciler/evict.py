@@ -43,7 +43,7 @@ from reconciler.guarantees import GuaranteeKeeper
 from reconciler.pods import PodView, project_pod
 from reconciler.relink import Cause, Emit, Relinker
 from reconciler.settings import ReconcilerSettings
-from reconciler.upkeep import until_ready, wait_either
+from reconciler.upkeep import passes
 from shared import vocab
 from shared.clock import Clock
 from shared.errors import Conflict, KubeError, NotFound
@@ -146,11 +146,7 @@ class Evictor:
 
     async def run(self, tick_s: float) -> None:
         """Evict on changes, and every ``tick_s`` as a backstop."""
-        await until_ready(self._ready)
-        while True:
-            self._wake.clear()
-            await self.once()
-            await wait_either(self._clock.sleep(tick_s), self._wake.wait())
+        await passes(self._ready, self._wake, self.once, self._clock, tick_s)
 
     async def once(self) -> int:
         """One pass; the number of pods evicted or re-linked away."""
@@ -209,15 +205,8 @@ class Evictor:
 
     async def evict(self, ev: Eviction, now: datetime) -> bool:
         """Event (unless already sent), then delete with a uid precondition."""
-        pod = ev.pod
-        if not await self._told(pod, ev.reason):
-            await self._emit(self._gateway, pod, ev.reason, message(ev, self._zone), now=now)
-        try:
-            await self._gateway.delete(PODS, pod.name, pod.namespace, uid=pod.uid)
-        except (NotFound, Conflict):
-            pass  # gone already, or the name now belongs to another pod
-        except KubeError as exc:
-            log(_log, logging.WARNING, "evict.delete_failed", pod=pod.key, error=str(exc))
+        text = message(ev, self._zone)
+        if not await remove(self._gateway, self._emit, ev.pod, ev.reason, text, now):
             return False
         self.evicted[ev.reason] = self.evicted.get(ev.reason, 0) + 1
         if self._on_evicted is not None:
@@ -226,22 +215,42 @@ class Evictor:
             _log,
             logging.INFO,
             "evict.deleted",
-            pod=pod.key,
+            pod=ev.pod.key,
             reservation=ev.reservation.name,
             reason=ev.reason,
         )
         return True
 
-    async def _told(self, pod: PodView, reason: str) -> bool:
-        """Whether an Event of ``reason`` already exists on this pod (a restart)."""
-        try:
-            found = await self._gateway.list_all(
-                EVENTS, pod.namespace, field_selector=event_selector(pod, reason)
-            )
-        except KubeError as exc:
-            log(_log, logging.INFO, "evict.events_unreadable", pod=pod.key, error=str(exc))
-            return False
-        return bool(found.items)
+
+async def remove(
+    gateway: Any, emit: Emit, pod: PodView, reason: str, text: str, now: datetime
+) -> bool:
+    """Evict ``pod``: the Event of ``reason`` (unless one exists already: a restart
+    between the Event and the delete sends no second one), then a delete with a uid
+    precondition (a new pod reusing the name is never hit). False when the delete
+    failed and must be retried; a pod already gone counts as removed."""
+    if not await told(gateway, pod, reason):
+        await emit(gateway, pod, reason, text, now=now)
+    try:
+        await gateway.delete(PODS, pod.name, pod.namespace, uid=pod.uid)
+    except (NotFound, Conflict):
+        pass  # gone already, or the name now belongs to another pod
+    except KubeError as exc:
+        log(_log, logging.WARNING, "evict.delete_failed", pod=pod.key, error=str(exc))
+        return False
+    return True
+
+
+async def told(gateway: Any, pod: PodView, reason: str) -> bool:
+    """Whether an Event of ``reason`` already exists on this pod (a restart)."""
+    try:
+        found = await gateway.list_all(
+            EVENTS, pod.namespace, field_selector=event_selector(pod, reason)
+        )
+    except KubeError as exc:
+        log(_log, logging.INFO, "evict.events_unreadable", pod=pod.key, error=str(exc))
+        return False
+    return bool(found.items)
 
 
 # --- wiring ---------------------------------------------------------------------------

@@ -72,6 +72,14 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.unadmitted = Counter(
+            "unadmitted_evictions",
+            "Pods evicted by the proof-of-admission backstop (Event UnadmittedToleration), "
+            "by breach (no_reference, unknown_reservation, not_owner, shared_claim).",
+            ["reason"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.task_failures = Gauge(
             "background_task_failed",
             "1 for a guarded task that crashed or exited.",

@@ -19,7 +19,7 @@ from shared.clock import parse_utc
 from shared.ledger import PodUse
 from shared.policy.affinity import NodeConstraint, constraint_of
 from shared.policy.matching import MatchRules, PodProfile, annotations_of, profile
-from shared.policy.tolerations import is_granted, tolerations_of
+from shared.policy.tolerations import is_granted, tolerates_reservation, tolerations_of
 from shared.policy.verdict import POD_SCHEDULED, Scheduled
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -49,6 +49,11 @@ class PodView:
     created: str = ""
     #: ``nodeSelector`` and required node affinity (the on-demand node guards).
     constraint: NodeConstraint = field(default_factory=NodeConstraint)
+    #: Tolerates the reservation taint of its own class (any class when it has none),
+    #: in any form: granted, ``Exists``, or a blanket toleration (the backstop's input).
+    declared: bool = False
+    #: Controlled by a DaemonSet (``ownerReferences`` with ``controller: true``).
+    daemon: bool = False
 
     @property
     def key(self) -> str:
@@ -88,11 +93,12 @@ class PodView:
     @property
     def admitted_at(self) -> datetime | None:
         """``galends/admitted-at`` as an instant (None when absent or unreadable)."""
-        text = self.annotations.get(vocab.ADMITTED_AT)
-        try:
-            return parse_utc(text) if text else None
-        except ValueError:
-            return None
+        return _instant(self.annotations.get(vocab.ADMITTED_AT))
+
+    @property
+    def created_at(self) -> datetime | None:
+        """``metadata.creationTimestamp`` as an instant (None when absent or unreadable)."""
+        return _instant(self.created)
 
 
 def wanted(pod: Mapping[str, Any], prof: PodProfile) -> bool:
@@ -111,6 +117,7 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
     notes = annotations_of(pod)
     own = sorted((k, v) for k, v in notes.items() if k.startswith(vocab.ANNOTATION_PREFIX))
     gpu_class = prof.gpu_class
+    tolerations = tolerations_of(pod)
     gates = tuple(
         str(g.get("name")) for g in (spec.get("schedulingGates") or []) if isinstance(g, dict)
     )
@@ -121,8 +128,7 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
         phase=str(status.get("phase") or "Pending"),
         profile=prof,
         notes=tuple(own),
-        tolerated=gpu_class is not None
-        and any(is_granted(t, gpu_class) for t in tolerations_of(pod)),
+        tolerated=gpu_class is not None and any(is_granted(t, gpu_class) for t in tolerations),
         gates=gates,
         deleting=bool(meta.get("deletionTimestamp")),
         node=spec.get("nodeName") or None,
@@ -130,7 +136,33 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
         scheduled=scheduled_of(status),
         created=str(meta.get("creationTimestamp") or ""),
         constraint=constraint_of(spec),
+        declared=any(tolerates_reservation(t, gpu_class) for t in tolerations),
+        daemon=_controlled_by(meta, _DAEMON_SET),
     )
+
+
+_DAEMON_SET = "DaemonSet"
+
+
+def _controlled_by(meta: Mapping[str, Any], kind: str) -> bool:
+    """Whether the object's controlling owner reference is of ``kind``."""
+    owners = meta.get("ownerReferences")
+    if not isinstance(owners, list):
+        return False
+    return any(
+        isinstance(o, Mapping) and o.get("controller") is True and o.get("kind") == kind
+        for o in owners
+    )
+
+
+def _instant(value: Any) -> datetime | None:
+    """A UTC timestamp field as an instant; None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_utc(value)
+    except ValueError:
+        return None
 
 
 def scheduled_of(status: Mapping[str, Any]) -> Scheduled | None:

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Generator
 
 import uvicorn
 
-from reconciler import events
+from reconciler import backstop, events
 from reconciler.admit import Admitter, Knowledge
 from reconciler.caches import Caches
 from reconciler.evict import Upholders
@@ -85,6 +85,20 @@ class Reconciler:
             functools.partial(events.emit, on_sent=counted),
             on_evicted=lambda reason: queue_metrics.evictions.labels(reason).inc(),
         )
+        self.backstop = backstop.Backstop(
+            gateway,
+            ns,
+            clock,
+            functools.partial(events.emit, on_sent=counted),
+            self.upholders.relinker,
+            lambda: self.caches.pods.items,
+            self.caches.by_name,
+            self.caches.ready,
+            scope=backstop.Scope(ns, settings.exempt_namespaces),
+            mirror_current=lambda: self.syncer.fetched,
+            on_evicted=lambda reason: self.metrics.unadmitted.labels(reason).inc(),
+        )
+        backstop.wire(self.backstop, self.caches)
         self.admitter = Admitter(
             gateway,
             self.caches,
@@ -144,6 +158,10 @@ class Reconciler:
             (SYNC_TASK, lambda: self.syncer.run(interval)),
             *self.caches.loops(),
             *self.upholders.loops(),
+            (
+                backstop.BACKSTOP_TASK,
+                lambda: self.backstop.run(float(self.settings.queue_interval_s)),
+            ),
             *self.admitter.loops(),
             *(self.leaser.loops() if self.leaser is not None else []),
             *self.rotator.loops(),

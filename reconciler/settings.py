@@ -9,6 +9,7 @@ every problem. ``docs/configuration.md`` documents each variable.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from shared.settings import (
     read_common,
     read_rules,
 )
+
+#: The namespace whose DaemonSet pods the backstop leaves alone by default.
+DEFAULT_EXEMPT_NAMESPACE = "kube-system"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,9 @@ class ReconcilerSettings:
     adoption_enabled: bool = True
     #: Admission of queued pods and the Events on waiting pods (issue 7).
     queue: QueueSettings = field(default_factory=lambda: QueueSettings())
+    #: UNADMITTED_EXEMPT_NAMESPACES (comma-separated, default kube-system): DaemonSet
+    #: pods there are out of the proof-of-admission backstop's scope (``reconciler.backstop``).
+    exempt_namespaces: frozenset[str] = frozenset({DEFAULT_EXEMPT_NAMESPACE})
     #: CERT_CHECK_INTERVAL and the certs hook Job's CERTS_* names: the leader's
     #: certificate check in self-signed mode (``reconciler.rotation``); ``None``: off.
     rotation: RotationSettings | None = None
@@ -149,6 +157,7 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         rotation=rotation_from(reader),
         ondemand=ondemand_from(reader),
         preemption=preemption_from(reader),
+        exempt_namespaces=_namespaces(reader, "UNADMITTED_EXEMPT_NAMESPACES"),
     )
     reader.check()
     return settings, reader
@@ -177,6 +186,17 @@ def ondemand_from(reader: EnvReader) -> OnDemandSettings:
         merge=reader.boolean("ONDEMAND_MERGE_ENABLED", True, strict=False),
         overcommit_fit=reader.boolean("ONDEMAND_OVERCOMMIT_FIT", True, strict=False),
     )
+
+
+def _namespaces(reader: EnvReader, name: str) -> frozenset[str]:
+    """A comma-separated list of namespace names (blanks dropped; each must be a DNS
+    label, else a problem is reported); unset or empty means the default."""
+    text = reader.string(name, DEFAULT_EXEMPT_NAMESPACE) or ""
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    bad = sorted(n for n in names if not _DNS_LABEL.fullmatch(n))
+    if bad:
+        reader.problems.append(f"{name}: not namespace names: {', '.join(bad)}")
+    return names
 
 
 def _identity(reader: EnvReader) -> str:

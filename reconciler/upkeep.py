@@ -83,6 +83,22 @@ async def wait_either(first: Awaitable[object], second: Awaitable[object]) -> bo
     return a in done
 
 
+async def passes(
+    ready: Callable[[], bool],
+    wake: asyncio.Event,
+    once: Callable[[], Awaitable[object]],
+    clock: Clock,
+    tick_s: float,
+) -> None:
+    """Run ``once`` as soon as the caches are ready, then again whenever ``wake`` is
+    set and every ``tick_s`` (the loop of a leader pass driven by cache events)."""
+    await until_ready(ready)
+    while True:
+        wake.clear()
+        await once()
+        await wait_either(clock.sleep(tick_s), wake.wait())
+
+
 class Keeper:
     """Runs upkeep over the caches; ``touch`` asks for one reservation at once."""
 

@@ -131,6 +131,12 @@ def test_excluded_namespaces_always_include_the_release_namespace() -> None:
     assert values == ["kube-system", "monitoring", "gpu"]
 
 
+def test_the_backstop_exempts_daemonsets_of_the_webhooks_excluded_namespaces() -> None:
+    vals = render.values(webhook={"excludedNamespaces": ["kube-system", "monitoring"]})
+    reconciler = one(render.render(vals, namespace="gpu"), "Deployment", "reconciler")
+    assert env(reconciler)["UNADMITTED_EXEMPT_NAMESPACES"] == "kube-system,monitoring,gpu"
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_webhook_has_at_least_two_replicas_and_a_pdb(case: str) -> None:
     docs = render.render(CASES[case])
@@ -412,6 +418,13 @@ SETTINGS: list[tuple[str, str, str, Any, str]] = [
     ("preemption.delegateSelection", "reconciler", "PREEMPTION_DELEGATE_SELECTION", False, "false"),
     ("capacity.checkIntervalSeconds", "reconciler", "CAPACITY_CHECK_INTERVAL", 1800, "1800"),
     ("adoption.enabled", "reconciler", "POD_ADOPTION_ENABLED", False, "false"),
+    (
+        "webhook.excludedNamespaces",
+        "reconciler",
+        "UNADMITTED_EXEMPT_NAMESPACES",
+        ["monitoring"],
+        f"monitoring,{render.NAMESPACE}",
+    ),
     ("terminationWarning.enabled", "reconciler", "TERMINATION_WARNING_ENABLED", False, "false"),
     ("terminationWarning.leadMinutes", "reconciler", "TERMINATION_WARNING_LEAD_MINUTES", 60, "60"),
     ("headroom.targetPercent", "reconciler", "HEADROOM_TARGET_PERCENT", 10, "10"),

@@ -103,12 +103,15 @@ async def world(
     clock: Clock | None = None,
     components: tuple[str, ...] = ("kube", "app"),
     scenario: dict[str, Any] | None = None,
+    handles: dict[str, Any] | None = None,
 ) -> AsyncIterator[World]:
     """The emulators (``components``) on ``clock`` seeded from ``scenario`` (the
-    default one when None); the caller starts reconciler replicas."""
+    default one when None); the caller starts reconciler replicas. ``handles`` are put
+    on the context first (e.g. ``webhook.replicas``)."""
     ctx = SandboxContext(state_dir=tmp_path, scenario=scenario or load_scenario())
     if clock is not None:
         ctx.clock = clock
+    ctx.handles.update(handles or {})
     sandbox = Sandbox(ctx, list(components))
     await sandbox.start()
     try:

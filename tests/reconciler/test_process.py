@@ -114,6 +114,16 @@ def test_new_variables_are_strict_and_every_problem_is_listed() -> None:
         assert name in text
 
 
+def test_backstop_exempt_namespaces_default_list_and_malformed() -> None:
+    settings, _ = rs.load(REQUIRED)
+    assert settings.exempt_namespaces == frozenset({"kube-system"})
+    settings, _ = rs.load({**REQUIRED, "UNADMITTED_EXEMPT_NAMESPACES": " monitoring, ,gpu-ops "})
+    assert settings.exempt_namespaces == frozenset({"monitoring", "gpu-ops"})
+    with pytest.raises(SettingsError) as err:
+        rs.load({**REQUIRED, "UNADMITTED_EXEMPT_NAMESPACES": "kube-system,Bad_NS,-x"})
+    assert "UNADMITTED_EXEMPT_NAMESPACES: not namespace names: -x, Bad_NS" in str(err.value)
+
+
 def test_identity_falls_back_to_hostname() -> None:
     settings, _ = rs.load({**REQUIRED, "HOSTNAME": "pod-xyz"})
     assert settings.identity == "pod-xyz"

@@ -1,0 +1,320 @@
+"""The proof-of-admission backstop: who is evicted with UnadmittedToleration, who never."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+from reconciler.backstop import Backstop, Breach, Scope, findings, message, wire
+from reconciler.upkeep import Keeper
+from shared import model, vocab
+from shared.clock import format_utc
+from shared.errors import ServerError
+from shared.resources import GPU_RESERVATIONS
+from tests.reconciler.builders import NS, START
+from tests.reconciler.upholdkit import H, World, facts, raw_pod, run
+
+NOW = START + timedelta(minutes=10)
+SCOPE = Scope(NS, frozenset({"kube-system"}))
+
+
+def backstop(
+    w: World,
+    *,
+    mirror_current: bool = True,
+    reservations: Any = None,
+    counted: list[str] | None = None,
+) -> Backstop:
+    return Backstop(
+        w.kube,
+        NS,
+        w.clock,
+        w.emit,
+        w.relinker,
+        w.pods,
+        reservations or w.reservations,
+        lambda: True,
+        scope=SCOPE,
+        mirror_current=lambda: mirror_current,
+        on_evicted=None if counted is None else counted.append,
+    )
+
+
+def created(raw: dict[str, Any], at: datetime) -> dict[str, Any]:
+    raw["metadata"]["creationTimestamp"] = format_utc(at)
+    return raw
+
+
+def declared(
+    name: str, *, ns: str = "alice", tolerations: list[Any] | None = None
+) -> dict[str, Any]:
+    """A GPU pod created while the webhook was down: its own toleration, no reference."""
+    raw = raw_pod(name, None, ns=ns)
+    if tolerations is not None:
+        raw["spec"]["tolerations"] = tolerations
+    return created(raw, NOW - timedelta(minutes=1))
+
+
+def daemon(raw: dict[str, Any]) -> dict[str, Any]:
+    raw["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": "plugin",
+            "uid": "d",
+            "controller": True,
+        }
+    ]
+    return raw
+
+
+def open_world() -> World:
+    w = World(NOW)
+    w.book(facts(1))
+    return w
+
+
+def test_a_pod_declaring_the_toleration_without_a_reference_is_evicted_with_a_warning() -> None:
+    w = open_world()
+    w.add_pod(declared("job"))
+    counted: list[str] = []
+    assert run(backstop(w, counted=counted).once()) == 1
+    assert not w.exists("job")
+    [(pod, reason, text)] = w.emit.sent
+    assert (pod, reason) == ("alice/job", vocab.REASON_UNADMITTED_TOLERATION)
+    assert vocab.REASON_UNADMITTED_TOLERATION in vocab.WARNING_REASONS
+    assert "never admitted" in text
+    assert "gpu-class-reservation=a100:NoSchedule" in text
+    assert "Create it again without that toleration" in text
+    assert counted == [Breach.NO_REFERENCE]
+
+
+def test_any_form_of_the_toleration_counts_a_blanket_one_too() -> None:
+    w = open_world()
+    w.add_pod(declared("blanket", tolerations=[{"operator": "Exists"}]))
+    w.add_pod(
+        declared("exists", tolerations=[{"key": vocab.RESERVATION_TAINT_KEY, "operator": "Exists"}])
+    )
+    w.add_pod(
+        declared("other-taint", tolerations=[{"key": vocab.GPU_CLASS_LABEL, "operator": "Exists"}])
+    )
+    w.add_pod(
+        declared("other-class", tolerations=[{"key": vocab.RESERVATION_TAINT_KEY, "value": "h100"}])
+    )
+    run(backstop(w).once())
+    assert not w.exists("blanket")
+    assert not w.exists("exists")
+    assert w.exists("other-taint")
+    assert w.exists("other-class")
+
+
+def test_a_reference_to_no_reservation_is_evicted_once_the_mirror_is_current() -> None:
+    w = open_world()
+    w.add_pod(created(raw_pod("forged", "res-99"), NOW))
+    assert run(backstop(w, mirror_current=False).once()) == 0
+    assert w.exists("forged")
+    b = backstop(w)
+    assert run(b.once()) == 1
+    assert b.evicted == {Breach.UNKNOWN_RESERVATION: 1}
+    assert "res-99, which does not exist" in w.emit.sent[0][2]
+
+
+def test_a_malformed_reservation_object_is_unknown_state_never_a_reason() -> None:
+    w = open_world()
+    w.add_pod(created(raw_pod("job", "res-1"), NOW))
+    w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]["spec"]["gpuCount"] = "lots"
+    # the cache skips the malformed object, so the pass sees an unknown reference
+    assert run(backstop(w, reservations=dict).once()) == 0
+    assert w.exists("job")
+    assert w.emit.sent == []
+
+
+def test_a_reference_to_another_owners_reservation_is_evicted_outside_the_evictors_cases() -> None:
+    w = World(NOW)
+    w.book(facts(1, START + H, START + 2 * H))  # alice's, opens later
+    w.add_pod(created(raw_pod("sneak", "res-1", ns="bob"), NOW))
+    b = backstop(w)
+    assert run(b.once()) == 1
+    assert b.evicted == {Breach.NOT_OWNER: 1}
+    assert "namespace bob does not own" in w.emit.sent[0][2]
+
+
+def test_an_open_reassigned_booking_is_left_to_the_evictor_one_event_only() -> None:
+    w = open_world()
+    w.book(facts(1, owner="carol"))
+    w.add_pod(created(raw_pod("job", "res-1"), NOW), hold_on="res-1")
+    assert run(backstop(w).once()) == 0
+    assert run(w.evictor.once()) == 1
+    assert w.emit.reasons() == [vocab.REASON_RESERVATION_REASSIGNED]
+
+
+def test_a_lagging_cache_never_evicts_the_fresh_reads_decide() -> None:
+    w = open_world()
+    w.add_pod(created(raw_pod("job", "res-1"), NOW))
+    stale = {"res-1": model.GPUReservation(facts(1, owner="bob"), ())}
+    assert run(backstop(w, reservations=lambda: stale).once()) == 0
+    assert w.exists("job")
+    assert w.emit.sent == []
+
+
+def test_a_copy_sharing_an_earlier_pods_claim_is_evicted_the_original_stays() -> None:
+    w = open_world()
+    w.add_pod(created(raw_pod("first", "res-1", claim="c1"), NOW - timedelta(seconds=30)), "res-1")
+    w.add_pod(created(raw_pod("copy", "res-1", claim="c1"), NOW - timedelta(seconds=5)))
+    b = backstop(w)
+    assert run(b.once()) == 1
+    assert w.exists("first")
+    assert not w.exists("copy")
+    assert b.evicted == {Breach.SHARED_CLAIM: 1}
+    assert "admission claim of pod alice/first" in w.emit.sent[0][2]
+
+
+def test_two_pods_of_one_claim_created_in_the_same_second_are_both_left() -> None:
+    w = open_world()
+    w.add_pod(created(raw_pod("a", "res-1", claim="c1"), NOW))
+    w.add_pod(created(raw_pod("b", "res-1", claim="c1"), NOW))
+    assert run(backstop(w).once()) == 0
+
+
+def test_the_copy_stays_when_the_original_left_before_the_fresh_read() -> None:
+    w = open_world()
+    w.add_pod(created(raw_pod("first", "res-1", claim="c1"), NOW - timedelta(seconds=30)))
+    w.add_pod(created(raw_pod("copy", "res-1", claim="c1"), NOW))
+    cached = w.pods()
+    del w.kube.objects[("pods", "alice", "first")]
+    b = backstop(w)
+    b._pods = lambda: cached
+    assert run(b.once()) == 0
+    assert w.exists("copy")
+
+
+def test_exemptions_controller_namespace_and_daemonsets_in_exempt_namespaces() -> None:
+    w = open_world()
+    w.add_pod(declared("ours", ns=NS))
+    w.add_pod(daemon(declared("plugin", ns="kube-system")))
+    w.add_pod(daemon(declared("plugin", ns="monitoring")))  # not an exempt namespace
+    w.add_pod(declared("bare", ns="kube-system"))  # exempt namespace, but no DaemonSet
+    run(backstop(w).once())
+    assert w.exists("ours", NS)
+    assert w.exists("plugin", "kube-system")
+    assert not w.exists("plugin", "monitoring")
+    assert not w.exists("bare", "kube-system")
+
+
+def test_admitted_finished_terminating_and_undeclared_pods_are_never_touched() -> None:
+    w = open_world()
+    w.add_pod(created(raw_pod("admitted", "res-1"), NOW), "res-1")
+    done = declared("done")
+    done["status"]["phase"] = "Succeeded"
+    w.add_pod(done)
+    leaving = declared("leaving")
+    leaving["metadata"]["deletionTimestamp"] = format_utc(NOW)
+    w.add_pod(leaving)
+    w.add_pod(declared("plain", tolerations=[]))
+    assert run(backstop(w).once()) == 0
+    assert w.emit.sent == []
+
+
+def test_a_wiped_ledger_is_rebuilt_not_evicted() -> None:
+    w = open_world()
+    for i in range(2):
+        w.add_pod(created(raw_pod(f"job-{i}", "res-1"), NOW), "res-1")
+    obj = w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]
+    obj["status"] = {}
+    keeper = Keeper(
+        w.kube, NS, w.clock, 120, lambda: w.pods().values(), w.reservations, lambda: True
+    )
+    assert run(keeper.once()) == ["res-1"]
+    assert len(w.reservations()["res-1"].holds) == 2
+    assert run(backstop(w).once()) == 0
+
+
+def test_a_restart_between_the_event_and_the_delete_sends_no_second_event() -> None:
+    w = open_world()
+    w.add_pod(declared("job"))
+
+    async def refuse(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise ServerError(503, "unavailable")
+
+    real = w.kube.delete
+    w.kube.delete = refuse  # type: ignore[method-assign]
+    assert run(backstop(w).once()) == 0
+    w.kube.delete = real  # type: ignore[method-assign]
+    w.build()  # a restart
+    assert run(backstop(w).once()) == 1
+    assert w.emit.reasons() == [vocab.REASON_UNADMITTED_TOLERATION]
+
+
+def test_a_second_pass_before_the_cache_shows_the_deletion_does_nothing() -> None:
+    w = open_world()
+    w.add_pod(declared("job"))
+    cached = w.pods()
+    b = backstop(w)
+    b._pods = lambda: cached
+    assert run(b.once()) == 1
+    assert run(b.once()) == 0
+    assert len(w.emit.sent) == 1
+
+
+def test_the_message_names_the_pods_class_and_is_clipped() -> None:
+    w = open_world()
+    w.add_pod(declared("job"))
+    [found] = findings(w.pods().values(), w.reservations(), SCOPE, NOW, mirror_current=True)
+    text = message(found)
+    assert len(text) <= 1024
+    assert f"{vocab.RESERVATION_TAINT_KEY}=a100:{vocab.TAINT_EFFECT_NO_SCHEDULE}" in text
+
+
+def test_a_declaring_pod_seen_by_the_cache_is_evicted_without_waiting_for_a_tick() -> None:
+    """Acceptance 1's timing on virtual time: the pod event wakes the backstop, which
+    evicts at the same instant (the tick is an hour away)."""
+    w = open_world()
+    b = backstop(w)
+    caches = SimpleNamespace(
+        pods=SimpleNamespace(listeners=[]), reservations=SimpleNamespace(listeners=[])
+    )
+    wire(b, caches)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        task = asyncio.create_task(b.run(3600.0))
+        await settle()
+        w.add_pod(declared("job"))
+        view = w.pods()["alice/job"]
+        for listener in caches.pods.listeners:
+            listener(view.key, None, view)
+        await settle()
+        assert not w.exists("job")
+        assert w.clock.now() == NOW
+        assert w.emit.reasons() == [vocab.REASON_UNADMITTED_TOLERATION]
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    run(scenario())
+
+
+def test_only_pods_declaring_the_toleration_and_reservations_wake_it() -> None:
+    w = open_world()
+    b = backstop(w)
+    caches = SimpleNamespace(
+        pods=SimpleNamespace(listeners=[]), reservations=SimpleNamespace(listeners=[])
+    )
+    wire(b, caches)  # type: ignore[arg-type]
+    w.add_pod(declared("plain", tolerations=[]))
+    w.add_pod(declared("job"))
+    pods = w.pods()
+    [on_pod] = caches.pods.listeners
+    [on_reservation] = caches.reservations.listeners
+    on_pod("alice/plain", None, pods["alice/plain"])
+    assert not b._wake.is_set()
+    on_pod("alice/job", None, pods["alice/job"])
+    assert b._wake.is_set()
+    b._wake.clear()
+    on_reservation("res-1", None, None)
+    assert b._wake.is_set()
+
+
+async def settle() -> None:
+    for _ in range(50):
+        await asyncio.sleep(0)
