@@ -130,9 +130,11 @@ def own_admission(
 
     Reinvocation sees our own toleration and annotations. They are ours when the
     referenced reservation (the owner's) holds an unbound, recent hold with the pod's
-    claim id, the pod's GPUs and its name (if it had one) — a claim copied from another
-    pod fails one of these. A dry run wrote no hold: in a dry run a claim id with
-    ``DRY_RUN_CLAIM_PREFIX`` stands for it (in a real request it matches no hold).
+    claim id, the pod's GPUs and its name (none for a ``generateName`` pod, in both
+    rounds) — a claim copied from another pod, even one made for a ``generateName``
+    pod whose hold has no name yet, fails one of these. A dry run wrote no hold: in a
+    dry run a claim id with ``DRY_RUN_CLAIM_PREFIX`` stands for it (in a real request
+    it matches no hold).
     """
     notes = annotations_of(pod)
     ref, claim = notes.get(vocab.BOOKING_REFERENCE, ""), notes.get(vocab.ADMISSION_CLAIM)
@@ -149,8 +151,12 @@ def own_admission(
 
 
 def _is_own(hold: Hold, claim: str, gpus: int, name: str | None, now: datetime) -> bool:
+    """The hold is this very request's first round: same claim and GPUs, and the same
+    pod identity — the name the first round saw, which for a ``generateName`` pod is
+    none (the name is generated after admission, so the reinvoked round has none
+    either). A copy of a created pod carries its generated name and fails this."""
     fresh = not hold.bound and now - hold.at <= REINVOCATION_WINDOW
-    return fresh and hold.claim == claim and hold.gpus == gpus and hold.pod in (None, name)
+    return fresh and hold.claim == claim and hold.gpus == gpus and hold.pod == name
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:

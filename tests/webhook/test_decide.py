@@ -164,6 +164,13 @@ def admitted_pod(claim: str = "c1") -> PodBuilder:
     )
 
 
+def test_reinvocation_of_an_admitted_generate_name_pod_changes_nothing() -> None:
+    pod = admitted_pod().generate_name("job-")
+    verdict = create(pod, own_hold(reservation(1), "c1", pod=None))
+    assert verdict.outcome is Outcome.ALREADY_ADMITTED
+    assert verdict.edited is None
+
+
 def test_reinvocation_of_an_admitted_pod_changes_nothing() -> None:
     verdict = create(admitted_pod(), own_hold(reservation(1), "c1"))
     assert verdict.outcome is Outcome.ALREADY_ADMITTED
@@ -181,6 +188,11 @@ def test_reinvocation_of_an_admitted_pod_changes_nothing() -> None:
         pytest.param(own_hold(reservation(1), "c1", age_s=600), admitted_pod(), id="an old hold"),
         pytest.param(
             own_hold(reservation(1, owner="bob"), "c1"), admitted_pod(), id="bob's booking"
+        ),
+        pytest.param(
+            own_hold(reservation(1), "c1", pod=None),
+            admitted_pod(),
+            id="a copy of a generateName pod, named, before the hold is bound",
         ),
     ],
 )
