@@ -154,6 +154,62 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
 ]
 
 
+ROWS.append(
+    (
+        "On-demand leases and preemption",
+        [
+            (
+                "Lease asks by outcome",
+                "ops",
+                [
+                    (
+                        "sum by (outcome) (rate(gpu_reservation_ondemand_lease_asks_total[15m]))",
+                        "{{outcome}}",
+                    )
+                ],
+            ),
+            (
+                "Pods waiting for a lease",
+                "short",
+                [("max(gpu_reservation_ondemand_candidates)", "candidates")],
+            ),
+            (
+                "Seen to admitted under a lease",
+                "s",
+                [
+                    (
+                        "histogram_quantile(0.9, sum by (le) "
+                        "(rate(gpu_reservation_ondemand_seen_to_admitted_seconds_bucket[30m])))",
+                        "p90",
+                    )
+                ],
+            ),
+            (
+                "Preemptions by cause",
+                "short",
+                [("sum by (cause) (increase(gpu_reservation_preemptions_total[1h]))", "{{cause}}")],
+            ),
+            (
+                "Unmet preemption demand (GPUs)",
+                "short",
+                [
+                    (
+                        "sum by (gpu_class) "
+                        "(increase(gpu_reservation_preemption_unmet_gpus_total[1h]))",
+                        "{{gpu_class}}",
+                    )
+                ],
+            ),
+            (
+                "Termination warnings sent",
+                "short",
+                [("sum(increase(gpu_reservation_termination_warning_events_total[1h]))", "sent")],
+            ),
+        ],
+    )
+)
+
+
 def panels() -> list[g.Panel]:
     """A collapsed-free row header, then its time series three to a line."""
     out: list[g.Panel] = []

@@ -5,6 +5,7 @@ metrics the webhook or the reconciler exports; both render into the chart when a
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import promql_parser
@@ -13,7 +14,9 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from reconciler.metrics import Metrics as ReconcilerMetrics
+from reconciler.ondemand import LeaseMetrics
 from reconciler.queue import QueueMetrics
+from reconciler.sweep import SweepMetrics
 from tests.chart import dashboard
 from tests.chart.cases import CASES
 from tests.chart.render import CHART, ROOT, render, values
@@ -31,11 +34,29 @@ SUFFIXES = {
 }
 
 
+#: Every metrics class of the product (a test checks none is missing).
+METRIC_CLASSES = (ReconcilerMetrics, QueueMetrics, LeaseMetrics, SweepMetrics, WebhookMetrics)
+
+
 def registries() -> list[CollectorRegistry]:
     """Every registry the processes expose on /metrics, with every metric declared."""
     reconciler = ReconcilerMetrics()
-    QueueMetrics(reconciler.registry)
+    for extra in (QueueMetrics, LeaseMetrics, SweepMetrics):
+        extra(reconciler.registry)
     return [reconciler.registry, WebhookMetrics().registry]
+
+
+def test_every_metrics_class_is_scanned() -> None:
+    """A new metrics class must join ``registries`` (else its names read as unknown)."""
+    found = set()
+    for package in ("shared", "webhook", "reconciler", "certs"):
+        for path in (ROOT / package).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            if "prometheus_client" in text:
+                names = re.findall(r"^class (\w*Metrics)\b", text, flags=re.MULTILINE)
+                found |= {f"{path.relative_to(ROOT).with_suffix('')}.{n}" for n in names}
+    scanned = {f"{c.__module__.replace('.', '/')}.{c.__name__}" for c in METRIC_CLASSES}
+    assert found == scanned
 
 
 def exported() -> set[str]:
