@@ -76,21 +76,29 @@ def event_body(
 ) -> dict[str, Any]:
     """The core/v1 Event about ``pod`` (pure apart from the random name tail)."""
     namespace, name, uid = _identity(pod)
+    involved = {"apiVersion": PODS.api_version, "kind": PODS.kind, "name": name, "uid": uid}
+    return object_event_body(namespace, involved, reason, message, event_type(reason), now)
+
+
+def object_event_body(
+    namespace: str,
+    involved: Mapping[str, str],
+    reason: str,
+    message: str,
+    type_: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """The core/v1 Event about any object of ``namespace`` (``involved``: apiVersion,
+    kind, name and, when known, uid)."""
     stamp = format_utc(now)
     return {
         "apiVersion": EVENTS.api_version,
         "kind": EVENTS.kind,
-        "metadata": {"name": event_name(name, now), "namespace": namespace},
-        "involvedObject": {
-            "apiVersion": PODS.api_version,
-            "kind": PODS.kind,
-            "namespace": namespace,
-            "name": name,
-            "uid": uid,
-        },
+        "metadata": {"name": event_name(involved["name"], now), "namespace": namespace},
+        "involvedObject": {**involved, "namespace": namespace},
         "reason": reason,
         "message": clip(message),
-        "type": event_type(reason),
+        "type": type_,
         "source": {"component": vocab.PRODUCT_NAME},
         "reportingComponent": vocab.PRODUCT_NAME,
         "firstTimestamp": stamp,
@@ -113,11 +121,23 @@ async def emit(
     ``on_sent`` is called with the reason after a successful write (metrics).
     """
     body = event_body(pod, reason, message, now)
-    namespace = body["metadata"]["namespace"]
-    pod_name = body["involvedObject"]["name"]
-    if not namespace or not body["involvedObject"]["uid"]:
+    if not body["metadata"]["namespace"] or not body["involvedObject"]["uid"]:
         log(_log, logging.WARNING, "k8s.event_failed", reason=reason, error="pod without uid")
         return False
+    return await send(gateway, body, on_sent)
+
+
+async def send(
+    gateway: EventGateway,
+    body: dict[str, Any],
+    on_sent: Callable[[str], None] | None = None,
+) -> bool:
+    """Create the Event ``body`` and log it; True when created. Never raises for API
+    failures (logged as ``k8s.event_failed``)."""
+    reason = body["reason"]
+    namespace = body["metadata"]["namespace"]
+    involved = body["involvedObject"]
+    pod_name = involved["name"] if involved.get("kind") == PODS.kind else None
     try:
         await gateway.create(EVENTS, body, namespace)
     except KubeError as exc:
@@ -137,7 +157,8 @@ async def emit(
         "k8s.event_emitted",
         namespace=namespace,
         pod=pod_name,
-        uid=body["involvedObject"]["uid"],
+        object=None if pod_name else f"{involved.get('kind')}/{involved.get('name')}",
+        uid=involved.get("uid"),
         reason=reason,
         type=body["type"],
         message=body["message"],

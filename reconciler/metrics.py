@@ -6,9 +6,14 @@ reconcilers in one interpreter never clash. Label values are bounded sets.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from shared import vocab
+from shared.policy.inventory import Inventory
 
 #: ``gpu_reservation``: the prefix every metric name carries.
 NAMESPACE = vocab.PRODUCT_NAME.replace("-", "_")
@@ -88,6 +93,88 @@ class Metrics:
             registry=r,
         )
 
+        self.capacity_physical = Gauge(
+            "capacity_physical_gpus",
+            "GPUs of schedulable, Ready reserved nodes per class at the last capacity audit.",
+            ["gpu_class"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.capacity_app = Gauge(
+            "capacity_app_gpus",
+            "The reservation app's effective_gpus_today per class at the last audit.",
+            ["gpu_class"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.capacity_deficit = Gauge(
+            "capacity_deficit_gpus",
+            "GPUs the app counts beyond the physical ones (0 = not overcommitted).",
+            ["gpu_class"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.capacity_audits = Counter(
+            "capacity_audits",
+            "Capacity audits run, by outcome (ok, mismatch, unknown).",
+            ["outcome"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.noshow_declared = Counter(
+            "noshow_declared",
+            "Bookings declared no-shows (recorded in their GPUReservation status).",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.noshow_outcomes = Counter(
+            "noshow_cancels",
+            "No-show cancel attempts by outcome (cancelled, failed, cleared: a pod "
+            "raced in, already_cancelled: the app had it cancelled).",
+            ["outcome"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.noshow_pending = Gauge(
+            "noshow_pending",
+            "Declared no-shows whose cancel has not landed yet.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+
     def render(self) -> bytes:
         """The text exposition format."""
         return generate_latest(self.registry)
+
+    def watch_inventory(self, inventory: Callable[[], Inventory | None]) -> None:
+        """Export the live node inventory (``inventory_gpus``) read at each scrape."""
+        self.registry.register(InventoryCollector(inventory))
+
+
+class InventoryCollector(Collector):
+    """``gpu_reservation_inventory_gpus{gpu_class, figure}``: the node inventory at scrape
+    time (figure: total, used, free, largest_block); no samples while it is unknown
+    (a standby replica, or before the leader's caches synced)."""
+
+    def __init__(self, inventory: Callable[[], Inventory | None]) -> None:
+        self._inventory = inventory
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            f"{NAMESPACE}_inventory_gpus",
+            "Physical GPUs per class now, from the leader's node and pod caches.",
+            labels=["gpu_class", "figure"],
+        )
+        inv = self._inventory()
+        for cls, cap in sorted((inv.classes if inv is not None else {}).items()):
+            for figure, value in (
+                ("total", cap.total),
+                ("used", cap.used),
+                ("free", cap.free),
+                ("largest_block", cap.largest_block),
+            ):
+                family.add_metric([cls, figure], value)
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())

@@ -16,18 +16,22 @@ import functools
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Generator
+from typing import Protocol
 
 import uvicorn
 
 from reconciler import backstop, events
 from reconciler.admit import Admitter, Knowledge
+from reconciler.audit import CapacityAuditor
 from reconciler.caches import Caches
 from reconciler.evict import Upholders
 from reconciler.forecast import Standby, forecaster
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
 from reconciler.metrics import Metrics
+from reconciler.noshow import Canceller, NoShows, holds_reference
 from reconciler.ondemand import LeaseApp, Leaser
+from reconciler.pods import PodView
 from reconciler.queue import QueueMetrics
 from reconciler.rotation import Rotator
 from reconciler.settings import ReconcilerSettings
@@ -41,6 +45,12 @@ from shared.logs import log
 _log = logging.getLogger(__name__)
 ELECTION_TASK = "leader-election"
 SYNC_TASK = "reservation-sync"
+AUDIT_TASK = "capacity-audit"
+NOSHOW_TASK = "no-show"
+
+
+class AppSource(ReservationSource, Canceller, Protocol):
+    """Every call the reconciler makes of the reservation app (``AppClient``)."""
 
 
 class _Server(uvicorn.Server):
@@ -58,7 +68,7 @@ class Reconciler:
         self,
         settings: ReconcilerSettings,
         gateway: Gateway,
-        source: ReservationSource,
+        source: AppSource,
         clock: Clock,
         leases: LeaseApp | None = None,
     ) -> None:
@@ -107,6 +117,15 @@ class Reconciler:
             queue_metrics,
             Knowledge(lambda: self.syncer.fetched, self._class_labels),
         )
+        self.auditor = CapacityAuditor(
+            gateway,
+            ns,
+            clock,
+            self.metrics,
+            self.caches.inventory,
+            lambda: self.syncer.classes if self.syncer.classes_known else None,
+            float(settings.capacity_check_s),
+        )
         self.leaser = (
             Leaser(
                 leases,
@@ -118,6 +137,7 @@ class Reconciler:
                 clock,
                 lambda: self.syncer.classes,
                 self.metrics.registry,
+                overcommit=self.auditor.deficits,
             )
             if leases is not None
             else None
@@ -140,6 +160,19 @@ class Reconciler:
         )
         self.caches.reservations.listeners.append(lambda *_: self.sweeper.touch())
         self.standby = Standby(Caches(gateway, settings, clock, self._class_labels))
+        self.metrics.watch_inventory(self.caches.inventory)
+        self.noshows = NoShows(
+            gateway,
+            source,
+            settings,
+            clock,
+            self.metrics,
+            lambda: self.caches.pods.items,
+            self.caches.by_name,
+            self.caches.ready,
+        )
+        self.caches.reservations.listeners.append(lambda *_: self.noshows.touch())
+        self.caches.pods.listeners.append(self._pod_hold_changed)
         self._leading = False
         self._stopping = False
         self._lead_task: asyncio.Task[None] | None = None
@@ -166,7 +199,16 @@ class Reconciler:
             *(self.leaser.loops() if self.leaser is not None else []),
             *self.rotator.loops(),
             *self.sweeper.loops(),
+            (AUDIT_TASK, self.auditor.run),
+            (NOSHOW_TASK, self.noshows.run),
         ]
+
+    def _pod_hold_changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
+        """Wake the no-show loop when a pod starts or stops holding a booking."""
+        before = holds_reference(old) if old is not None else None
+        after = holds_reference(new) if new is not None else None
+        if before != after:
+            self.noshows.touch()
 
     def _class_labels(self) -> set[str] | None:
         """The app's class labels once its class list was fetched (else unknown)."""
@@ -233,6 +275,8 @@ class Reconciler:
             self._lead_task = None
         await self.tasks.cancel(*(n for n, _ in self.leader_loops()))
         self.caches.reset()
+        self.noshows.reset()
+        self.auditor.reset()
 
     async def _serve(self, sock: socket.socket | None) -> None:
         state = HttpState(

@@ -121,6 +121,14 @@ class ReconcilerSettings:
     #: UNADMITTED_EXEMPT_NAMESPACES (comma-separated, default kube-system): DaemonSet
     #: pods there are out of the proof-of-admission backstop's scope (``reconciler.backstop``).
     exempt_namespaces: frozenset[str] = frozenset({DEFAULT_EXEMPT_NAMESPACE})
+    #: NOSHOW_TIMEOUT_MINUTES (seed, >= 0): an unused booking is declared a no-show this
+    #: long after its window opens.
+    noshow_timeout: timedelta = timedelta(minutes=15)
+    #: NOSHOW_GRACE_MINUTES (seed, >= 0): the same for a booking already open when this
+    #: leader started, or vacated mid-window (counted from then).
+    noshow_grace: timedelta = timedelta(minutes=30)
+    #: CAPACITY_CHECK_INTERVAL (seed, s, >= 1): period of the app-vs-physical audit.
+    capacity_check_s: int = 3600
     #: CERT_CHECK_INTERVAL and the certs hook Job's CERTS_* names: the leader's
     #: certificate check in self-signed mode (``reconciler.rotation``); ``None``: off.
     rotation: RotationSettings | None = None
@@ -154,6 +162,11 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         clock=read_clock(reader),
         adoption_enabled=reader.boolean("POD_ADOPTION_ENABLED", True, strict=False),
         queue=queue_from(reader),
+        noshow_timeout=timedelta(
+            minutes=reader.integer("NOSHOW_TIMEOUT_MINUTES", 15, 0, strict=False)
+        ),
+        noshow_grace=timedelta(minutes=reader.integer("NOSHOW_GRACE_MINUTES", 30, 0, strict=False)),
+        capacity_check_s=reader.integer("CAPACITY_CHECK_INTERVAL", 3600, 1, strict=False),
         rotation=rotation_from(reader),
         ondemand=ondemand_from(reader),
         preemption=preemption_from(reader),

@@ -366,7 +366,8 @@ async def amend(
     """Apply the pure ``change`` (drop, bind, expire, rebuild…) to the ledger by CAS.
 
     Re-reads and re-applies on 409 until ``deadline``. Writes nothing when the change
-    leaves the holds as they were. Returns the object as written (or as read when
+    leaves the holds and the other status fields (``status_extra``: e.g. the no-show
+    record) as they were. Returns the object as written (or as read when
     unchanged); ``None`` when it is gone, malformed, or the deadline passed.
     """
     try:
@@ -374,7 +375,7 @@ async def amend(
             raw = await _read(gateway, namespace, name, deadline, monotonic)
             current = _parse(raw, name)
             updated = change(current)
-            if updated.holds == current.holds:
+            if (updated.holds, updated.status_extra) == (current.holds, current.status_extra):
                 return current
             written = await _write(gateway, namespace, raw, updated, now, deadline, monotonic)
             if written is not None:

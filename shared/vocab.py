@@ -146,6 +146,14 @@ WARNING_REASONS: Final = frozenset(
     }
 )
 
+# --- Events on the controller's leader Lease (for operators; never on pods) ----------
+
+#: Warning, per class, at each capacity audit that finds the app counting more GPUs
+#: than the cluster has (on-demand admissions for the class are held).
+AUDIT_REASON_OVERCOMMITTED: Final = "CapacityOvercommitted"
+#: Normal, per class, at the first audit after an overcommit that finds it cleared.
+AUDIT_REASON_RESTORED: Final = "CapacityRestored"
+
 #: The product's name: ``reportingComponent`` of every Event we write, the default
 #: controller namespace (chart and sandbox) and the prefix of our object names.
 PRODUCT_NAME: Final = "gpu-reservation"
