@@ -17,9 +17,10 @@ and the node and pod caches exist. Each audit:
   clears. ``kubectl describe lease -n <ns> gpu-reservation-reconciler`` or
   ``kubectl get events -n <ns>`` show them.
 
-Guard 4 reads ``deficits()`` (``deficit(cls)`` for one class): recomputed from the current inventory and class list
-on each call (the pause set follows the inventory at once, R37), falling back to the
-last audit while either is unknown.
+Guard 4 of the lease path reads ``deficits()`` (``deficit(cls)`` for one class):
+recomputed from the current inventory and class list on each call (the pause set
+follows the inventory at once, R37), falling back to the last audit while either is
+unknown.
 """
 
 from __future__ import annotations
