@@ -2,12 +2,13 @@
 
 ``python -m bench.baseline <port> <cert> <key>`` serves ``POST /mutate`` with the
 webhook's own server construction (``webhook.__main__.server``: same uvicorn options,
-TLS context, event loop and HTTP parser) and a handler doing what every admission must:
-read the body, parse the AdmissionReview with the webhook's parser, deep-copy the pod,
-add a toleration and an annotation, diff the copy into a JSON Patch, answer with the
-webhook's answer builder and response class. No cache, no decision, no ledger, no log
-line: what remains is the stack's own cost, so ``webhook / baseline`` is the share of
-the stack's limit the webhook reaches on the same machine, in the same run.
+TLS context and HTTP parser; uvloop as in ``webhook.__main__.main``) and a handler
+doing what every admission must: read the body, parse the AdmissionReview with the
+webhook's parser, deep-copy the pod, add a toleration and an annotation, diff the copy
+into a JSON Patch, answer with the webhook's answer builder and response class. No
+cache, no decision, no ledger, no log line: what remains is the stack's own cost, so
+``webhook / baseline`` is the share of the stack's limit the webhook reaches on the
+same machine, in the same run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+import uvloop
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -47,7 +49,8 @@ def main() -> int:
 
     app = Starlette(routes=[Route("/mutate", mutate, methods=["POST"])])
     tls = ReloadingTLS(cert, key, SystemClock())
-    asyncio.run(server(app, "127.0.0.1", port, tls).serve())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(server(app, "127.0.0.1", port, tls).serve())
     return 0
 
 

@@ -17,6 +17,7 @@ from collections.abc import Coroutine, Generator
 from typing import Any
 
 import uvicorn
+import uvloop
 
 from certs.tls import ReloadingTLS
 from shared import logs
@@ -26,7 +27,7 @@ from shared.settings import SettingsError
 from webhook import settings as settings_module
 from webhook.app import health_app, mutate_app
 from webhook.cache import ReservationCache
-from webhook.handler import Admission
+from webhook.handler import ADMISSION_LINE, Admission
 from webhook.metrics import Metrics
 from webhook.settings import WebhookSettings
 
@@ -42,11 +43,15 @@ class _Server(uvicorn.Server):
 
 
 def server(app: object, host: str, port: int, tls: ReloadingTLS | None) -> _Server:
-    """The uvicorn server for ``app`` (also the benchmark baseline's: one construction)."""
+    """The uvicorn server for ``app`` (also the benchmark baseline's: one construction).
+
+    HTTP/1.1 is parsed by httptools (C), not h11 (pure Python); the event loop is the
+    caller's — ``main`` runs on uvloop (docs/performance.md has the figures)."""
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=host,
         port=port,
+        http="httptools",
         log_config=None,
         access_log=False,
         lifespan="off",
@@ -115,10 +120,15 @@ def main() -> int:
     except SettingsError as exc:
         print(f"webhook: {exc}", file=sys.stderr)
         return 2
-    logs.configure(settings.common.log_level, settings.common.library_log_level)
+    logs.configure(
+        settings.common.log_level,
+        settings.common.library_log_level,
+        batched=frozenset({ADMISSION_LINE}),
+    )
     for notice in reader.notices:
         log(_log, logging.WARNING, "config.invalid", variable=notice.variable, reason=notice.reason)
-    asyncio.run(serve(settings))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve(settings))
     return 0
 
 

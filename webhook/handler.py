@@ -49,6 +49,8 @@ from webhook.settings import PolicySettings
 _log = logging.getLogger(__name__)
 #: Claim refusals after which the pod is queued instead (each tries the next booking).
 MAX_CLAIM_ROUNDS = 4
+#: The canonical line, one per request (flushed in batches: ``shared.logs``).
+ADMISSION_LINE = "webhook.admission"
 _FINAL = frozenset({Outcome.ALREADY_ADMITTED, Outcome.DENIED, Outcome.PASS})
 
 
@@ -121,7 +123,7 @@ class Admission:
         log(
             _log,
             logging.INFO,
-            "webhook.admission",
+            ADMISSION_LINE,
             uid=request.uid,
             operation=request.operation,
             namespace=request.namespace,

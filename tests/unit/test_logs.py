@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 
 import pytest
 
-from shared.logs import ConsoleFormatter, JsonFormatter, fields_of, log
+from shared.logs import BufferedHandler, ConsoleFormatter, JsonFormatter, fields_of, log
 
 
 def record_of(caplog: pytest.LogCaptureFixture) -> logging.LogRecord:
@@ -44,3 +45,52 @@ def test_disabled_levels_cost_nothing(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     log(logging.getLogger("t"), logging.DEBUG, "noise", big=object())
     assert caplog.records == []
+
+
+class CountingStream:
+    """A text stream that records writes and flushes."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+        self.flushes = 0
+        self.flushed = threading.Event()
+
+    def write(self, text: str) -> None:
+        self.written.append(text)
+
+    def flush(self) -> None:
+        self.flushes += 1
+        self.flushed.set()
+
+
+def info(message: str, level: int = logging.INFO) -> logging.LogRecord:
+    return logging.LogRecord("t", level, __file__, 1, message, None, None)
+
+
+BATCHED = frozenset({"webhook.admission"})
+
+
+def test_batched_lines_are_written_without_a_flush_each_others_flush_at_once() -> None:
+    stream = CountingStream()
+    handler = BufferedHandler(stream, BATCHED, interval_s=3600)
+    try:
+        handler.handle(info("webhook.admission"))
+        handler.handle(info("webhook.admission"))
+        assert stream.written == ["webhook.admission\n", "webhook.admission\n"]
+        assert stream.flushes == 0
+        handler.handle(info("cache.synced"))
+        assert stream.flushes == 1
+        handler.handle(info("webhook.admission", logging.WARNING))
+        assert stream.flushes == 2
+    finally:
+        handler.close()
+
+
+def test_the_flusher_flushes_buffered_lines_without_further_logging() -> None:
+    stream = CountingStream()
+    handler = BufferedHandler(stream, BATCHED, interval_s=0.01)
+    try:
+        handler.handle(info("webhook.admission"))
+        assert stream.flushed.wait(10)
+    finally:
+        handler.close()
