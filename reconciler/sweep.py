@@ -175,7 +175,7 @@ class Sweeper:
 
     async def run(self) -> None:
         """Sweep now, then at the next boundary instant, on changes and every interval."""
-        await until_ready(self._ready)
+        await until_ready(lambda: self._ready() and self._inventory() is not None)
         while True:
             self._wake.clear()
             try:

@@ -430,6 +430,7 @@ SETTINGS: list[tuple[str, str, str, Any, str]] = [
     ("headroom.targetPercent", "reconciler", "HEADROOM_TARGET_PERCENT", 10, "10"),
     ("headroom.noticeMinutes", "reconciler", "HEADROOM_NOTICE_MINUTES", 5, "5"),
     ("headroom.checkIntervalSeconds", "reconciler", "HEADROOM_CHECK_INTERVAL", 300, "300"),
+    ("overstayReport.enabled", "reconciler", "OVERSTAY_REPORT_ENABLED", True, "true"),
     ("webhook.port", "webhook", "WEBHOOK_PORT", 9443, "9443"),
     ("webhook.healthPort", "webhook", "WEBHOOK_HEALTH_PORT", 9090, "9090"),
     ("webhook.tlsReloadSeconds", "webhook", "TLS_RELOAD_SECONDS", 5, "5"),

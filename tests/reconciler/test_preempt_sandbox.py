@@ -83,8 +83,10 @@ def scenario(nodes: list[dict[str, Any]], bookings: list[dict[str, Any]]) -> dic
     }
 
 
-def manifest(name: str, user: str, gpus: int = 1) -> dict[str, Any]:
-    """A gated h100 pod (the reconciler admits it while its owner's booking is open)."""
+def manifest(name: str, user: str, gpus: int = 1, on: str | None = None) -> dict[str, Any]:
+    """A gated h100 pod (the reconciler admits it while its owner's booking is open),
+    pinned to node ``on`` by its host-name label when given."""
+    pinned = {"nodeSelector": {"kubernetes.io/hostname": on}} if on else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -95,6 +97,7 @@ def manifest(name: str, user: str, gpus: int = 1) -> dict[str, Any]:
             "annotations": {vocab.SANDBOX_RUN_SECONDS: "36000"},
         },
         "spec": {
+            **pinned,
             "schedulingGates": [{"name": GATE}],
             "terminationGracePeriodSeconds": 5,
             "containers": [
@@ -227,6 +230,8 @@ async def acceptance_1(tmp_path: Path) -> None:
         assert len(survivors) == 4
         # Dave's 4-GPU pod needs one node: the four victims shared one.
         assert len({where[e["involvedObject"]["name"]] for e in gone}) == 1
+        # Acceptance 4: the app answered, and its choice was the one used.
+        assert await selections(w, proc.url) == {"app": 1.0}
 
 
 async def running_at(clock: ScaledClock, config: Path, user: str, start: datetime) -> datetime:
@@ -267,3 +272,71 @@ async def forecast_checks(w: World, url: str, start: datetime) -> None:
     wrong = await w.http.get(path, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
     assert wrong.headers["www-authenticate"] == "Bearer"
+
+
+async def selections(w: World, url: str) -> dict[str, float]:
+    """``gpu_reservation_preemption_selections_total`` by who chose."""
+    text = (await w.http.get(f"{url}/metrics")).text
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("gpu_reservation_preemption_selections_total{"):
+            labels, value = line.rsplit(" ", 1)
+            found[labels.split('by="')[1].split('"')[0]] = float(value)
+    return found
+
+
+def test_acceptance_2_and_4_one_nodes_block_freed_with_the_random_fallback(
+    tmp_path: Path,
+) -> None:
+    asyncio.run(acceptance_2(tmp_path))
+
+
+async def acceptance_2(tmp_path: Path) -> None:
+    """Four 2-GPU nodes, full: bob's overstayers job-1 and job-2 share h100-n1, job-3 and
+    job-4 sit beside carol's guaranteed pods. Dave's 2-GPU booking needs one node's
+    block: job-1 and job-2 die, not two pods on different nodes. The app's victim call
+    times out (a fault delays it past the client's 15 s): the fallback still frees it."""
+    clock = ScaledClock(factor=4.0)
+    names = ["h100-n1", "h100-n2", "h100-n3", "h100-n4"]
+    seed = scenario(
+        [node(n, 2) for n in names],
+        [{"username": "bob", "gpu_count": 4}, {"username": "carol", "gpu_count": 4}],
+    )
+    env = {**ENV, "PREEMPTION_LEAD_MINUTES": "2", "TERMINATION_WARNING_LEAD_MINUTES": "3"}
+    async with world(tmp_path, clock, ("kube", "app", "cluster"), seed) as w:
+        config = tmp_path / "kubeconfig"
+        proc = await w.replica("r1", True, **env)
+        placed = {
+            ("bob", "job-1"): "h100-n1",
+            ("bob", "job-2"): "h100-n1",
+            ("bob", "job-3"): "h100-n2",
+            ("bob", "job-4"): "h100-n3",
+            ("carol", "c-1"): "h100-n2",
+            ("carol", "c-2"): "h100-n3",
+            ("carol", "c-3"): "h100-n4",
+            ("carol", "c-4"): "h100-n4",
+        }
+        await create(config, *(manifest(p, u, 1, n) for (u, p), n in placed.items()))
+        await eventually(lambda: all_running(config, "bob", 4), 30)
+        await eventually(lambda: all_running(config, "carol", 4), 30)
+        await end_booking(w, 1)
+        await eventually(lambda: overstaying(config, "bob", 4), 20)
+        fault = {"method": "POST", "path": "/api/reservations/preemption-victims", "delay_s": 17}
+        assert (await w.http.post(f"{w.app}/_sandbox/faults", json=fault)).status_code < 300
+        rid = await book(w, "dave", 2, "+150s", "+1h")
+        res = await eventually(lambda: w.get(f"{vocab.RESERVATION_REF_PREFIX}{rid}"), 10)
+        start = parse_utc(res["spec"]["start"])
+        await create(config, manifest("pair", "dave", 2))
+
+        async def preempted() -> list[dict[str, Any]]:
+            return await events_of(config, "bob", vocab.REASON_PREEMPTED)
+
+        await eventually(preempted, 80)
+        seen = await running_at(clock, config, "dave", start)
+        assert (seen - start).total_seconds() <= 5.0
+        gone = sorted(e["involvedObject"]["name"] for e in await preempted())
+        assert gone == ["job-1", "job-2"]
+        (pair,) = await pods_of(config, "dave")
+        assert pair["spec"]["nodeName"] == "h100-n1"
+        assert await events_of(config, "carol", vocab.REASON_PREEMPTED) == []
+        assert await selections(w, proc.url) == {"local": 1.0}
