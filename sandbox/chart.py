@@ -39,6 +39,8 @@ RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRo
 COMPONENT_LABEL = "app.kubernetes.io/component"
 #: The chart's components; ``certs`` exists in self-signed mode only.
 COMPONENTS = ("webhook", "reconciler", "certs")
+#: The chart's read access for users (``userAccess``): RBAC without a ServiceAccount.
+USER_ACCESS = "users"
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,9 @@ class ChartObjects:
 
     def rbac_objects(self) -> list[Obj]:
         """Every component's ServiceAccount, Roles and bindings."""
-        return [obj for component in COMPONENTS for obj in self.rbac.get(component, [])]
+        return [
+            obj for component in (*COMPONENTS, USER_ACCESS) for obj in self.rbac.get(component, [])
+        ]
 
     def install_order(self) -> list[Obj]:
         """Everything, in the order to create it (CRDs and RBAC before their users)."""
@@ -107,11 +111,12 @@ def objects(namespace: str, values: dict[str, Any] | None = None) -> ChartObject
     docs = render(namespace, values)
     rbac: dict[str, list[Obj]] = {}
     accounts: dict[str, str] = {}
-    for component in COMPONENTS:
+    for component in (*COMPONENTS, USER_ACCESS):
         mine = [d for d in docs if d.get("kind") in RBAC_KINDS and _component(d) == component]
         if mine:
             rbac[component] = sorted(mine, key=lambda d: RBAC_KINDS.index(d["kind"]))
-            account = next(d for d in mine if d["kind"] == "ServiceAccount")
+        account = next((d for d in mine if d["kind"] == "ServiceAccount"), None)
+        if account is not None:
             accounts[component] = str(account["metadata"]["name"])
     configuration = next(d for d in docs if d.get("kind") == "MutatingWebhookConfiguration")
     return ChartObjects(

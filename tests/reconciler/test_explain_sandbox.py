@@ -75,6 +75,8 @@ def pod(namespace: str, name: str, gpus: int = 1) -> dict[str, Any]:
 class User:
     """A terminal: the sandbox's kubeconfig exported, the package's scripts on PATH."""
 
+    ctx: SandboxContext | None = None
+
     def __init__(self, kubeconfig: Path) -> None:
         self.env = {
             "PATH": f"{PLUGIN.parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -113,6 +115,37 @@ class User:
             time.sleep(0.3)
 
 
+RBAC = "rbac.authorization.k8s.io"
+
+
+def reader_role(namespace: str) -> dict[str, Any]:
+    """What a cluster usually grants a user in their namespace, cut to what explain reads."""
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "Role",
+        "metadata": {"name": "pod-reader", "namespace": namespace},
+        "rules": [{"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list"]}],
+    }
+
+
+def reader_binding(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "pod-reader", "namespace": namespace},
+        "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"apiGroup": RBAC, "kind": "User", "name": namespace}],
+    }
+
+
+def as_user(ctx: SandboxContext, username: str) -> User:
+    """A terminal of ``username`` with a token of their own (RBAC applies)."""
+    kube = ctx.handles["kube"]
+    path = ctx.state_dir / f"{username}.kubeconfig"
+    path.write_text(kube.kubeconfig(token=kube.mint_token(username), user=username))
+    return User(path)
+
+
 @contextmanager
 def sandbox(tmp_path: Path) -> Iterator[User]:
     """Everything ``make sandbox`` starts, on a loop thread of its own."""
@@ -123,7 +156,9 @@ def sandbox(tmp_path: Path) -> Iterator[User]:
     thread.start()
     try:
         asyncio.run_coroutine_threadsafe(whole.start(), loop).result(90)
-        yield User(tmp_path / "kubeconfig")
+        admin = User(tmp_path / "kubeconfig")
+        admin.ctx = ctx
+        yield admin
     finally:
         asyncio.run_coroutine_threadsafe(whole.stop(), loop).result(60)
         loop.call_soon_threadsafe(loop.stop)
@@ -151,6 +186,22 @@ def test_a_new_user_reads_why_a_pod_waits_and_why_another_never_starts(tmp_path:
         assert name in listing
         assert "queued-for-window" in listing
         assert f"starts {opens}" in listing
+
+        # The same with bob's own credentials: his namespace's pods and Events (what a
+        # cluster grants a user there) and, through the chart's userAccess Role, the
+        # GPUReservations.
+        assert user.ctx is not None
+        user.create(reader_role("bob"))
+        user.create(reader_binding("bob"))
+        bob = as_user(user.ctx, "bob")
+        own = bob.ok(GPURES, "explain", "-n", "bob", "training")
+        assert own.startswith(f"bob/training: waiting for your booking {name}, which opens")
+        assert "could not be read" not in own
+        # Without any grant in her namespace, carol's read of a pod is refused: a clear
+        # error, exit code 1.
+        refused = as_user(user.ctx, "carol").run(GPURES, "explain", "-n", "carol", "x")
+        assert refused.returncode == 1
+        assert "refused" in refused.stderr
 
         # A pod with no booking at all: why does it never start?
         user.ok("create", "-f", str(EXAMPLES / "carol-notebook.yaml"))
