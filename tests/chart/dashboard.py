@@ -210,6 +210,52 @@ ROWS.append(
 )
 
 
+ROWS.append(
+    (
+        "Capacity, no-shows and the backstop",
+        [
+            (
+                "GPUs per class: nodes and app",
+                "short",
+                [
+                    (
+                        "max by (gpu_class) (gpu_reservation_capacity_physical_gpus)",
+                        "nodes {{gpu_class}}",
+                    ),
+                    ("max by (gpu_class) (gpu_reservation_capacity_app_gpus)", "app {{gpu_class}}"),
+                ],
+            ),
+            (
+                "Capacity deficit",
+                "short",
+                [("max by (gpu_class) (gpu_reservation_capacity_deficit_gpus)", "{{gpu_class}}")],
+            ),
+            (
+                "No-show cancels by outcome",
+                "short",
+                [
+                    (
+                        "sum by (outcome) (increase(gpu_reservation_noshow_cancels_total[1h]))",
+                        "{{outcome}}",
+                    ),
+                    ("max(gpu_reservation_noshow_pending)", "pending"),
+                ],
+            ),
+            (
+                "Unadmitted tolerations evicted",
+                "short",
+                [
+                    (
+                        "sum by (reason) (increase(gpu_reservation_unadmitted_evictions_total[1h]))",
+                        "{{reason}}",
+                    )
+                ],
+            ),
+        ],
+    )
+)
+
+
 def panels() -> list[g.Panel]:
     """A collapsed-free row header, then its time series three to a line."""
     out: list[g.Panel] = []
