@@ -246,7 +246,8 @@ ROWS.append(
                 "short",
                 [
                     (
-                        "sum by (reason) (increase(gpu_reservation_unadmitted_evictions_total[1h]))",
+                        "sum by (reason) "
+                        "(increase(gpu_reservation_unadmitted_evictions_total[1h]))",
                         "{{reason}}",
                     )
                 ],
