@@ -118,18 +118,35 @@ def rooms_from(inventory: InventoryFigures) -> dict[str, Room]:
 def guarantee_of(
     ref: str,
     reservations: Mapping[str, GPUReservation],
-    facts: list[ReservationFacts],
+    facts: Iterable[ReservationFacts],
     now: datetime,
     *,
     use_group: bool,
 ) -> tuple[datetime | None, frozenset[str]]:
-    """The live guarantee end of pods under ``ref`` and the names they claim."""
+    """The live guarantee end of pods under ``ref`` and the names they claim.
+
+    ``facts`` may be narrowed to the bookings that could chain (same owner, class and
+    GPU count — ``chain_pools``); the chain rule itself is ``windows.chain``'s."""
     res = reservations.get(ref)
-    end = live_end(res, facts, now, use_group=use_group)
+    pool = list(facts)
+    end = live_end(res, pool, now, use_group=use_group)
     claims = {ref}
     if res is not None and res.facts.state is State.ACTIVE:
-        claims.update(link.name for link in chain(res.facts, facts, now, use_group=use_group))
+        claims.update(link.name for link in chain(res.facts, pool, now, use_group=use_group))
     return end, frozenset(claims)
+
+
+def chain_pools(
+    reservations: Mapping[str, GPUReservation],
+) -> dict[tuple[str, str, int], list[ReservationFacts]]:
+    """Reservations grouped by what a chain link must share with its anchor (owner,
+    class, GPU count), so each pod's chain is walked over its own few candidates
+    instead of every reservation."""
+    pools: dict[tuple[str, str, int], list[ReservationFacts]] = {}
+    for r in reservations.values():
+        f = r.facts
+        pools.setdefault((f.owner, f.gpu_class, f.gpu_count), []).append(f)
+    return pools
 
 
 def holders_of(
@@ -141,7 +158,7 @@ def holders_of(
 ) -> list[Holder]:
     """Every live admitted GPU pod bound to a node, as a ``Holder`` (the guarantee is
     computed once per reservation, not per pod)."""
-    facts = [r.facts for r in reservations.values()]
+    pools = chain_pools(reservations)
     known: dict[str, tuple[datetime | None, frozenset[str]]] = {}
     found = []
     for pod in pods:
@@ -153,6 +170,9 @@ def holders_of(
         if pod.finished or pod.deleting or not pod.uid or pod.gpus <= 0:
             continue
         if ref not in known:
+            res = reservations.get(ref)
+            key = (res.facts.owner, res.facts.gpu_class, res.facts.gpu_count) if res else None
+            facts = pools.get(key, []) if key else []
             known[ref] = guarantee_of(ref, reservations, facts, now, use_group=use_group)
         end, claims = known[ref]
         found.append(

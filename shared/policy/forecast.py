@@ -72,7 +72,7 @@ def pod_risks(
     spared = [1.0] * len(spans)
     for stop in found:
         out = stop.classes.get(holder.gpu_class)
-        if out is None or not out.risk or holder not in out.pool:
+        if out is None or not out.risk or holder.uid not in out.uids:
             continue
         first = kill_from(holder, stop.boundary, lead)
         for i, bucket in enumerate(spans):

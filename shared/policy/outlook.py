@@ -13,6 +13,7 @@ the shortfall is reclaimed as far as the pool allows: ``free - demand + reclaime
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,12 @@ class ClassOutlook:
     shortfall: int
     pool: tuple[Holder, ...]
 
-    @property
+    @functools.cached_property
+    def uids(self) -> frozenset[str]:
+        """The pool's pod uids (membership in O(1))."""
+        return frozenset(h.uid for h in self.pool)
+
+    @functools.cached_property
     def pool_gpus(self) -> int:
         return sum(h.gpus for h in self.pool)
 
