@@ -13,7 +13,8 @@ a reservation or a pod's hold changes, and every QUEUE_PROCESSOR_INTERVAL):
    declaration is withdrawn (``noshow.cleared``); otherwise
    ``POST /api/reservations/{id}/cancel`` with reason ``no-show``. A 2xx or 404
    writes ``cancelledAt`` (never sent again); a failure counts an attempt and is
-   retried next pass. A mirror already showing the booking cancelled records the
+   retried next pass; the cancelled row the app answers with is mirrored at once
+   (``Syncer.record``). A mirror already showing the booking cancelled records the
    cancel without calling the app (a previous leader's cancel landed but its record
    did not).
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -34,14 +35,14 @@ from reconciler.metrics import Metrics
 from reconciler.pods import PodView
 from reconciler.settings import ReconcilerSettings
 from reconciler.upkeep import until_ready, wait_either
-from shared import ledger, vocab
-from shared.appclient import Cancelled, CancelReason, CancelResult
+from shared import ledger, model, vocab
+from shared.appclient import Cancelled, CancelReason, CancelResult, Reservation
 from shared.clock import Clock, format_utc
-from shared.errors import KubeError
+from shared.errors import KubeError, NotFound
 from shared.logs import log
 from shared.model import GPUReservation, ReservationFacts, State
 from shared.policy import noshow
-from shared.resources import PODS
+from shared.resources import GPU_RESERVATIONS, PODS
 
 _log = logging.getLogger(__name__)
 #: Budget of one status write (re-reads on 409 included).
@@ -92,8 +93,10 @@ class NoShows:
         pods: Callable[[], Mapping[str, PodView]],
         reservations: Callable[[], Mapping[str, GPUReservation]],
         ready: Callable[[], bool],
+        mirror: Callable[[Reservation], Awaitable[None]] | None = None,
     ) -> None:
         self._gateway = gateway
+        self._mirror = mirror
         self._app = app
         self._ns = settings.common.namespace
         self._clock = clock
@@ -217,8 +220,16 @@ class NoShows:
         record: noshow.Record,
         now: datetime,
     ) -> bool:
-        """Re-verify and cancel one declared booking; True once the cancel landed."""
-        mine = facts[name]
+        """Re-verify and cancel one declared booking; True once the cancel landed.
+
+        The reservation is read afresh first: the cache may still show the record as
+        pending after this or another leader's cancel landed, and the contract is
+        "exactly once" (a second call would be harmless to the app, still a repeat)."""
+        fresh = await self._fresh(name)
+        if fresh is None:
+            return False
+        record, mine = fresh
+        facts = {**facts, name: mine}
         if mine.state is State.CANCELLED:
             await self._record(name, replace(record, cancelled_at=now), now)
             self._metrics.noshow_outcomes.labels("already_cancelled").inc()
@@ -245,6 +256,8 @@ class NoShows:
             self._metrics.noshow_outcomes.labels("cancelled").inc()
             gone = result.already_gone or None
             log(_log, logging.INFO, "noshow.cancelled", reservation=name, already_gone=gone)
+            if result.reservation is not None and self._mirror is not None:
+                await self._mirror(result.reservation)  # kubectl shows it Cancelled at once
             return True
         why = f"{type(result).__name__}: {getattr(result, 'detail', '')}"[:200]
         await self._record(name, replace(record, attempts=attempts, last_error=why), now)
@@ -258,6 +271,22 @@ class NoShows:
             error=why,
         )
         return False
+
+    async def _fresh(self, name: str) -> tuple[noshow.Record, ReservationFacts] | None:
+        """The pending record and facts as stored now; None when there is nothing to
+        send (gone, cleared, landed, unreadable)."""
+        try:
+            raw = await self._gateway.get(GPU_RESERVATIONS, name, self._ns)
+            res = model.from_object(raw)
+            record = noshow.record_of(res)
+        except NotFound:
+            return None
+        except (KubeError, ValueError) as exc:
+            log(_log, logging.WARNING, "noshow.verify_failed", reservation=name, error=str(exc))
+            return None
+        if record is None or not record.pending:
+            return None
+        return record, res.facts
 
     async def _record(self, name: str, record: noshow.Record | None, now: datetime) -> None:
         await self._amend(name, lambda cur: noshow.with_record(cur, record), now)

@@ -170,6 +170,7 @@ class Reconciler:
             lambda: self.caches.pods.items,
             self.caches.by_name,
             self.caches.ready,
+            mirror=self.syncer.record,
         )
         self.caches.reservations.listeners.append(lambda *_: self.noshows.touch())
         self.caches.pods.listeners.append(self._pod_hold_changed)

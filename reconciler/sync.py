@@ -104,6 +104,15 @@ class Syncer:
             self._fetch_ok(len(got.value))
             return True
 
+    async def record(self, row: Reservation) -> None:
+        """Mirror one row the app just answered with (e.g. a cancel's result) at once,
+        instead of at the next poll; the ``updated_at`` rule keeps it from undoing a
+        newer write. Never raises (a failed write is logged; the poll heals it)."""
+        async with self.lock:
+            facts = facts_from(row, self.classes)
+            if facts is not None:
+                await self.writer.upsert(facts, self.clock.now())
+
     async def mirror(self) -> dict[str, model.GPUReservation]:
         """Every readable GPUReservation object, by name."""
         items = (await self._gateway.list_all(GPU_RESERVATIONS, self._ns)).items

@@ -27,7 +27,7 @@ from sandbox.app.emulator import Emulator, answers, path_int, read_json
 from sandbox.app.errors import AppError, parse_body
 from sandbox.app.serialize import class_json, group_json, overstay_json
 from sandbox.app.state import ServiceKey
-from sandbox.app.timeutil import local_date
+from sandbox.app.timeutil import local_date, utc_text
 from shared.appclient.models import KeyScope
 
 
@@ -79,6 +79,9 @@ def api_routes(emu: Emulator) -> list[Route]:
         authenticate(emu, request, write=True)
         reservation_id = path_int(request, "id")
         body = parse_body(CancelBody, await read_json(request))
+        emu.cancels.append(
+            {"id": reservation_id, "reason": str(body.reason), "at": utc_text(emu.now())}
+        )
         row = operations.cancel_for_service(emu.state, reservation_id, body.reason, emu.now())
         return JSONResponse(emu.body(row))
 

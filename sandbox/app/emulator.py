@@ -50,6 +50,9 @@ class Emulator:
         self.faults = FaultBook()
         self.forced: list[Refusal] = []
         self.pusher = Pusher(push_target or (lambda: None))
+        #: Every service-key cancel call that reached the app (after faults), in order:
+        #: ``{"id", "reason", "at"}`` — ``GET /_sandbox/cancels`` (tests count them).
+        self.cancels: list[dict[str, Any]] = []
 
     def now(self) -> datetime:
         return whole_second(self.clock.now())

@@ -124,6 +124,10 @@ def hook_routes(emu: Emulator) -> list[Route]:
         return JSONResponse([vars(r) for r in emu.pusher.records])
 
     @handle
+    async def cancels(request: Request) -> Response:
+        return JSONResponse(emu.cancels)
+
+    @handle
     async def now(request: Request) -> Response:
         return JSONResponse({"now": utc_text(emu.now()), "timezone": str(emu.state.zone)})
 
@@ -140,5 +144,6 @@ def hook_routes(emu: Emulator) -> list[Route]:
         Route("/_sandbox/classes/{id}", patch_class, methods=["POST"]),
         Route("/_sandbox/policies", set_policies, methods=["POST"]),
         Route("/_sandbox/pushes", pushes, methods=["GET"]),
+        Route("/_sandbox/cancels", cancels, methods=["GET"]),
         Route("/_sandbox/now", now, methods=["GET"]),
     ]

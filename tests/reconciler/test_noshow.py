@@ -20,7 +20,7 @@ from shared.logs import fields_of
 from shared.policy import noshow
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import END, NS, START, pod
+from tests.reconciler.builders import END, NS, START, pod, reservation
 
 ENV = {
     "RESERVATION_API_URL": "http://app",
@@ -247,5 +247,45 @@ def test_leases_and_best_effort_stubs_are_never_cancelled() -> None:
         await advance_to(w, w.clock.now())
         await advance_to(w, END - timedelta(minutes=1))
         assert w.app.calls == []
+
+    asyncio.run(scenario())
+
+
+def test_a_cache_that_still_shows_the_declaration_pending_never_repeats_the_cancel() -> None:
+    async def scenario() -> None:
+        w = World(now=DUE)
+        w.book(booking(), noshow.Record(DUE, DUE))
+        await w.caches.pods.relist()
+        await w.caches.reservations.relist()
+        assert await w.noshows.once() == ["res-1"]
+        # The watch has not delivered the cancelledAt write yet: the cache says pending.
+        assert await w.noshows.once() == []
+        assert w.app.calls == [(1, CancelReason.NO_SHOW)]
+
+    asyncio.run(scenario())
+
+
+def test_the_cancelled_row_the_app_answers_with_is_mirrored_at_once() -> None:
+    async def scenario() -> None:
+        w = World(now=DUE)
+        w.book(booking(), noshow.Record(DUE, DUE))
+        row = reservation(1, status="cancelled", cancel_reason="no-show")
+        mirrored: list[Any] = []
+
+        async def mirror(got: Any) -> None:
+            mirrored.append(got)
+
+        async def cancel(reservation_id: int, reason: CancelReason) -> CancelResult:
+            w.app.calls.append((reservation_id, reason))
+            return Cancelled(row)
+
+        w.app.cancel = cancel  # type: ignore[method-assign]
+        c = w.caches
+        w.noshows = NoShows(
+            w.kube, w.app, w.settings, w.clock, Metrics(),
+            lambda: c.pods.items, c.by_name, c.ready, mirror=mirror,
+        )  # fmt: skip
+        await advance_to(w, w.clock.now())
+        assert mirrored == [row]
 
     asyncio.run(scenario())
