@@ -175,14 +175,21 @@ async def owned_reservations(
     return tuple(found), None
 
 
-async def gpu_pods(ctx: Context, namespace: str) -> tuple[PodView, ...]:
-    """The namespace's GPU pods (empty when they cannot be listed)."""
+def projected(
+    items: Sequence[dict[str, Any]], rules: MatchRules
+) -> list[tuple[dict[str, Any], PodView]]:
+    """The GPU pods among ``items``, raw and projected, by name."""
+    pairs = [(raw, project_pod(raw, rules)) for raw in items]
+    return sorted(((r, v) for r, v in pairs if v is not None), key=lambda pair: pair[1].name)
+
+
+async def neighbours_of(ctx: Context, namespace: str) -> tuple[PodView, ...]:
+    """The namespace's GPU pods for naming holders (none when they cannot be listed)."""
     try:
         listed = await ctx.gateway.list_all(PODS, namespace)
     except KubeError:
         return ()
-    views = (project_pod(p, ctx.rules) for p in listed.items)
-    return tuple(sorted((v for v in views if v is not None), key=lambda v: v.name))
+    return tuple(view for _raw, view in projected(listed.items, ctx.rules))
 
 
 async def pod_events(ctx: Context, pod: dict[str, Any]) -> tuple[explain.Said, ...]:
@@ -220,27 +227,26 @@ async def run_explain(ctx: Context, namespace: str, name: str) -> str:
     """The explanation of one pod; NotFound/KubeError when the pod cannot be read."""
     raw = await ctx.gateway.get(PODS, name, namespace)
     reservations = await owned_reservations(ctx, namespace)
-    scene = await scene_of(ctx, raw, reservations, await gpu_pods(ctx, namespace))
+    scene = await scene_of(ctx, raw, reservations, await neighbours_of(ctx, namespace))
     return explain.render(scene, explain.explain(scene))
 
 
 async def run_list(ctx: Context, namespace: str) -> str:
-    """The owner's bookings, then their GPU pods with state and estimate."""
+    """The owner's bookings, then their GPU pods with state and estimate (KubeError when
+    the pods cannot be listed)."""
     reservations = await owned_reservations(ctx, namespace)
-    neighbours = await gpu_pods(ctx, namespace)
-    now = ctx.clock.now()
+    found = projected((await ctx.gateway.list_all(PODS, namespace)).items, ctx.rules)
+    neighbours = tuple(view for _raw, view in found)
     if reservations[0] is None:
         head = f"Your GPUReservations could not be read: {reservations[1]}."
     elif reservations[0]:
-        head = explain.bookings(reservations[0], now, ctx.zone)
+        head = explain.bookings(reservations[0], ctx.clock.now(), ctx.zone)
     else:
         head = f"No bookings for {namespace}."
-    raws = await ctx.gateway.list_all(PODS, namespace)
-    by_name = {str((p.get("metadata") or {}).get("name")): p for p in raws.items}
     scenes = [
-        await scene_of(ctx, by_name[v.name], reservations, neighbours)
-        for v in neighbours
-        if v.name in by_name and not v.finished
+        await scene_of(ctx, raw, reservations, neighbours)
+        for raw, view in found
+        if not view.finished
     ]
     tail = explain.pods(scenes) if scenes else f"No GPU pods in {namespace}."
     return f"{head}\n\n{tail}"

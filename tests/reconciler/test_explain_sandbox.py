@@ -199,9 +199,11 @@ def test_a_new_user_reads_why_a_pod_waits_and_why_another_never_starts(tmp_path:
         assert "could not be read" not in own
         # Without any grant in her namespace, carol's read of a pod is refused: a clear
         # error, exit code 1.
-        refused = as_user(user.ctx, "carol").run(GPURES, "explain", "-n", "carol", "x")
-        assert refused.returncode == 1
-        assert "refused" in refused.stderr
+        carol = as_user(user.ctx, "carol")
+        for command in (("explain", "-n", "carol", "x"), ("list", "-n", "carol")):
+            refused = carol.run(GPURES, *command)
+            assert refused.returncode == 1, command
+            assert "refused" in refused.stderr, command
 
         # A pod with no booking at all: why does it never start?
         user.ok("create", "-f", str(EXAMPLES / "carol-notebook.yaml"))
