@@ -80,6 +80,8 @@ _log = logging.getLogger(__name__)
 LEASE_TASK = "ondemand-leases"
 #: Lease asks in flight at once (each is one app call, a mirror write and a patch).
 ASK_CONCURRENCY = 16
+#: After a trigger, a batch waits this long (seconds) for the rest of a burst.
+SETTLE_S = 0.2
 #: A gate is logged at most this often per (class, guard) (R38).
 GATE_LOG_S = 60.0
 #: Holds retried at once when a node changes or a pod frees GPUs or gets placed.
@@ -170,7 +172,10 @@ class LeaseMetrics:
             registry=r,
         )
         self.batches = Counter(
-            "ondemand_batches", "Admission batches run.", namespace=NAMESPACE, registry=r
+            "ondemand_batches",
+            "Admission batches: batches with at least one candidate past the guards.",
+            namespace=NAMESPACE,
+            registry=r,
         )
         self.grant_latency = Histogram(
             "ondemand_seen_to_admitted_seconds",
@@ -269,7 +274,11 @@ class Leaser:
                 await self.once()
             except KubeError as exc:
                 log(_log, logging.WARNING, "ondemand.batch_failed", error=str(exc))
-            await wait_either(self._clock.sleep(self._delay(tick_s)), self._wake.wait())
+            timer = await wait_either(self._clock.sleep(self._delay(tick_s)), self._wake.wait())
+            if not timer:
+                # Let a burst of arrivals (and the scheduler's verdicts on them) collect
+                # so they share one batch instead of one batch each.
+                await self._clock.sleep(SETTLE_S)
 
     def _delay(self, tick_s: float) -> float:
         now = self._clock.now()
@@ -284,8 +293,6 @@ class Leaser:
         """One batch: teardown, then vet and ask every due candidate."""
         if not self._caches.ready():
             return
-        self.batches += 1
-        self.metrics.batches.inc()
         ctx = self._context()
         await self._teardown(ctx)
         due = self._due(ctx)
@@ -308,6 +315,9 @@ class Leaser:
             else:
                 told.append(self._hold(pod, pre, ctx))
         await asyncio.gather(*told)
+        if eligible:
+            self.batches += 1
+            self.metrics.batches.inc()
         granted = await self._select(eligible, ctx)
         await asyncio.gather(*(self._ask(pod, ctx) for pod in granted))
         self.metrics.candidates.set(len(self.tracks))
