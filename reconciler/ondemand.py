@@ -1,25 +1,26 @@
 """Just-in-time on-demand leases on the leader (R15–R22): ask, admit, tear down.
 
-Each *batch* reads the caches once:
+Each *batch* reads the caches:
 
-1. **Teardown and orphans** (state-based, so a restart finds what it missed): an
-   active, open ``on_demand`` lease that no live pod carries is cancelled —
-   ``pod-terminated`` once a pod that used it finished or left, ``controller-revoked``
-   when none ever did and it is older than ``LEDGER_CLAIM_TTL_SECONDS`` (a grant whose
-   admission never happened, e.g. the reconciler died between the two).
-2. **Candidates**: every waiting GPU pod that routing sends to JIT (re-routed every
+1. **Candidates**: every waiting GPU pod that routing sends to JIT (re-routed every
    batch: a booking that becomes admittable wins). Due candidates (their retry time
    has come) are vetted oldest first by ``shared.policy.ondemand.preflight`` — guard
    1a verdict, class id, 1b drained, node constraint, 3 stuck holder, 4 overcommit, 5
    largest free block net of this batch's grants; a held pod is told why (throttled).
-3. **Selection**: with ``ONDEMAND_DELEGATE_ADMISSION`` the eligible set is offered to
+2. **Selection**: with ``ONDEMAND_DELEGATE_ADMISSION`` the eligible set is offered to
    the app; withheld pods retry later, any failure grants all.
-4. **Ask** (concurrently): ``POST /api/reservations`` with the idempotency key
+3. **Ask** (concurrently): ``POST /api/reservations`` with the idempotency key
    ``lease_key(pod uid, attempt)``. A grant (new or returned) is mirrored as a
    GPUReservation at once and the pod admitted through the ledger
    (``Admitter.admit_under``); if that fails the lease is cancelled
    ``controller-revoked`` and the next attempt uses a fresh key. A replay of a
    cancelled lease moves to the next key at once. Refusals follow R19.
+4. **Teardown and orphans** (state-based, on the caches as they are after the asks, so
+   a restart finds what it missed and a pending pod replays its key first): an active,
+   open ``on_demand`` lease that no live pod carries is cancelled ``pod-terminated``
+   once a pod that used it finished or left, ``controller-revoked`` when none ever did,
+   this process did not just use it, and it is older than ``LEDGER_CLAIM_TTL_SECONDS``
+   (a grant whose admission never happened, e.g. the reconciler died between the two).
 
 Triggers: a new pending GPU pod (at most one batch in flight plus one trailing), a
 candidate held for lack of a verdict getting one (R21), a pod under a lease finishing
@@ -80,8 +81,10 @@ _log = logging.getLogger(__name__)
 LEASE_TASK = "ondemand-leases"
 #: Lease asks in flight at once (each is one app call, a mirror write and a patch).
 ASK_CONCURRENCY = 16
-#: After a trigger, a batch waits this long (seconds) for the rest of a burst.
+#: After a trigger, a batch waits this long (seconds) for the rest of a burst, again
+#: while triggers keep coming, at most SETTLE_MAX_S in all.
 SETTLE_S = 0.2
+SETTLE_MAX_S = 1.0
 #: A gate is logged at most this often per (class, guard) (R38).
 GATE_LOG_S = 60.0
 #: Holds retried at once when a node changes or a pod frees GPUs or gets placed.
@@ -219,6 +222,9 @@ class Leaser:
         self._ended: set[str] = set()
         #: Leases being used or cancelled right now (the teardown leaves them alone).
         self._busy: set[str] = set()
+        #: Leases this process admitted a pod under → when (the cache may not show the
+        #: pod's reference yet: the orphan rule leaves them alone for the claim TTL).
+        self._used: dict[str, datetime] = {}
         self._cancel_retry: dict[str, datetime] = {}
         self._gate_logged: dict[tuple[str, str], datetime] = {}
         self._asks = asyncio.Semaphore(ASK_CONCURRENCY)
@@ -276,9 +282,19 @@ class Leaser:
                 log(_log, logging.WARNING, "ondemand.batch_failed", error=str(exc))
             timer = await wait_either(self._clock.sleep(self._delay(tick_s)), self._wake.wait())
             if not timer:
-                # Let a burst of arrivals (and the scheduler's verdicts on them) collect
-                # so they share one batch instead of one batch each.
-                await self._clock.sleep(SETTLE_S)
+                await self._settle()
+
+    async def _settle(self) -> None:
+        """Let a burst of arrivals (and the scheduler's verdicts on them) collect so they
+        share one batch: wait ``SETTLE_S`` more while triggers keep coming, at most
+        ``SETTLE_MAX_S`` in all."""
+        waited = 0.0
+        while waited < SETTLE_MAX_S:
+            self._wake.clear()
+            await self._clock.sleep(SETTLE_S)
+            waited += SETTLE_S
+            if not self._wake.is_set():
+                return
 
     def _delay(self, tick_s: float) -> float:
         now = self._clock.now()
@@ -290,11 +306,12 @@ class Leaser:
     # --- one batch -----------------------------------------------------------------------
 
     async def once(self) -> None:
-        """One batch: teardown, then vet and ask every due candidate."""
+        """One batch: vet and ask every due candidate, then teardown (on the caches as
+        they are by then, so a pod still pending after a restart replays its key and
+        uses its lease before the orphan rule looks at it)."""
         if not self._caches.ready():
             return
         ctx = self._context()
-        await self._teardown(ctx)
         due = self._due(ctx)
         claimed: dict[str, int] = {}
         eligible: list[PodView] = []
@@ -321,6 +338,7 @@ class Leaser:
         granted = await self._select(eligible, ctx)
         await asyncio.gather(*(self._ask(pod, ctx) for pod in granted))
         self.metrics.candidates.set(len(self.tracks))
+        await self._teardown(self._context())
 
     def _context(self) -> Context:
         now = self._clock.now()
@@ -538,6 +556,7 @@ class Leaser:
                     at = max(self._clock.now(), facts.start)
                     admitted = await self._admitter.admit_under(pod, res, at) is not None
             if admitted:
+                self._used[name] = self._clock.now()
                 self.tracks.pop(pod.uid, None)
                 waited = (self._clock.now() - track.seen).total_seconds()
                 self.metrics.grant_latency.observe(max(0.0, waited))
@@ -632,6 +651,9 @@ class Leaser:
         grace = timedelta(seconds=self._settings.ledger_claim_ttl_s)
         live = {p.reference for p in ctx.pods if p.reference and not p.finished}
         finished = {p.reference for p in ctx.pods if p.reference and p.finished}
+        for name, at in list(self._used.items()):
+            if ctx.now - at >= grace:
+                del self._used[name]
         jobs = []
         for res in ctx.pool:
             facts = res.facts
@@ -643,7 +665,7 @@ class Leaser:
                 continue
             if res.name in self._ended or res.name in finished:
                 jobs.append(self._cancel(facts.id, CancelReason.POD_TERMINATED))
-            elif not res.holds and ctx.now - facts.start >= grace:
+            elif not res.holds and res.name not in self._used and ctx.now - facts.start >= grace:
                 jobs.append(self._cancel(facts.id, CancelReason.CONTROLLER_REVOKED))
         await asyncio.gather(*jobs)
 

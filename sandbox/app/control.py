@@ -51,6 +51,7 @@ class FaultBody(Body):
     path: str = Field(min_length=1)
     status: int | None = Field(default=None, ge=100, le=599)
     delay_s: float = Field(default=0.0, ge=0, le=120)
+    answer_after_s: float = Field(default=0.0, ge=0, le=120)
     drop: bool = False
     malformed: bool = False
     count: int | None = Field(default=1, ge=1)

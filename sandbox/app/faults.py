@@ -9,7 +9,10 @@ query string ignored), lets ``skip`` matching requests through first, then fires
 - ``malformed``: answer ``status`` (default 200) with a truncated, non-JSON body;
 - ``status``: answer that status with ``body`` (JSON value, or text sent as HTML)
   and ``headers``, default body ``{"detail": "injected fault"}``;
-- with only ``delay_s``, the real handler answers after the delay.
+- with only ``delay_s``, the real handler answers after the delay;
+- ``answer_after_s``: the real handler runs at once (its writes land) and its answer
+  is held back that many wall-clock seconds — a slow or lost answer to a request that
+  succeeded (e.g. to kill the caller between a grant and its use).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class Fault:
     path: str
     status: int | None = None
     delay_s: float = 0.0
+    answer_after_s: float = 0.0
     drop: bool = False
     malformed: bool = False
     count: int | None = 1
@@ -115,6 +119,18 @@ class FaultMiddleware:
         self.app = app
         self.book = book
 
+    async def _answer_late(self, scope: Scope, receive: Receive, send: Send, after: float) -> None:
+        """Run the real handler now, hold its answer back ``after`` seconds."""
+        held: list[Any] = []
+
+        async def keep(message: Any) -> None:
+            held.append(message)
+
+        await self.app(scope, receive, keep)
+        await asyncio.sleep(after)
+        for message in held:
+            await send(message)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] != "http" or path.startswith(CONTROL_PREFIX):
@@ -126,7 +142,9 @@ class FaultMiddleware:
             return
         if fault.delay_s > 0:
             await asyncio.sleep(fault.delay_s)
-        if fault.drop:
+        if fault.answer_after_s > 0:
+            await self._answer_late(scope, receive, send, fault.answer_after_s)
+        elif fault.drop:
             await _drop(send)
         elif fault.malformed:
             await _send_body(
