@@ -31,6 +31,7 @@ from reconciler.leader import Elector
 from reconciler.metrics import Metrics
 from reconciler.noshow import Canceller, NoShows, holds_reference
 from reconciler.ondemand import LeaseApp, Leaser
+from reconciler.overstay import OverstayReporter
 from reconciler.pods import PodView
 from reconciler.queue import QueueMetrics
 from reconciler.rotation import Rotator
@@ -159,6 +160,11 @@ class Reconciler:
             metrics=SweepMetrics(self.metrics.registry),
         )
         self.caches.reservations.listeners.append(lambda *_: self.sweeper.touch())
+        if settings.preemption.overstay_report and isinstance(source, VictimApp):
+            reporter = OverstayReporter(
+                source, clock, self.caches.by_name, use_group=settings.rules.use_group
+            )
+            self.caches.pods.listeners.append(reporter.pod_changed)
         self.standby = Standby(Caches(gateway, settings, clock, self._class_labels))
         self.metrics.watch_inventory(self.caches.inventory)
         self.noshows = NoShows(

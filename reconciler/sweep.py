@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from reconciler import warn
 from reconciler.metrics import NAMESPACE
+from reconciler.overstay import PREEMPTED, report_for, send
 from reconciler.pods import PodView, project_pod
 from reconciler.preemption import InventoryFigures, PreemptionSettings, holders_of, rooms_from
 from reconciler.relink import Emit
@@ -338,7 +339,7 @@ class Sweeper:
         pct = self.settings.headroom_percent
         if pct <= 0:
             return {}
-        stamped = {p.uid: _warned_at(p) for p in pods.values()}
+        stamped = {p.uid: _instant(p, vocab.TERMINATION_WARNING_AT) for p in pods.values()}
         notice: dict[str, datetime] = {}
         due = self.last_headroom is None or (now - self.last_headroom) >= timedelta(
             seconds=self.settings.headroom_interval_s
@@ -479,16 +480,15 @@ class Sweeper:
         return True
 
     async def _report(self, h: Holder, pod: PodView, now: datetime) -> None:
-        """The overstay report (§2.10) before the delete; failures are only logged."""
+        """The overstay report (§2.10, ``preempted``) before the delete."""
         if not self.settings.overstay_report or self._app is None:
             return
-        start = h.guarantee_end or _frozen_until(pod)
-        if start is None or now <= start:
-            return
-        report = OverstayReport(h.reservation_id, h.uid, h.gpus, start, now, "preempted")
-        answer = await self._app.report_overstay(report)
-        if not answer.ok:
-            log(_log, logging.WARNING, "api.overstay_report_failed", pod=h.key, error=repr(answer))
+        reservations = self._reservations()
+        end = h.guarantee_end
+        use_group = self._rules.use_group
+        report = report_for(pod, reservations, now, PREEMPTED, use_group=use_group, end=end)
+        if report is not None:
+            await send(self._app, report, h.key)
 
 
 def _candidate(h: Holder) -> PreemptionCandidate:
@@ -502,16 +502,9 @@ def _candidate(h: Holder) -> PreemptionCandidate:
     )
 
 
-def _warned_at(pod: PodView) -> datetime | None:
-    text = pod.annotations.get(vocab.TERMINATION_WARNING_AT)
-    try:
-        return parse_utc(text) if text else None
-    except ValueError:
-        return None
-
-
-def _frozen_until(pod: PodView) -> datetime | None:
-    text = pod.annotations.get(vocab.GUARANTEED_UNTIL)
+def _instant(pod: PodView, key: str) -> datetime | None:
+    """Annotation ``key`` as a UTC instant; None when absent or unreadable."""
+    text = pod.annotations.get(key)
     try:
         return parse_utc(text) if text else None
     except ValueError:

@@ -21,6 +21,7 @@ from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
 from tests.fakekube import FakeKube
 from tests.reconciler.builders import END, NS, START, FakeSource
+from tests.reconciler.test_sweep import node
 
 NOW = START + timedelta(hours=1)
 TOKEN = "forecast-token"
@@ -33,25 +34,6 @@ def reconciler(kube: FakeKube, token: str | None = TOKEN) -> Reconciler:
         env["INBOUND_API_TOKEN"] = token
     settings, _ = load(env)
     return Reconciler(settings, kube, FakeSource(), ManualClock(NOW))  # type: ignore[arg-type]
-
-
-def node(name: str, gpus: int = 2) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "taints": [
-                {
-                    "key": vocab.RESERVATION_TAINT_KEY,
-                    "value": "a100",
-                    "effect": vocab.TAINT_EFFECT_NO_SCHEDULE,
-                }
-            ]
-        },
-        "status": {
-            "allocatable": {vocab.GPU_RESOURCE: str(gpus)},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
 
 
 def pod(name: str, namespace: str = "alice", **notes: str) -> dict[str, Any]:
