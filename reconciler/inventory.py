@@ -3,7 +3,8 @@
 ``InventoryCache.current()`` is the one call the leader's loops make for physical
 capacity (the capacity audit, the on-demand guards, preemption, the forecast): it
 returns the ``shared.policy.inventory.Inventory`` of the cached nodes, the cached pods'
-placements and the app's last class list — or ``None`` while either cache has not
+placements (summed per node as the pod watch reports changes) and the app's last
+class list — or ``None`` while either cache has not
 finished its first LIST (capacity is then *unknown*, never zero). The result is
 memoised and rebuilt on the next call after a node changes, a pod's placement
 (node, GPUs, whether it holds them) changes, or the class list changes, so every
@@ -28,7 +29,7 @@ from shared.policy.inventory import (
     Inventory,
     NodeFacts,
     PodPlacement,
-    build_inventory,
+    inventory_of,
 )
 from shared.watch import Watched
 
@@ -58,6 +59,9 @@ class InventoryCache:
         self._class_labels = class_labels
         self._memo: Inventory | None = None
         self._memo_classes: frozenset[str] = frozenset()
+        #: GPUs held per node, kept current by the pod listener (a rebuild then costs
+        #: per node, not per pod).
+        self._used: dict[str, int] = {}
         nodes.listeners.append(self._node_changed)
         pods.listeners.append(self._pod_changed)
 
@@ -67,20 +71,31 @@ class InventoryCache:
             return None
         known = frozenset(self._class_labels() or ())
         if self._memo is None or known != self._memo_classes:
-            placements = (placement_of(p) for p in self._pods.items.values())
-            self._memo = build_inventory(
-                self._nodes.items.values(), (p for p in placements if p is not None), known
-            )
+            self._memo = inventory_of(self._nodes.items.values(), self._used, known)
             self._memo_classes = known
         return self._memo
 
     def invalidate(self) -> None:
-        """Forget the memo (the caches were emptied or changed behind the listeners)."""
+        """Forget everything derived (the caches were emptied behind the listeners)."""
         self._memo = None
+        self._used = {}
 
     def _pod_changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
-        if placement_of(old) != placement_of(new):
-            self._memo = None
+        before, after = placement_of(old), placement_of(new)
+        if before == after:
+            return
+        self._charge(before, -1)
+        self._charge(after, +1)
+        self._memo = None
+
+    def _charge(self, placement: PodPlacement | None, sign: int) -> None:
+        if placement is None or not placement.holds or placement.node is None:
+            return
+        total = self._used.get(placement.node, 0) + sign * placement.gpus
+        if total:
+            self._used[placement.node] = total
+        else:
+            self._used.pop(placement.node, None)
 
     def _node_changed(self, key: str, old: NodeFacts | None, new: NodeFacts | None) -> None:
         self._memo = None

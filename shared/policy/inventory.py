@@ -291,8 +291,17 @@ def build_inventory(
     ``known_classes`` are the app's class labels: each is present even with no node.
     Nodes are taken in name order so the result does not depend on cache order.
     """
+    return inventory_of(nodes, used_by_node(placements), known_classes)
+
+
+def inventory_of(
+    nodes: Iterable[NodeFacts],
+    used: Mapping[str, int],
+    known_classes: Iterable[str] = (),
+) -> Inventory:
+    """``build_inventory`` from GPUs already summed per node (``used_by_node``), so a
+    caller that keeps those sums up to date pays per node, not per pod."""
     by_name = {n.name: n for n in nodes}
-    used = used_by_node(placements)
     per_class: dict[str, list[NodeCapacity]] = {c: [] for c in known_classes}
     excluded: set[str] = set()
     for name in sorted(by_name):

@@ -173,3 +173,35 @@ def test_placement_of_a_pod_view() -> None:
         None, 1, False
     )
     assert placement_of(None) is None
+
+
+def test_the_per_node_sums_kept_from_pod_events_match_a_full_rebuild() -> None:
+    from random import Random
+
+    from shared.policy.inventory import build_inventory
+
+    async def scenario() -> None:
+        w = World({"h100"})
+        for name in ("n1", "n2", "n3"):
+            w.kube.add(NODES, gpu_node(name))
+        rand = Random(11)
+        for step in range(60):
+            name = f"p{rand.randrange(8)}"
+            key = (PODS.plural, "team-a", name)
+            choice = rand.random()
+            if key in w.kube.objects and choice < 0.3:
+                del w.kube.objects[key]
+            elif key in w.kube.objects and choice < 0.5:
+                w.kube.objects[key]["metadata"]["deletionTimestamp"] = "2026-01-05T09:00:00Z"
+            else:
+                on = rand.choice([None, "n1", "n2", "n3", "gone"])
+                phase = rand.choice(["Pending", "Running", "Succeeded"])
+                w.kube.objects.pop(key, None)
+                w.kube.add(PODS, gpu_pod(name, rand.randrange(1, 4), on, phase), "team-a")
+            await w.sync()
+            views = w.caches.pods.items.values()
+            placements = [p for p in map(placement_of, views) if p is not None]
+            expected = build_inventory(w.caches.nodes.items.values(), placements, {"h100"})
+            assert w.caches.inventory() == expected, step
+
+    asyncio.run(scenario())
