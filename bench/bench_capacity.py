@@ -91,7 +91,7 @@ def pod(i: int, nodes: int) -> dict[str, Any]:
             "uid": f"uid-{i}",
             "resourceVersion": str(100_000 + i),
             "labels": {vocab.GPU_CLASS_LABEL: CLASSES[on % len(CLASSES)]},
-            "annotations": {vocab.BOOKING_REFERENCE: f"res-{i // 4}"},
+            "annotations": {vocab.BOOKING_REFERENCE: f"{vocab.RESERVATION_REF_PREFIX}{i // 4}"},
         },
         "spec": {
             "nodeName": f"n{on:04d}",
