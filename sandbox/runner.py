@@ -167,6 +167,10 @@ def next_steps(ctx: SandboxContext) -> str:
         lines += [f"  export KUBECONFIG={kubeconfig}", "  kubectl get nodes"]
     if "reconciler" in ctx.endpoints:
         lines.append(f"  kubectl get gpureservations -n {ctx.namespace}")
+        lines.append(
+            f"  kubectl annotate node h100-r1 {vocab.FORCE_NODE_CAPACITY}=0   "
+            f"# h100 overcommitted at the next audit: kubectl describe lease -n {ctx.namespace}"
+        )
     if "webhook" in ctx.endpoints:
         example = Path(__file__).parent / "examples" / "alice-notebook.yaml"
         lines.append(f"  kubectl create -f {example}")

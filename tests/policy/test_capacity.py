@@ -21,9 +21,10 @@ def test_app_counts_take_the_effective_count_and_skip_what_cannot_be_audited() -
             AppClass("l40s", 4, active=False),  # cannot be booked
             AppClass("v100", 2),
             AppClass("v100", 3),  # two classes, one label: the app admits against both
+            AppClass("t4", -2),  # a negative count from the app offers nothing
         ]
     )
-    assert counts == {"h100": 12, "v100": 5}
+    assert counts == {"h100": 12, "v100": 5, "t4": 0}
 
 
 def test_audit_flags_overcommit_with_its_deficit_and_reports_the_other_way() -> None:

@@ -289,3 +289,34 @@ def test_the_cancelled_row_the_app_answers_with_is_mirrored_at_once() -> None:
         assert mirrored == [row]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("env", "timeout", "grace", "audit_s", "notices"),
+    [
+        pytest.param({}, 15, 30, 3600, [], id="defaults"),
+        pytest.param(
+            {"NOSHOW_TIMEOUT_MINUTES": "0", "NOSHOW_GRACE_MINUTES": "5",
+             "CAPACITY_CHECK_INTERVAL": "1"},
+            0, 5, 1, [], id="the smallest allowed",
+        ),
+        pytest.param(
+            {"NOSHOW_TIMEOUT_MINUTES": "-1", "NOSHOW_GRACE_MINUTES": "soon",
+             "CAPACITY_CHECK_INTERVAL": "0"},
+            15, 30, 3600,
+            [("NOSHOW_TIMEOUT_MINUTES", "out_of_range"), ("NOSHOW_GRACE_MINUTES", "not_an_integer"),
+             ("CAPACITY_CHECK_INTERVAL", "out_of_range")],
+            id="invalid values fall back to the defaults with a notice, as the seed did",
+        ),
+    ],
+)  # fmt: skip
+def test_settings(
+    env: dict[str, str], timeout: int, grace: int, audit_s: int, notices: list[Any]
+) -> None:
+    settings, reader = load(
+        {**ENV, "NOSHOW_TIMEOUT_MINUTES": "", "NOSHOW_GRACE_MINUTES": "", **env}
+    )
+    assert settings.noshow_timeout == timedelta(minutes=timeout)
+    assert settings.noshow_grace == timedelta(minutes=grace)
+    assert settings.capacity_check_s == audit_s
+    assert [(n.variable, n.reason) for n in reader.notices] == notices
