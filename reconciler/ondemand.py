@@ -39,12 +39,13 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from reconciler import queue
+from reconciler import queue, relink
 from reconciler.admit import Admitter
 from reconciler.caches import Caches
 from reconciler.metrics import NAMESPACE
 from reconciler.mirror import MirrorWriter, facts_from
 from reconciler.pods import PodView
+from reconciler.relink import Relinker
 from reconciler.settings import ReconcilerSettings
 from reconciler.upkeep import until_ready, wait_either
 from shared import model, vocab
@@ -85,6 +86,8 @@ ASK_CONCURRENCY = 16
 #: while triggers keep coming, at most SETTLE_MAX_S in all.
 SETTLE_S = 0.2
 SETTLE_MAX_S = 1.0
+#: The merge looks this long after a booking's start (its window is then open).
+MERGE_LAG = timedelta(milliseconds=1)
 #: A gate is logged at most this often per (class, guard) (R38).
 GATE_LOG_S = 60.0
 #: Holds retried at once when a node changes or a pod frees GPUs or gets placed.
@@ -205,6 +208,7 @@ class Leaser:
         registry: CollectorRegistry,
         overcommit: Callable[[], Mapping[str, int]] = dict,
         rand: Callable[[], float] = random.random,
+        relinker: Relinker | None = None,
     ) -> None:
         self._app = app
         self._gateway = gateway
@@ -216,6 +220,9 @@ class Leaser:
         self._classes = classes
         self._overcommit = overcommit
         self._rand = rand
+        self._relinker = relinker
+        #: Leases whose pod moved onto a booking, to cancel ``superseded`` (retried).
+        self._superseded: set[int] = set()
         self.metrics = LeaseMetrics(registry)
         self.tracks: dict[str, Track] = {}
         #: Leases a pod used and then finished or left (teardown says pod-terminated).
@@ -232,6 +239,7 @@ class Leaser:
         self.batches = 0
         caches.pods.listeners.append(self._pod_changed)
         caches.nodes.listeners.append(lambda _k, _o, _n: self._recheck())
+        caches.reservations.listeners.append(self._reservation_changed)
 
     def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The leader's loop for leases (none when ONDEMAND_LEASE_ENABLED is off)."""
@@ -247,6 +255,16 @@ class Leaser:
             if track.held in RECHECKED:
                 track.due = min(track.due, now)
                 self._wake.set()
+
+    def _reservation_changed(
+        self, _key: str, old: GPUReservation | None, new: GPUReservation | None
+    ) -> None:
+        """A booking that appears or changes may take a lease's pod now, or when it opens
+        (R25: the merge timer is re-armed)."""
+        if new is None or new.facts.kind is not Kind.BOOKING:
+            return
+        if old is None or old.facts != new.facts:
+            self._wake.set()
 
     def _pod_changed(self, _key: str, old: PodView | None, new: PodView | None) -> None:
         if old is not None and old.reference and (new is None or new.finished):
@@ -298,7 +316,9 @@ class Leaser:
 
     def _delay(self, tick_s: float) -> float:
         now = self._clock.now()
-        soonest = min((t.due for t in self.tracks.values()), default=None)
+        dues = [t.due for t in self.tracks.values()]
+        opening = self._next_booking_start(now)
+        soonest = min([*dues, *([opening] if opening is not None else [])], default=None)
         if soonest is None:
             return tick_s
         return max(0.0, min(tick_s, (soonest - now).total_seconds()))
@@ -338,6 +358,7 @@ class Leaser:
         granted = await self._select(eligible, ctx)
         await asyncio.gather(*(self._ask(pod, ctx) for pod in granted))
         self.metrics.candidates.set(len(self.tracks))
+        await self._merge(self._context())
         await self._teardown(self._context())
 
     def _context(self) -> Context:
@@ -644,6 +665,48 @@ class Leaser:
             self._settings.queue.support_contact,
         )
 
+    # --- merge (R25) -------------------------------------------------------------------
+
+    def _next_booking_start(self, now: datetime) -> datetime | None:
+        """The next booking start while any pod runs under a lease (the merge's timer)."""
+        if self._relinker is None or not self._settings.ondemand.merge:
+            return None
+        by_name = self._caches.by_name()
+        if not any(
+            (res := by_name.get(p.reference or "")) is not None and res.facts.kind is Kind.ON_DEMAND
+            for p in self._caches.pods.items.values()
+        ):
+            return None
+        starts = [
+            r.facts.start + MERGE_LAG
+            for r in by_name.values()
+            if r.facts.kind is Kind.BOOKING and r.facts.start > now
+        ]
+        return min(starts, default=None)
+
+    async def _merge(self, ctx: Context) -> None:
+        """R25: a pod running under an active lease moves onto its owner's booking the
+        moment one with room is open; then the lease is cancelled ``superseded``."""
+        relinker = self._relinker
+        if relinker is None or not self._settings.ondemand.merge:
+            return
+        by_name = {r.name: r for r in ctx.pool}
+        taken: dict[str, int] = {}
+        for pod in ctx.pods:
+            lease = by_name.get(pod.reference or "")
+            if lease is None or not merging(pod, lease, ctx.now):
+                continue
+            goal = relink.target(pod, by_name, ctx.now, relinker.rules, taken)
+            if goal is None:
+                continue
+            async with relinker.lock:
+                if await relinker.move(pod, goal, relink.Cause.MERGED, ctx.now, by_name):
+                    taken[goal.name] = taken.get(goal.name, 0) + pod.gpus
+                    self._superseded.add(lease.facts.id)
+        for rid in list(self._superseded):
+            if await self._cancel(rid, CancelReason.SUPERSEDED):
+                self._superseded.discard(rid)
+
     # --- teardown --------------------------------------------------------------------------
 
     async def _teardown(self, ctx: Context) -> None:
@@ -660,6 +723,8 @@ class Leaser:
             if facts.kind is not Kind.ON_DEMAND or facts.state is not State.ACTIVE:
                 continue
             if facts.end <= ctx.now or res.name in live or res.name in self._busy:
+                continue
+            if facts.id in self._superseded:
                 continue
             if self._cancel_retry.get(res.name, ctx.now) > ctx.now:
                 continue
@@ -694,6 +759,14 @@ class Leaser:
         if facts is not None:
             await self._writer.upsert(facts, now)
         return True
+
+
+def merging(pod: PodView, lease: GPUReservation, now: datetime) -> bool:
+    """R25's subject: a movable pod under an active, open on-demand lease."""
+    facts = lease.facts
+    if facts.kind is not Kind.ON_DEMAND or facts.state is not State.ACTIVE:
+        return False
+    return facts.is_open(now) and relink.movable(pod)
 
 
 def moved(old: PodView | None, new: PodView | None) -> bool:

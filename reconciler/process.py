@@ -139,6 +139,7 @@ class Reconciler:
                 lambda: self.syncer.classes,
                 self.metrics.registry,
                 overcommit=self.auditor.deficits,
+                relinker=self.upholders.relinker,
             )
             if leases is not None
             else None

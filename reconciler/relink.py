@@ -74,6 +74,8 @@ class Cause(StrEnum):
 
     OVERSTAY = vocab.GUARANTEE_STATUS_OVERSTAY
     REPLACED = "replaced"
+    #: An on-demand lease's pod moved onto its owner's booking as it opened (R25).
+    MERGED = "merged"
 
 
 # --- pure rules -----------------------------------------------------------------------
@@ -144,11 +146,12 @@ def relinked_message(
     cause: Cause, old: str, new: GPUReservation, until: datetime, zone: ZoneInfo | None
 ) -> str:
     """``OverstayRelinked`` / ``ReservationRelinked``."""
-    why = (
-        f"The pod had run past its guarantee under {old}"
-        if cause is Cause.OVERSTAY
-        else f"Reservation {old} was cancelled while the pod ran"
-    )
+    whys = {
+        Cause.OVERSTAY: f"The pod had run past its guarantee under {old}",
+        Cause.REPLACED: f"Reservation {old} was cancelled while the pod ran",
+        Cause.MERGED: f"Your booking opened while the pod ran under its on-demand lease {old}",
+    }
+    why = whys[cause]
     return (
         f"{why}; it now runs under your reservation {new.name}, "
         f"guaranteed until {when(until, zone)}."

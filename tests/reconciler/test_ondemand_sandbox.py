@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +120,53 @@ def _kubectl(config: Path, *args: str) -> str:
     from tests.reconciler.test_evict_sandbox import kubectl
 
     return kubectl(config, *args)
+
+
+def test_acceptance_6_merge_onto_the_booking_as_it_opens(tmp_path: Path) -> None:
+    asyncio.run(merge(tmp_path))
+
+
+async def merge(tmp_path: Path) -> None:
+    async with sandbox_world(tmp_path, SystemClock()) as w:
+        config = tmp_path / "kubeconfig"
+        await w.replica("r1", True, **ENV)
+        await asyncio.sleep(1.0)
+        await create(config, jit_manifest("job"))
+        await watch_pod(w, "job", lambda p: p["status"].get("phase") == "Running", 10)
+        lease_ref = reference(await pod_of(w, "job"))
+        assert lease_ref is not None
+        lease = next(r for r in leases(w) if f"{vocab.RESERVATION_REF_PREFIX}{r.id}" == lease_ref)
+        rid = await w.book(gpus=2, start="+4s", end="+1h")
+        booking = f"{vocab.RESERVATION_REF_PREFIX}{rid}"
+        opens = app_of(w).state.reservations[rid].start
+        seen = None
+        while seen is None:
+            if reference(await pod_of(w, "job")) == booking:
+                seen = SystemClock().now()
+            else:
+                assert SystemClock().now() < opens + timedelta(seconds=10), "never merged"
+                await asyncio.sleep(0.01)
+        lag = (seen - opens).total_seconds()
+        assert lag <= 2.0, f"merged {lag:.2f}s after the booking opened"
+
+        async def superseded() -> bool:
+            return str(lease.status) == "cancelled"
+
+        await eventually(superseded, 3)
+        assert lease.cancel_reason == "superseded"
+        pod = await pod_of(w, "job")
+
+        async def ledgers() -> bool:
+            new = await w.gateway.get(GPU_RESERVATIONS, booking, w.ctx.namespace)
+            old = await w.gateway.get(GPU_RESERVATIONS, lease_ref, w.ctx.namespace)
+            new_holds = [h.get("podUid") for h in (new.get("status") or {}).get("holds") or []]
+            old_holds = (old.get("status") or {}).get("holds") or []
+            return new_holds == [pod["metadata"]["uid"]] and old_holds == []
+
+        await eventually(ledgers, 5)
+
+        async def relinked() -> bool:
+            return vocab.REASON_RESERVATION_RELINKED in await reasons_of(config, "job")
+
+        await eventually(relinked, 5)
+        assert pod["status"].get("phase") == "Running"
