@@ -16,9 +16,8 @@ tick". Each sweep:
 4. headroom (R34) when due;
 5. plans termination warnings over the survivors and reconciles them
    (``reconciler.warn``);
-6. kills: under the re-linker's lock, re-read the pod (still the same uid, reference
-   and past its guarantee), Event ``Preempted``, overstay report (``preempted``, when
-   enabled), delete with a uid precondition.
+6. kills them (``reconciler.kills``): re-read under the re-linker's lock, Event
+   ``Preempted``, overstay report, delete with a uid precondition.
 """
 
 from __future__ import annotations
@@ -35,9 +34,9 @@ from zoneinfo import ZoneInfo
 from prometheus_client import CollectorRegistry, Counter
 
 from reconciler import warn
+from reconciler.kills import Killer, Victim, mono
 from reconciler.metrics import NAMESPACE
-from reconciler.overstay import PREEMPTED, report_for, send
-from reconciler.pods import PodView, project_pod
+from reconciler.pods import PodView
 from reconciler.preemption import InventoryFigures, PreemptionSettings, holders_of, rooms_from
 from reconciler.relink import Emit
 from reconciler.upkeep import until_ready, wait_either
@@ -46,19 +45,16 @@ from shared.appclient import PreemptionCandidate
 from shared.appclient.outcomes import OverstayResult, Victims, VictimsResult
 from shared.appclient.requests import OverstayReport
 from shared.clock import Clock, format_utc, parse_utc
-from shared.errors import Conflict, KubeError, NotFound
+from shared.errors import KubeError
 from shared.logs import log
-from shared.model import GPUReservation, reference
+from shared.model import GPUReservation
 from shared.policy import outlook, preemption
 from shared.policy.matching import MatchRules
 from shared.policy.preemption import Holder, Need, Phase, Room, Tally
-from shared.policy.wording import preempted, termination_warning
-from shared.resources import PODS
+from shared.policy.wording import termination_warning
 
 _log = logging.getLogger(__name__)
 SWEEP_TASK = "preemption-sweep"
-#: Victims re-read, told and deleted at once (each is three API calls).
-KILL_CONCURRENCY = 8
 
 
 @runtime_checkable
@@ -103,15 +99,6 @@ class SweepMetrics:
             namespace=NAMESPACE,
             registry=registry,
         )
-
-
-@dataclass(frozen=True)
-class Victim:
-    """A pod chosen to die, and for what."""
-
-    holder: Holder
-    boundary: datetime | None  # None: headroom
-    chosen_at: float  # monotonic, for the decided-to-deleted latency
 
 
 @dataclass
@@ -159,9 +146,18 @@ class Sweeper:
         self.settings = settings
         self._rules = rules
         self._zone = zone
-        self._lock = lock
         self._rng = rng or random.Random()
         self._metrics = metrics
+        self._killer = Killer(
+            gateway,
+            emit,
+            rules=rules,
+            zone=zone,
+            lock=lock,
+            reservations=reservations,
+            reporter=app if settings.overstay_report else None,
+            preempted=metrics.preempted if metrics is not None else None,
+        )
         self._wake = asyncio.Event()
         #: (boundary, phase) pairs already evaluated (pruned once past the window).
         self.marks: set[tuple[datetime, Phase]] = set()
@@ -229,7 +225,9 @@ class Sweeper:
         headroom = await self._headroom(now, pods, holders, tally, result)
         if self.settings.warnings:
             result.warnings = self._plan_warnings(now, bookings, holders, rooms, tally, headroom)
-        await self._kill_all(result, now)
+        for uid, latency in await self._killer.kill_all(result.victims, now):
+            result.deleted.append(uid)
+            result.latencies_s.append(latency)
         if self.settings.warnings or self.outstanding:
             self.outstanding = await warn.reconcile(
                 self._gateway,
@@ -284,7 +282,7 @@ class Sweeper:
             victims = await self._choose(need, tally)
             tally.kill(victims)
             self._note_unmet(need, victims, result)
-            result.victims.extend(Victim(v, boundary, _mono()) for v in victims)
+            result.victims.extend(Victim(v, boundary, mono()) for v in victims)
 
     def _note_unmet(self, need: Need, victims: Sequence[Holder], result: SweepResult) -> None:
         short = preemption.unmet(need, victims)
@@ -370,7 +368,7 @@ class Sweeper:
             victims = await self._choose(need, tally)
             tally.kill(victims)
             self._note_unmet(need, victims, result)
-            result.victims.extend(Victim(v, None, _mono()) for v in victims)
+            result.victims.extend(Victim(v, None, mono()) for v in victims)
         if due:
             self.last_headroom = now
         return notice
@@ -420,76 +418,6 @@ class Sweeper:
             )
         return plan
 
-    # --- execution --------------------------------------------------------------------
-
-    async def _kill_all(self, result: SweepResult, now: datetime) -> None:
-        """Every victim, ``KILL_CONCURRENCY`` at a time, under the re-linker's lock (held
-        once for the batch, so no re-link moves a victim while it is being killed)."""
-        if not result.victims:
-            return
-        gate = asyncio.Semaphore(KILL_CONCURRENCY)
-
-        async def one(victim: Victim) -> None:
-            async with gate:
-                if await self._kill(victim, now):
-                    result.deleted.append(victim.holder.uid)
-                    result.latencies_s.append(_mono() - victim.chosen_at)
-
-        async with self._lock:
-            await asyncio.gather(*(one(v) for v in result.victims))
-
-    async def _kill(self, victim: Victim, now: datetime) -> bool:
-        """Re-read, Event, report, delete (uid precondition); True when deleted. The
-        caller holds the re-linker's lock."""
-        h = victim.holder
-        try:
-            raw = await self._gateway.get(PODS, h.name, h.namespace)
-        except KubeError as exc:
-            log(_log, logging.INFO, "pod.already_gone", pod=h.key, error=str(exc))
-            return False
-        pod = project_pod(raw, self._rules)
-        if (
-            pod is None
-            or pod.uid != h.uid
-            or pod.deleting
-            or pod.finished
-            or pod.reference != reference(h.reservation_id)
-        ):
-            return False
-        log(_log, logging.INFO, "pod.preempting", pod=h.key, gpus=h.gpus, gpu_class=h.gpu_class)
-        text = preempted(h.gpu_class, victim.boundary, self._zone)
-        await self._emit(self._gateway, pod, vocab.REASON_PREEMPTED, text, now=now)
-        await self._report(h, pod, now)
-        try:
-            await self._gateway.delete(PODS, h.name, h.namespace, uid=h.uid)
-        except (NotFound, Conflict):
-            return False
-        except KubeError as exc:
-            log(_log, logging.WARNING, "pod.delete_failed", pod=h.key, error=str(exc))
-            return False
-        if self._metrics is not None:
-            self._metrics.preempted.labels("boundary" if victim.boundary else "headroom").inc()
-        log(
-            _log,
-            logging.INFO,
-            "pod.deleted",
-            pod=h.key,
-            reason=vocab.REASON_PREEMPTED,
-            latency_ms=round((_mono() - victim.chosen_at) * 1000, 1),
-        )
-        return True
-
-    async def _report(self, h: Holder, pod: PodView, now: datetime) -> None:
-        """The overstay report (§2.10, ``preempted``) before the delete."""
-        if not self.settings.overstay_report or self._app is None:
-            return
-        reservations = self._reservations()
-        end = h.guarantee_end
-        use_group = self._rules.use_group
-        report = report_for(pod, reservations, now, PREEMPTED, use_group=use_group, end=end)
-        if report is not None:
-            await send(self._app, report, h.key)
-
 
 def _candidate(h: Holder) -> PreemptionCandidate:
     return PreemptionCandidate(
@@ -509,7 +437,3 @@ def _instant(pod: PodView, key: str) -> datetime | None:
         return parse_utc(text) if text else None
     except ValueError:
         return None
-
-
-def _mono() -> float:
-    return asyncio.get_running_loop().time()
