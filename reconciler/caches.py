@@ -33,6 +33,9 @@ PODS_TASK = "watch-pods"
 NODES_TASK = "watch-nodes"
 RESERVATIONS_TASK = "watch-reservations"
 UPKEEP_TASK = "ledger-upkeep"
+#: Seconds a watch may keep failing without a good LIST before health turns 503: long
+#: enough for an API server restart, short enough that a refused LIST (RBAC) shows.
+STALL_S = 120.0
 
 
 def project_reservation(obj: dict[str, Any]) -> model.GPUReservation | None:
@@ -127,7 +130,14 @@ class Caches:
         for cache in (self.pods, self.nodes, self.reservations):
             cache.items = {}
             cache.synced.clear()
+            cache.failing_since = None
         self._inventory.invalidate()
+
+    def stalled(self, grace_s: float) -> list[str]:
+        """Resources whose LIST/WATCH has kept failing for ``grace_s`` or more without a
+        good LIST (``/health`` turns 503 naming them)."""
+        caches = (self.pods, self.nodes, self.reservations)
+        return sorted(c.res.plural for c in caches if c.failing_for() >= grace_s)
 
     def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The leader's loops these caches need."""

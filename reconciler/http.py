@@ -1,7 +1,10 @@
 """The reconciler's HTTP API, served by every replica on HTTP_PORT.
 
 ``GET /health`` — 200 ``{"status": "ok", "leader": …}`` while every guarded task
-runs; 503 naming each crashed or exited task. ``GET /metrics`` — Prometheus text.
+runs and every running watch can LIST; 503 naming each crashed or exited task, and
+(``unsynced``) each watched resource whose LIST/WATCH has kept failing for
+``reconciler.caches.STALL_S`` seconds (a cache that never syncs, e.g. an RBAC
+refusal of its LIST). ``GET /metrics`` — Prometheus text.
 ``POST /api/reservations/push`` — the inbound push (``reconciler.push``).
 ``GET /api/forecast/preemption-risk[?namespace=]`` — the preemption-risk forecast
 (``reconciler.forecast``); same bearer token as the push; 503 while the token is
@@ -42,6 +45,8 @@ class HttpState:
     inbound_token: SecretStr | None
     is_leader: Callable[[], bool]
     forecast: Forecaster | None = None
+    #: Resources whose watch has kept failing too long (``Caches.stalled``).
+    stalled: Callable[[], list[str]] = list
 
 
 def build_app(state: HttpState) -> Starlette:
@@ -50,9 +55,12 @@ def build_app(state: HttpState) -> Starlette:
     async def health(request: Request) -> Response:
         _export_task_failures(state)
         body: dict[str, object] = {"status": "ok", "leader": state.is_leader()}
-        if state.tasks.healthy:
+        stalled = state.stalled()
+        if state.tasks.healthy and not stalled:
             return JSONResponse(body)
         body.update(status="unhealthy", failed=dict(state.tasks.failed))
+        if stalled:
+            body["unsynced"] = stalled
         return JSONResponse(body, status_code=503)
 
     async def metrics(request: Request) -> Response:

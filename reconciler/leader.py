@@ -6,10 +6,14 @@ pure function of the Lease as read, this replica's identity and now:
 - no Lease → create it (acquire);
 - we hold it → renew;
 - nobody holds it, or its holder has not renewed for ``leaseDurationSeconds`` → take
-  over (``leaseTransitions`` + 1);
+  over (``leaseTransitions`` + 1). "Not renewed for" is timed on this replica's own
+  clock from when it last saw the Lease record change (client-go's observed time), never
+  by comparing the holder's ``renewTime`` with our clock: clock skew between replicas
+  cannot make two act at once. The price: a standby that starts (or first looks) after
+  the leader died waits a full lease duration from its first look;
 - otherwise → stand by, and look again when it would expire (at the latest after
-  the renew period), so a standby takes over within the lease duration of the last
-  renewal.
+  the renew period), so a standby that was watching takes over within the lease
+  duration plus one renew period of the last renewal.
 
 Every write carries the resourceVersion that was read, so two standbys racing for an
 expired Lease cannot both win. A leader that cannot renew for ``lease − renew``
@@ -58,31 +62,42 @@ class LeaseView:
     duration_s: float
     transitions: int = 0
 
-    def expires(self) -> datetime | None:
-        """When the holder's claim lapses (None: never renewed, already lapsed)."""
-        if self.renewed is None:
-            return None
-        return self.renewed + timedelta(seconds=self.duration_s)
+    def record(self) -> tuple[str | None, datetime | None, float, int]:
+        """What a change of marks a live holder (client-go's observed record)."""
+        return (self.holder, self.renewed, self.duration_s, self.transitions)
 
 
-def decide(view: LeaseView | None, me: str, now: datetime) -> Action:
-    """The election rule (no side effects); expiry is strict: at ``expires`` it lapses."""
+def lapses(view: LeaseView, observed: datetime) -> datetime | None:
+    """When the holder's claim lapses for this replica: ``leaseDurationSeconds`` after
+    ``observed``, the instant (on this replica's own clock) it last saw the Lease record
+    change — as client-go times it. The holder's ``renewTime`` is written on the
+    holder's clock, so comparing it with ours would let clock skew larger than the renew
+    period make a standby take over while the leader still acts. None: never renewed."""
+    if view.renewed is None:
+        return None
+    return observed + timedelta(seconds=view.duration_s)
+
+
+def decide(view: LeaseView | None, me: str, now: datetime, observed: datetime) -> Action:
+    """The election rule (no side effects); expiry is strict: at the lapse it lapses."""
     if view is None:
         return Action.CREATE
     if view.holder == me:
         return Action.RENEW
-    expires = view.expires()
+    expires = lapses(view, observed)
     if not view.holder or expires is None or now >= expires:
         return Action.TAKEOVER
     return Action.STANDBY
 
 
-def wait_seconds(view: LeaseView | None, action: Action, now: datetime, renew_s: float) -> float:
+def wait_seconds(
+    view: LeaseView | None, action: Action, now: datetime, renew_s: float, observed: datetime
+) -> float:
     """How long to wait before the next look: the renew period, or less for a standby
     whose holder's lease lapses sooner."""
     if action is not Action.STANDBY or view is None:
         return renew_s
-    expires = view.expires()
+    expires = lapses(view, observed)
     if expires is None:
         return renew_s
     return max(0.01, min(renew_s, (expires - now).total_seconds() + 0.01))
@@ -185,6 +200,9 @@ class Elector:
         self.is_leader = False
         self._last_renew: datetime | None = None
         self._wait = settings.renew_s
+        #: The Lease record last seen and when it was first seen so (own clock).
+        self._seen: tuple[str | None, datetime | None, float, int] | None = None
+        self._seen_at: datetime = clock.now()
 
     async def run(self) -> None:
         """Look, act, wait — until cancelled."""
@@ -223,8 +241,9 @@ class Elector:
         try:
             raw = await self._read()
             view = view_of(raw) if raw is not None else None
-            action = decide(view, self.identity, now)
-            self._wait = wait_seconds(view, action, now, self._settings.renew_s)
+            observed = self._observe(view, now)
+            action = decide(view, self.identity, now, observed)
+            self._wait = wait_seconds(view, action, now, self._settings.renew_s, observed)
             if action is not Action.STANDBY:
                 # Renew with at least half the step-down margin to spare.
                 self._wait = min(self._wait, self._limit_s() / 2)
@@ -239,6 +258,13 @@ class Elector:
             log(_log, logging.WARNING, "leader.lease_error", error=str(exc))
             self._wait = self._settings.renew_s
             self._step_down_if_stale(now)
+
+    def _observe(self, view: LeaseView | None, now: datetime) -> datetime:
+        """When this replica first saw the record ``view`` carries (now, if it changed)."""
+        record = view.record() if view is not None else None
+        if record != self._seen:
+            self._seen, self._seen_at = record, now
+        return self._seen_at
 
     async def release(self) -> None:
         """Give the Lease up (empty holder) if we hold it; best-effort."""

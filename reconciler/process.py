@@ -23,7 +23,7 @@ import uvicorn
 from reconciler import backstop, events
 from reconciler.admit import Admitter, Knowledge
 from reconciler.audit import CapacityAuditor
-from reconciler.caches import Caches
+from reconciler.caches import STALL_S, Caches
 from reconciler.evict import Upholders
 from reconciler.forecast import Standby, forecaster
 from reconciler.http import HttpState, build_app
@@ -286,6 +286,10 @@ class Reconciler:
         self.noshows.reset()
         self.auditor.reset()
 
+    def _current_caches(self) -> Caches:
+        """The caches this replica runs now: the leader's, or its standby watches."""
+        return self.caches if self._leading else self.standby.caches
+
     async def _serve(self, sock: socket.socket | None) -> None:
         state = HttpState(
             self.tasks,
@@ -294,11 +298,12 @@ class Reconciler:
             self.settings.inbound_token,
             lambda: self._leading,
             forecaster(
-                lambda: self.caches if self._leading else self.standby.caches,
+                self._current_caches,
                 self.settings.preemption,
                 self.settings.rules,
                 self.clock,
             ),
+            stalled=lambda: self._current_caches().stalled(STALL_S),
         )
         config = uvicorn.Config(
             build_app(state),

@@ -5,8 +5,9 @@ so cancellations are seen) and the GPU classes, lists the mirror and the pods th
 reference it, and applies ``mirror.plan``. A failed reservation fetch changes nothing
 (never replace state with a partial list): it is logged, counted, and the next pass
 tries again. A failed class fetch keeps the previous class map (contract §2.2). Sync
-and push in one process run under one lock so they never interleave; across replicas
-the resourceVersion-checked writes and the ``updated_at`` rule keep them apart.
+and push in one process write under one lock (the app fetch runs outside it, so a push
+never waits for the app); across replicas the resourceVersion-checked writes and the
+``updated_at`` rule keep them apart.
 """
 
 from __future__ import annotations
@@ -87,15 +88,20 @@ class Syncer:
             log(_log, logging.WARNING, "api.gpu_classes_fetch_failed", error=_describe(got))
 
     async def sync_once(self) -> bool:
-        """One full pass; ``False`` (and nothing changed) when the fetch failed."""
+        """One full pass; ``False`` (and nothing changed) when the fetch failed.
+
+        The app is asked outside the lock: a slow fetch must not hold up a push (which
+        the app waits on). Only the writes are serialised with the push; a pull that
+        ends after a newer push cannot undo it (specs move only forward by
+        ``updated_at``)."""
+        now = self.clock.now()
+        start, end = fetch_window(now.date(), self._lookahead)
+        got = await self.source.list_reservations(start, end)
+        if not isinstance(got, Fetched):
+            self._fetch_failed(_describe(got))
+            return False
+        await self.refresh_classes()
         async with self.lock:
-            now = self.clock.now()
-            start, end = fetch_window(now.date(), self._lookahead)
-            got = await self.source.list_reservations(start, end)
-            if not isinstance(got, Fetched):
-                self._fetch_failed(_describe(got))
-                return False
-            await self.refresh_classes()
             try:
                 await self._apply(got.value)
             except KubeError as exc:
@@ -140,8 +146,12 @@ class Syncer:
         return facts
 
     async def _referenced(self) -> set[str]:
-        """Names of GPUReservations that live (unfinished) pods carry."""
-        pods = await self._gateway.list_all(PODS, label_selector=vocab.GPU_CLASS_LABEL)
+        """Names of GPUReservations that live (unfinished) pods carry.
+
+        Every pod is listed, not only those labelled ``gpu-class``: a user may remove the
+        label from a running pod, and its reservation must not be deleted under it (one
+        paginated LIST per full sync)."""
+        pods = await self._gateway.list_all(PODS)
         refs = set()
         for pod in pods.items:
             if (pod.get("status") or {}).get("phase") in _FINISHED:

@@ -124,6 +124,8 @@ class Watched(Generic[T]):
         self.relists = 0
         #: ``monotonic()`` when the API was last heard from (LIST, event or bookmark).
         self.heard_at = monotonic()
+        #: ``monotonic()`` of the first LIST/WATCH failure since the last good LIST.
+        self.failing_since: float | None = None
 
     async def run(self) -> None:
         """Keep the cache current until cancelled."""
@@ -135,7 +137,18 @@ class Watched(Generic[T]):
                 log(_log, logging.INFO, "watch.gone", resource=self.res.plural)
             except KubeError as exc:
                 log(_log, logging.WARNING, "watch.failed", resource=self.res.plural, error=str(exc))
+                if self.failing_since is None:
+                    self.failing_since = self._monotonic()
                 await self._clock.sleep(self._retry_s)
+
+    def failing_for(self) -> float:
+        """Seconds the LIST/WATCH has kept failing with no good LIST since (0: fine).
+
+        A cache that never syncs (an RBAC refusal of its LIST) or cannot relist any
+        more says so here; health reports it."""
+        if self.failing_since is None:
+            return 0.0
+        return self._monotonic() - self.failing_since
 
     async def relist(self) -> str:
         """LIST and replace the cache, telling listeners what changed; the list's version."""
@@ -154,6 +167,7 @@ class Watched(Generic[T]):
                 self._tell(key, old.get(key), view)
         self.relists += 1
         self.heard_at = self._monotonic()
+        self.failing_since = None
         if not self.synced.is_set():
             self.synced.set()
             self.on_synced()

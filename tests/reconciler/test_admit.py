@@ -273,3 +273,24 @@ def test_rebuild_keeps_announcements_of_old_admissions() -> None:
     new = ledger.PodUse("b", "ub", 1, "c-b", now - timedelta(seconds=5))
     rebuilt = ledger.rebuild(res, [old, new], now, 120)
     assert [h.announced for h in rebuilt.holds] == [True, False]
+
+
+def test_a_queued_pod_already_running_in_the_ordinary_pool_is_not_admitted() -> None:
+    """Known limitation decided: a pod the scheduler placed on an ordinary node before
+    its booking had room keeps running there; admitting it would charge the booking for
+    GPUs it does not take from it and keep the owner's next pod out."""
+
+    async def scenario() -> None:
+        w = World(now=START)
+        w.book(facts())
+        placed = gpu_pod("placed", gated=False)
+        placed["spec"]["nodeName"] = "cpu-node-1"
+        placed["status"]["phase"] = "Running"
+        w.kube.add(PODS, placed)
+        w.kube.add(PODS, gpu_pod("queued"))
+        await w.step()
+        assert vocab.BOOKING_REFERENCE not in (w.pod("placed")["metadata"].get("annotations") or {})
+        assert w.pod("queued")["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == "res-1"
+        assert [h.pod_uid for h in w.ledger_of().holds] == ["uid-queued"]
+
+    run(scenario())

@@ -31,13 +31,23 @@ LEASE = LeaderSettings(enabled=True, lease_s=15.0, renew_s=5.0)
     ],
 )
 def test_decide(view, expected) -> None:
-    assert decide(view, "me", T0) is expected
+    """``renewed`` stands for when this replica saw the record change (its own clock)."""
+    assert decide(view, "me", T0, (view.renewed if view else None) or T0) is expected
+
+
+def test_the_holders_renew_time_is_never_compared_with_our_clock() -> None:
+    """Clock skew: the holder's clock is an hour behind ours, so its fresh renewTime
+    looks long lapsed; what counts is when we saw the record change."""
+    view = LeaseView("b", T0 - timedelta(hours=1), 15)
+    assert decide(view, "me", T0, observed=T0 - timedelta(seconds=3)) is Action.STANDBY
+    assert decide(view, "me", T0, observed=T0 - timedelta(seconds=15)) is Action.TAKEOVER
 
 
 def test_a_standby_looks_again_when_the_lease_would_lapse() -> None:
-    view = LeaseView("b", T0 - timedelta(seconds=13), 15)
-    assert wait_seconds(view, Action.STANDBY, T0, 5.0) == pytest.approx(2.01)
-    assert wait_seconds(view, Action.RENEW, T0, 5.0) == 5.0
+    view = LeaseView("b", T0 - timedelta(hours=9), 15)
+    seen = T0 - timedelta(seconds=13)
+    assert wait_seconds(view, Action.STANDBY, T0, 5.0, seen) == pytest.approx(2.01)
+    assert wait_seconds(view, Action.RENEW, T0, 5.0, seen) == 5.0
 
 
 def test_micro_time_has_six_fractional_digits() -> None:
@@ -65,7 +75,7 @@ class Pair:
         return self.kube.objects[(LEASES.plural, "ns", vocab.LEADER_LEASE_NAME)]
 
 
-def test_exactly_one_leads_and_a_standby_takes_over_within_the_lease_duration() -> None:
+def test_exactly_one_leads_and_a_watching_standby_takes_over_within_lease_plus_renew() -> None:
     async def scenario() -> None:
         p = Pair()
         task_a = asyncio.create_task(p.a.run())
@@ -84,7 +94,8 @@ def test_exactly_one_leads_and_a_standby_takes_over_within_the_lease_duration() 
             await p.clock.advance(0.5)
         assert p.b.is_leader
         took_over = next(t for who, leading, t in p.log if who == "b" and leading)
-        assert took_over - last_renew <= LEASE.lease_s + 0.1
+        # timed from when b saw the last renewal: at most one renew period after it
+        assert took_over - last_renew <= LEASE.lease_s + LEASE.renew_s + 0.1
         assert p.lease()["spec"]["holderIdentity"] == "b"
         assert p.lease()["spec"]["leaseTransitions"] == 1
         task_b.cancel()
@@ -129,5 +140,27 @@ def test_racing_takeovers_have_one_winner() -> None:
         p = Pair()
         await asyncio.gather(p.a.step(), p.b.step())
         assert [p.a.is_leader, p.b.is_leader].count(True) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_standby_whose_clock_runs_an_hour_ahead_never_takes_over_a_renewing_leader() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        ours, ahead = ManualClock(T0), ManualClock(T0 + timedelta(hours=1))
+        a = Elector(kube, "ns", "a", ours, LEASE, lambda leading: None)
+        b = Elector(kube, "ns", "b", ahead, LEASE, lambda leading: None)
+        for _ in range(10):
+            await a.step()
+            await b.step()
+            assert (a.is_leader, b.is_leader) == (True, False)
+            for clock in (ours, ahead):
+                await clock.advance(5)
+        # a stops renewing: b takes over a lease duration after it last saw a change
+        for _ in range(3):
+            await b.step()
+            await ahead.advance(5)
+        await b.step()
+        assert b.is_leader
 
     asyncio.run(scenario())

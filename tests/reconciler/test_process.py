@@ -8,11 +8,14 @@ import httpx
 import pytest
 
 from reconciler import settings as rs
+from reconciler.caches import STALL_S, Caches
 from reconciler.http import HttpState, build_app
 from reconciler.metrics import Metrics
 from reconciler.sync import Syncer
 from reconciler.tasks import Tasks
 from shared.clock import ManualClock, SystemClock
+from shared.errors import Forbidden
+from shared.resources import PODS
 from shared.settings import SettingsError
 from tests.fakekube import FakeKube
 from tests.reconciler.builders import NS, FakeSource
@@ -129,3 +132,45 @@ def test_identity_falls_back_to_hostname() -> None:
     assert settings.identity == "pod-xyz"
     settings, _ = rs.load({**REQUIRED, "HOSTNAME": "pod-xyz", "POD_NAME": "rec-0"})
     assert settings.identity == "rec-0"
+
+
+def test_health_is_503_naming_a_cache_whose_list_keeps_failing() -> None:
+    """Known limitation decided: a watch that never syncs (e.g. its LIST refused by
+    RBAC) must not leave the leader waiting behind a green /health."""
+
+    async def scenario() -> None:
+        kube, clock, metrics = FakeKube(), ManualClock(), Metrics()
+        settings, _ = rs.load({**REQUIRED, "POD_NAMESPACE": NS})
+        caches = Caches(kube, settings, clock)
+        now = [0.0]
+        for cache in (caches.pods, caches.nodes, caches.reservations):
+            cache._monotonic = lambda: now[0]
+        syncer = Syncer(FakeSource(), kube, NS, clock, metrics, 7)
+        state = HttpState(Tasks(), metrics, syncer, None, lambda: True)
+        state.stalled = lambda: caches.stalled(STALL_S)
+        app = build_app(state)
+        real = kube.list_all
+
+        async def refuse(res, *args, **kwargs):
+            if res is PODS:
+                raise Forbidden(403, "pods is forbidden: cannot list resource")
+            return await real(res, *args, **kwargs)
+
+        kube.list_all = refuse  # type: ignore[method-assign]
+        task = asyncio.create_task(caches.pods.run())
+        await asyncio.sleep(0)
+        now[0] = STALL_S - 1
+        assert (await get(app, "/health")).status_code == 200  # within the grace
+        now[0] = STALL_S
+        answer = await get(app, "/health")
+        assert answer.status_code == 503
+        assert answer.json()["unsynced"] == ["pods"]
+        kube.list_all = real  # type: ignore[method-assign]
+        await clock.advance(1.0)  # the retry LISTs and syncs
+        await asyncio.sleep(0)
+        assert caches.pods.synced.is_set()
+        assert (await get(app, "/health")).status_code == 200
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())

@@ -10,13 +10,14 @@ import pytest
 
 from reconciler.http import HttpState, build_app
 from reconciler.metrics import Metrics
+from reconciler.push import apply
 from reconciler.sync import Syncer
 from reconciler.tasks import Tasks
 from shared.clock import ManualClock, utc
 from shared.resources import GPU_RESERVATIONS
 from shared.settings import SecretStr
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import NS, FakeSource, row
+from tests.reconciler.builders import NS, FakeSource, reservation, row
 
 TOKEN = "s3cret-token-value"
 URL = "/api/reservations/push"
@@ -150,3 +151,31 @@ def test_answers_are_counted_by_code() -> None:
     text = h.metrics.render().decode()
     assert 'gpu_reservation_push_requests_total{code="200"} 1.0' in text
     assert 'gpu_reservation_push_requests_total{code="401"} 1.0' in text
+
+
+class SlowSource(FakeSource):
+    """An app whose reservation list hangs until released."""
+
+    def __init__(self) -> None:
+        super().__init__([reservation(1)])
+        self.release = asyncio.Event()
+
+    async def list_reservations(self, date_start, date_end):
+        await self.release.wait()
+        return await super().list_reservations(date_start, date_end)
+
+
+def test_a_push_does_not_wait_behind_a_poll_that_waits_on_the_app() -> None:
+    async def scenario() -> None:
+        h = Harness()
+        h.syncer.source = SlowSource()
+        poll = asyncio.create_task(h.syncer.sync_once())
+        await asyncio.sleep(0)
+        got = await asyncio.wait_for(apply(h.syncer, [reservation(2)]), timeout=5)
+        assert got.applied == 1
+        assert h.names() == {"res-2"}
+        h.syncer.source.release.set()
+        assert await poll
+        assert h.names() == {"res-1", "res-2"}
+
+    asyncio.run(scenario())

@@ -147,6 +147,17 @@ def test_ended_objects_are_deleted_unless_a_live_pod_references_them() -> None:
     assert objs["res-2"]["status"]["phase"] == "Ended"
 
 
+def test_a_pod_whose_class_label_was_removed_still_keeps_its_ended_reservation() -> None:
+    syncer, kube, _source, _ = make([reservation(1)])
+    asyncio.run(syncer.sync_once())
+    unlabelled = pod("runner", "res-1")
+    del unlabelled["metadata"]["labels"]
+    kube.add(PODS, unlabelled, "alice")
+    syncer.clock = ManualClock(END)
+    asyncio.run(syncer.sync_once())
+    assert set(stored(kube)) == {"res-1"}
+
+
 def test_a_failed_fetch_changes_nothing_and_is_counted() -> None:
     syncer, kube, source, metrics = make([reservation(1)])
     asyncio.run(syncer.sync_once())
