@@ -58,6 +58,7 @@ class FaultBody(Body):
     skip: int = Field(default=0, ge=0)
     body: Any = None
     headers: dict[str, str] = Field(default_factory=dict)
+    query: str | None = None
 
 
 class DenialBody(Body):

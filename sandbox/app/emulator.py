@@ -18,13 +18,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sandbox.app.errors import AppError, error_response
-from sandbox.app.faults import FaultBook
 from sandbox.app.gates import Refusal
 from sandbox.app.policies import Policies
 from sandbox.app.push import Pusher, PushTarget
 from sandbox.app.serialize import reservation_json
 from sandbox.app.state import AppState, Reservation
 from sandbox.app.timeutil import whole_second
+from sandbox.faults import FaultBook
 from shared.clock import Clock
 from shared.logs import log
 

@@ -21,8 +21,8 @@ from starlette.types import ASGIApp
 from sandbox.app.api import api_routes
 from sandbox.app.control import control_routes
 from sandbox.app.emulator import Emulator
-from sandbox.app.faults import FaultMiddleware
 from sandbox.app.hooks import hook_routes
+from sandbox.faults import FaultMiddleware
 
 
 async def _json_http_error(request: Request, exc: Exception) -> Response:

@@ -20,6 +20,7 @@ from typing import Any
 import uvicorn
 import yaml
 
+from sandbox.faults import FaultBook, FaultMiddleware
 from sandbox.kube.admission_api import MutatingAdmission
 from sandbox.kube.auth import service_account_user
 from sandbox.kube.cluster import Cluster
@@ -49,6 +50,8 @@ class KubeServer:
         self.port = 0
         self.secure_port = 0
         self._api = Api(self.cluster, lambda: f"{HOST}:{self.secure_port}")
+        #: Faults injected into the HTTP API (tests: 409, 410 on watch, 429, drops, …).
+        self.faults = FaultBook()
         self._servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
         self._tls_dir: Path | None = None
         self._tls: ServingFiles | None = None
@@ -154,7 +157,7 @@ class KubeServer:
 
     async def _serve(self, port: int, options: dict[str, Any]) -> int:
         config = uvicorn.Config(
-            self._api.app(),
+            FaultMiddleware(self._api.app(), self.faults),
             host=HOST,
             port=port,
             log_level="warning",

@@ -1,8 +1,10 @@
-"""Fault injection for the emulated app's contract endpoints (never ``/_sandbox/``).
+"""Fault injection for the emulators' HTTP APIs: the reservation app's contract
+endpoints (never its ``/_sandbox/`` control API) and the Kubernetes API.
 
-A fault matches a request by method (``*`` for any) and path (``fnmatch`` pattern,
-query string ignored), lets ``skip`` matching requests through first, then fires
-``count`` times (None = until removed). Firing means, in this order:
+A fault matches a request by method (``*`` for any), path (``fnmatch`` pattern) and,
+when ``query`` is set, a query string containing that text (``watch=true`` tells a
+WATCH from a LIST of the same path); it lets ``skip`` matching requests through first,
+then fires ``count`` times (None = until removed). Firing means, in this order:
 
 - ``delay_s``: wait that many wall-clock seconds (to exercise client timeouts);
 - ``drop``: start a response and close the connection mid-body;
@@ -42,11 +44,13 @@ class Fault:
     skip: int = 0
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    query: str | None = None
     fired: int = 0
 
-    def matches(self, method: str, path: str) -> bool:
+    def matches(self, method: str, path: str, query: str = "") -> bool:
         method_ok = self.method == "*" or self.method.upper() == method.upper()
-        return method_ok and fnmatch.fnmatchcase(path, self.path)
+        query_ok = self.query is None or self.query in query
+        return method_ok and query_ok and fnmatch.fnmatchcase(path, self.path)
 
     @property
     def exhausted(self) -> bool:
@@ -72,10 +76,10 @@ class FaultBook:
     def clear(self) -> None:
         self.faults.clear()
 
-    def take(self, method: str, path: str) -> Fault | None:
+    def take(self, method: str, path: str, query: str = "") -> Fault | None:
         """The first live fault for this request, counted as fired (or skipped)."""
         for fault in self.faults:
-            if fault.exhausted or not fault.matches(method, path):
+            if fault.exhausted or not fault.matches(method, path, query):
                 continue
             if fault.skip > 0:
                 fault.skip -= 1
@@ -136,7 +140,8 @@ class FaultMiddleware:
         if scope["type"] != "http" or path.startswith(CONTROL_PREFIX):
             await self.app(scope, receive, send)
             return
-        fault = self.book.take(scope["method"], path)
+        query = (scope.get("query_string") or b"").decode("latin-1")
+        fault = self.book.take(scope["method"], path, query)
         if fault is None:
             await self.app(scope, receive, send)
             return
