@@ -152,21 +152,6 @@ NOSHOW_ENV = {"NOSHOW_TIMEOUT_MINUTES": "1", "RESERVATION_FETCH_INTERVAL": "3600
 SCALE = 3.0
 
 
-async def book(w: World, cls: str, start: str, end: str = "+2h") -> int:
-    body = {
-        "username": "alice",
-        "group": "lab",
-        "gpu_class": cls,
-        "gpu_count": 1,
-        "start": start,
-        "end": end,
-    }
-    answer = await w.http.post(f"{w.app}/_sandbox/bookings", json=body)
-    assert answer.status_code == 201, answer.text
-    rid: int = answer.json()["id"]
-    return rid
-
-
 async def cancels(w: World, rid: int) -> list[dict[str, Any]]:
     calls = (await w.http.get(f"{w.app}/_sandbox/cancels")).json()
     return [c for c in calls if c["id"] == rid]
@@ -212,8 +197,8 @@ async def no_show(tmp_path: Path) -> None:
     async with world(tmp_path, clock, components) as w:
         config = tmp_path / "kubeconfig"
         await w.replica("r1", True, **NOSHOW_ENV)
-        unused = await book(w, "h100", "+15s")
-        used = await book(w, "a100", "+15s")
+        unused = await w.book(1, "+15s", "+2h", "h100")
+        used = await w.book(1, "+15s", "+2h", "a100")
         names = [f"{vocab.RESERVATION_REF_PREFIX}{rid}" for rid in (unused, used)]
         facts = [await eventually(functools.partial(w.get, n), 10) for n in names]
         deadline = parse_utc(facts[1]["spec"]["start"]) + timedelta(minutes=1)
@@ -272,7 +257,7 @@ async def takeover(tmp_path: Path) -> None:
     async with world(tmp_path, clock, ("kube", "app")) as w:
         a = await w.replica("ra", True, **env)
         b = await w.replica("rb", False, **env)
-        rid = await book(w, "h100", "+5s")
+        rid = await w.book(1, "+5s", "+2h", "h100")
         # Every cancel of it fails before reaching the app, until the faults are cleared.
         fault = {"method": "POST", "path": f"/api/reservations/{rid}/cancel", "status": 503}
         added = await w.http.post(f"{w.app}/_sandbox/faults", json={**fault, "count": None})

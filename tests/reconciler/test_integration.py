@@ -61,11 +61,13 @@ class World:
             self.ctx.endpoints["reconciler"] = proc.url
         return proc
 
-    async def book(self, gpus: int = 2, start: str = "+0s", end: str = "+1h") -> int:
+    async def book(
+        self, gpus: int = 2, start: str = "+0s", end: str = "+1h", gpu_class: str = "a100"
+    ) -> int:
         body = {
             "username": "alice",
             "group": "lab",
-            "gpu_class": "a100",
+            "gpu_class": gpu_class,
             "gpu_count": gpus,
             "start": start,
             "end": end,

@@ -320,3 +320,23 @@ def test_settings(
     assert settings.noshow_grace == timedelta(minutes=grace)
     assert settings.capacity_check_s == audit_s
     assert [(n.variable, n.reason) for n in reader.notices] == notices
+
+
+def test_a_booking_vacated_mid_window_is_re_armed_with_the_grace() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.book(booking())
+        w.kube.add(PODS, pod("nb", "res-1"), "alice")
+        await advance_to(w, w.clock.now())
+        await advance_to(w, DUE + timedelta(minutes=10))
+        assert w.app.calls == []
+        left = DUE + timedelta(minutes=20)
+        w.kube.objects[(PODS.plural, "alice", "nb")]["status"]["phase"] = "Succeeded"
+        await advance_to(w, left)
+        assert await advance_to(w, left + timedelta(minutes=29)) == []
+        assert await advance_to(w, left + timedelta(minutes=30)) == ["res-1"]
+        rec = w.record()
+        assert rec is not None
+        assert rec["deadline"] == format_utc(left + timedelta(minutes=30))
+
+    asyncio.run(scenario())
