@@ -5,8 +5,9 @@ The body is ``shared.policy.forecast.forecast`` over the cached reservations, th
 cached pods as ``Holder``s and the node inventory. Without a full pod and node
 picture (the inventory is ``None``) there is no forecast: the endpoint answers 503 —
 never risk computed from unknown physical state. ``pending_jit_gpus`` counts the GPUs
-of live pods of the class that are neither admitted nor bound nor gated: the pods
-the on-demand path would lease for.
+of live JIT-eligible pods of the class (R5: a runtime and a usage group, leases on)
+that are neither admitted nor bound nor gated: the pods the on-demand path would lease
+for.
 
 Every replica answers: the leader from its caches, a standby from the watches
 ``Standby`` runs while it does not lead.
@@ -25,7 +26,7 @@ from reconciler.tasks import Tasks
 from shared.clock import Clock
 from shared.logs import log
 from shared.policy.forecast import forecast
-from shared.policy.matching import MatchRules
+from shared.policy.matching import MatchRules, jit_eligible
 
 _log = logging.getLogger(__name__)
 
@@ -33,14 +34,14 @@ _log = logging.getLogger(__name__)
 Forecaster = Callable[[str | None], dict[str, Any] | None]
 
 
-def pending_jit(pods: Iterable[PodView]) -> dict[str, int]:
-    """GPUs per class of live pods waiting without admission, node or gate."""
+def pending_jit(pods: Iterable[PodView], rules: MatchRules) -> dict[str, int]:
+    """GPUs per class of live JIT-eligible pods waiting without admission, node or gate."""
     found: dict[str, int] = {}
     for p in pods:
         cls = p.profile.gpu_class
         if cls is None or p.reference is not None or p.node is not None or p.gates:
             continue
-        if p.finished or p.deleting or p.gpus <= 0:
+        if p.finished or p.deleting or p.gpus <= 0 or not jit_eligible(p.profile, rules):
             continue
         found[cls] = found.get(cls, 0) + p.gpus
     return found
@@ -93,7 +94,7 @@ def forecaster(
             rooms_from(inventory),
             delegated=settings.delegate,
             namespace=namespace,
-            pending_jit=pending_jit(pods),
+            pending_jit=pending_jit(pods, rules),
         )
 
     return compute

@@ -163,12 +163,16 @@ def test_a_standby_answers_from_its_own_watches_and_drops_them_when_it_leads() -
     asyncio.run(scenario())
 
 
-def test_pending_jit_counts_unadmitted_unbound_ungated_live_pods() -> None:
+def test_pending_jit_counts_eligible_unadmitted_unbound_ungated_live_pods() -> None:
     rules = MatchRules()
     raw = pod("w")
-    raw["metadata"]["annotations"] = {}
+    raw["metadata"]["annotations"] = {
+        vocab.MINIMUM_RUNTIME_SECONDS: "3600",
+        vocab.USAGE_GROUP: "lab",
+    }
     raw["spec"].pop("nodeName")
     raw["status"]["phase"] = "Pending"
     gated = {**raw, "spec": {**raw["spec"], "schedulingGates": [{"name": "g"}]}}
-    views = [project_pod(p, rules) for p in (raw, gated, pod("bound"))]
-    assert pending_jit(v for v in views if v is not None) == {"a100": 1}
+    no_runtime = {**raw, "metadata": {**raw["metadata"], "name": "n", "annotations": {}}}
+    views = [project_pod(p, rules) for p in (raw, gated, no_runtime, pod("bound"))]
+    assert pending_jit((v for v in views if v is not None), rules) == {"a100": 1}
