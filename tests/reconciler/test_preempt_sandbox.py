@@ -340,3 +340,29 @@ async def acceptance_2(tmp_path: Path) -> None:
         assert pair["spec"]["nodeName"] == "h100-n1"
         assert await events_of(config, "carol", vocab.REASON_PREEMPTED) == []
         assert await selections(w, proc.url) == {"local": 1.0}
+
+
+def test_acceptance_3_forecast_503_while_the_node_watch_is_not_synced(tmp_path: Path) -> None:
+    asyncio.run(unsynced(tmp_path))
+
+
+async def unsynced(tmp_path: Path) -> None:
+    """The Kubernetes emulator fails every node LIST: the replica's node watch never
+    syncs, so the forecast answers 503; once nodes can be listed again, 200."""
+    async with world(tmp_path) as w:
+        kube = w.ctx.handles["kube"]
+        kube.faults.add(method="GET", path="/api/v1/nodes", status=500, count=None)
+        proc = await w.replica("r1", True, **ENV)
+        path = f"{proc.url}/api/forecast/preemption-risk"
+        token = {"Authorization": f"Bearer {w.ctx.inbound_token}"}
+        for _ in range(3):  # pods and reservations sync; nodes never do
+            answer = await w.http.get(path, headers=token)
+            assert answer.status_code == 503, answer.text
+            assert "not known" in answer.json()["detail"]
+            await asyncio.sleep(0.3)
+        kube.faults.clear()
+
+        async def served() -> bool:
+            return (await w.http.get(path, headers=token)).status_code == 200
+
+        await eventually(served, 20)
