@@ -306,6 +306,7 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 await trimmer
                 fails = None if path == "baseline" else fail_opens(replica.health_url) - before
                 cells.append(cell(c, path, out, fails))
+                cells[-1]["webhook_rss_mib"] = rss_mib(pid) if path != "baseline" else None
         before = fail_opens(replica.health_url)
         burst_load = Load("claim", BURST, 0, 0, per_connection=1, owner="burst")
         out = await asyncio.to_thread(loadgen.run_load, webhook, burst_load)

@@ -238,7 +238,7 @@ def _facts(spec: dict[str, Any]) -> ReservationFacts:
 
 
 #: Bound on ``_HOLDS`` (entries); a full memo is emptied, never grown.
-HOLD_MEMO_SIZE = 16384
+HOLD_MEMO_SIZE = 4096
 #: Stored hold entries already read, by their field values: a claim, the watch and the
 #: reconciler's passes meet the same holds again and again, and parsing each one's
 #: instant costs more than the rest of the read.
