@@ -220,9 +220,12 @@ async def no_show(tmp_path: Path) -> None:
         assert got["attempts"] == 1
         assert 0 <= (parse_utc(got["declaredAt"]) - due).total_seconds() <= 5
         await eventually(lambda: _has(lambda: record(w, unused), "cancelledAt"), 5)
-        table = await run(config, "get", vocab.CRD_SHORT_NAME, "-n", NS, names[0], "-o", "json")
         await eventually(lambda: _cancelled(config, names[0]), 10)
-        assert json.loads(table)["metadata"]["name"] == names[0]
+        wide = await run(config, "get", vocab.CRD_SHORT_NAME, "-n", NS, names[0], "-o", "wide")
+        header, row = wide.splitlines()[:2]
+        assert "NO-SHOW" in header
+        assert got["declaredAt"] in row
+        assert "Cancelled" in row
 
         # Well past the deadline the held booking is untouched.
         await clock.sleep((deadline + timedelta(seconds=10) - clock.now()).total_seconds())
