@@ -3,10 +3,11 @@
 Each *pass* routes every GPU pod that is not yet admitted (``reconciler.queue``) over
 the reservation cache:
 - ADMIT: the pod is re-read (R11: a finished, deleted or already admitted pod is left
-  alone), the budget claimed with ``ledger.claim`` (the cache's copy first, a fresh GET
+  alone), the budget claimed through the ledger (the cache's copy first, a fresh GET
   after a conflict), then the pod patched once (``queue.admission_patch``). If the
-  patch is refused the hold is dropped again (``ledger.amend``). Pods of one reservation
-  are admitted one after another, reservations concurrently. A patch whose answer
+  patch is refused the hold is dropped again (``ledger.amend``). The pods routed to one
+  reservation claim together — one ``ledger.claim_group`` write for all that fit — and
+  are then patched concurrently (bounded); reservations are admitted concurrently. A patch whose answer
   was lost (timeout, 5xx) may have been applied: the pod is re-read, and the hold is
   kept when it carries the claim (admitted) or when the patch may still land (upkeep
   binds the hold then, or expires it after the claim TTL). A pod whose patch failed is
@@ -40,7 +41,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from reconciler import events, queue, upkeep
 from reconciler.caches import Caches
@@ -60,11 +61,14 @@ from shared.policy.windows import guarantee_end
 from shared.resources import EVENTS, PODS
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 ADMIT_TASK = "reserved-queue"
 #: Seconds one admission (claim + patch) may take.
 ADMIT_DEADLINE_S = 10.0
 #: Events written at once (the gateway has a bounded worker pool anyway).
 EVENT_CONCURRENCY = 16
+#: Pod reads and patches of one reservation's admissions in flight at once.
+PATCH_CONCURRENCY = 16
 
 Emit = Callable[..., Awaitable[bool]]
 #: The throttled statuses (their Events are read back after a restart).
@@ -260,13 +264,42 @@ class Admitter:
     async def _admit_group(
         self, items: list[tuple[PodView, Route]], pool: list[GPUReservation], now: datetime
     ) -> list[Admitted]:
-        """Admit the pods of one reservation in turn (their claims would only conflict)."""
+        """Admit the pods routed to one reservation: one ledger write, then the patches.
+
+        Every pod is re-read (R11); those still waiting claim their first candidate
+        together (``ledger.claim_group``: one status write for all that fit, in queue
+        order) and the admitted ones are patched concurrently, at most
+        ``PATCH_CONCURRENCY`` at once. A pod the group claim refused (full) tries its
+        other candidates one by one, as a single admission does.
+        """
+        raws = await _bounded([self._reread(pod) for pod, _ in items])
+        live = [(pod, found, raw) for (pod, found), raw in zip(items, raws, strict=True) if raw]
+        if not live:
+            return []
+        first = live[0][1].candidates[0]
+        got = await ledger.claim_group(
+            self._gateway,
+            self._ns,
+            first.name,
+            [ledger.Ask(pod.gpus, pod.name, now) for pod, _, _ in live],
+            deadline=time.monotonic() + ADMIT_DEADLINE_S,
+            cached=model.to_object(first, self._ns, now),
+        )
         latest: dict[str, GPUReservation] = {}
-        done = []
-        for pod, found in items:
-            got = await self._admit(pod, found, pool, latest, now)
-            if got is not None:
-                done.append(got)
+        stamps: list[Awaitable[Admitted | None]] = []
+        others: list[tuple[PodView, Route, dict[str, Any]]] = []
+        for (pod, found, raw), result in zip(live, got, strict=True):
+            if result.reservation is not None:
+                latest[first.name] = result.reservation
+            if result.admitted and result.claim is not None and result.reservation is not None:
+                stamps.append(self._stamp(pod, raw, result.reservation, result.claim, pool, now))
+            elif result.reason not in {"error", "deadline"} and len(found.candidates) > 1:
+                others.append((pod, replace(found, candidates=found.candidates[1:]), raw))
+        done = [a for a in await _bounded(stamps) if a is not None]
+        for pod, found, raw in others:
+            one = await self._claim_and_stamp(pod, raw, found, pool, latest, now)
+            if one is not None:
+                done.append(one)
         return done
 
     async def _admit(
@@ -281,6 +314,20 @@ class Admitter:
         raw = await self._reread(pod)
         if raw is None:
             return None
+        return await self._claim_and_stamp(pod, raw, found, pool, latest, now, path)
+
+    async def _claim_and_stamp(
+        self,
+        pod: PodView,
+        raw: dict[str, Any],
+        found: Route,
+        pool: list[GPUReservation],
+        latest: dict[str, GPUReservation],
+        now: datetime,
+        path: str = "reserved",
+    ) -> Admitted | None:
+        """Claim the candidates in order for one pod; patch it under the first that
+        admits."""
         for cand in found.candidates:
             res = latest.get(cand.name, cand)
             got = await ledger.claim(
@@ -551,3 +598,14 @@ class Admitter:
 
     def _count(self, reason: str) -> None:
         self._metrics.events.labels(reason).inc()
+
+
+async def _bounded(calls: list[Awaitable[T]], limit: int = PATCH_CONCURRENCY) -> list[T]:
+    """Await ``calls`` with at most ``limit`` in flight; results in order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Awaitable[T]) -> T:
+        async with gate:
+            return await call
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
