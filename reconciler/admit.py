@@ -7,9 +7,9 @@ the reservation cache:
   after a conflict), then the pod patched once (``queue.admission_patch``). If the
   patch is refused the hold is dropped again (``ledger.amend``). The pods routed to one
   reservation claim together — one ``ledger.claim_group`` write for all that fit — and
-  are then patched concurrently (bounded); reservations are admitted concurrently. A patch whose answer
-  was lost (timeout, 5xx) may have been applied: the pod is re-read, and the hold is
-  kept when it carries the claim (admitted) or when the patch may still land (upkeep
+  are then patched concurrently (bounded); reservations are admitted concurrently. A
+  patch whose answer was lost (timeout, 5xx) may have been applied: the pod is re-read,
+  and the hold is kept when it carries the claim (admitted) or when the patch may still land (upkeep
   binds the hold then, or expires it after the claim TTL). A pod whose patch failed is
   tried again when it changes or at the backstop tick, not at once: the claim and
   release it caused wake the queue, which would otherwise loop on a lasting refusal.
