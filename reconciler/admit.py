@@ -54,7 +54,7 @@ from shared.clock import Clock, parse_utc
 from shared.errors import KubeError, NotFound, ServerError
 from shared.logs import log
 from shared.model import GPUReservation, Hold, Kind
-from shared.policy import statuses, wording
+from shared.policy import noshow, statuses, wording
 from shared.policy.routing import Path, Route, Wait, route
 from shared.policy.statuses import Status
 from shared.policy.windows import guarantee_end
@@ -207,8 +207,9 @@ class Admitter:
         told: list[Awaitable[None]] = []
         depth: dict[str, int] = {}
         behind = self._behind(pods, now)
+        no_shows = noshow.declared(pool)
         for pod in queue.waiting(pods):
-            found = route(pod.profile, pool, now, self._settings.rules)
+            found = route(pod.profile, pool, now, self._settings.rules, no_shows=no_shows)
             if found.path is Path.ADMIT:
                 ready = tuple(r for r in found.candidates if r.name not in behind)
                 if ready and not self._backing_off(pod, now):
@@ -454,7 +455,8 @@ class Admitter:
     def _until(self, res: GPUReservation, pool: list[GPUReservation], now: datetime) -> datetime:
         facts = [r.facts for r in pool]
         use_group = self._settings.rules.use_group
-        return guarantee_end(res.facts, facts, now, use_group=use_group)
+        no_shows = noshow.declared(pool)
+        return guarantee_end(res.facts, facts, now, use_group=use_group, no_shows=no_shows)
 
     # --- RuntimeGuaranteed -----------------------------------------------------------
 

@@ -31,6 +31,7 @@ from shared.model import GPUReservation, Hold, parse_reference
 from shared.policy import tolerations as tol
 from shared.policy.annotations import admission_annotations
 from shared.policy.matching import PodProfile, annotations_of, profile
+from shared.policy.noshow import declared
 from shared.policy.routing import Path, Route, Wait, route
 from shared.policy.windows import guarantee_end
 from webhook import wording
@@ -212,8 +213,9 @@ def _queued(
 def _candidates(found: Route, pool: list[GPUReservation], ctx: Context) -> tuple[Candidate, ...]:
     facts = [r.facts for r in pool]
     use_group = ctx.policy.rules.use_group
+    no_shows = declared(pool)
     return tuple(
-        Candidate(r, guarantee_end(r.facts, facts, ctx.now, use_group=use_group))
+        Candidate(r, guarantee_end(r.facts, facts, ctx.now, use_group=use_group, no_shows=no_shows))
         for r in found.candidates
     )
 
@@ -225,7 +227,8 @@ def _routed(
     warnings: list[str],
     ctx: Context,
 ) -> Verdict:
-    found = route(prof, pool, ctx.now, ctx.policy.rules, exclude=ctx.exclude)
+    no_shows = declared(pool)
+    found = route(prof, pool, ctx.now, ctx.policy.rules, no_shows=no_shows, exclude=ctx.exclude)
     gpus = prof.gpus.count
     if found.path is Path.ADMIT:
         cands = _candidates(found, pool, ctx)

@@ -110,6 +110,23 @@ def _instant(raw: Mapping[str, Any], key: str) -> datetime:
         raise ValueError(f"status.{STATUS_KEY}.{key}: not a UTC instant") from exc
 
 
+def declared(reservations: Iterable[GPUReservation]) -> frozenset[int]:
+    """Ids of the reservations carrying a no-show record (pending or landed).
+
+    From its declaration on, a no-show is out of matching and guarantee chains (R14):
+    a new pod is not admitted under a booking about to be cancelled. A malformed
+    record counts as none (``record_of`` reports it elsewhere).
+    """
+    found = set()
+    for res in reservations:
+        try:
+            if record_of(res) is not None:
+                found.add(res.facts.id)
+        except ValueError:
+            continue
+    return frozenset(found)
+
+
 def with_record(res: GPUReservation, record: Record | None) -> GPUReservation:
     """``res`` with its no-show record set (or removed with None); ledger untouched."""
     extra = {k: v for k, v in res.status_extra.items() if k != STATUS_KEY}

@@ -139,3 +139,11 @@ def test_a_malformed_record_is_an_error_naming_the_field(raw: Any) -> None:
     bad = model.GPUReservation(res.facts, res.holds, "1", {noshow.STATUS_KEY: raw})
     with pytest.raises(ValueError, match=noshow.STATUS_KEY):
         noshow.record_of(bad)
+
+
+def test_declared_ids_count_pending_and_landed_records_but_not_malformed_ones() -> None:
+    pending = noshow.with_record(reservation(1), Record(NOW, NOW))
+    landed = noshow.with_record(reservation(2), Record(NOW, NOW, cancelled_at=NOW))
+    plain = reservation(3)
+    bad = model.GPUReservation(reservation(4).facts, (), "1", {noshow.STATUS_KEY: "x"})
+    assert noshow.declared([pending, landed, plain, bad]) == {1, 2}

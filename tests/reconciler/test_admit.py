@@ -294,3 +294,18 @@ def test_a_queued_pod_already_running_in_the_ordinary_pool_is_not_admitted() -> 
         assert [h.pod_uid for h in w.ledger_of().holds] == ["uid-queued"]
 
     run(scenario())
+
+
+def test_a_booking_declared_a_no_show_admits_no_queued_pod() -> None:
+    from shared.policy import noshow
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=20))
+        res = noshow.with_record(model.GPUReservation(facts()), noshow.Record(START, START))
+        w.kube.add(GPU_RESERVATIONS, model.to_object(res, NS, w.clock.now()), NS)
+        w.kube.add(PODS, gpu_pod("late"))
+        await w.step()
+        assert vocab.BOOKING_REFERENCE not in (w.pod("late")["metadata"].get("annotations") or {})
+        assert not w.ledger_of().holds
+
+    run(scenario())

@@ -265,3 +265,17 @@ def test_ordinary_updates_pass() -> None:
     )
     assert update(new, old).outcome is Outcome.PASS
     assert update(PodBuilder().tolerate(operator="Exists"), PodBuilder()).outcome is Outcome.PASS
+
+
+def test_a_booking_declared_a_no_show_admits_no_new_pod_and_chains_nothing() -> None:
+    from shared.policy import noshow
+
+    record = noshow.Record(NOW - HOUR / 2, NOW - HOUR / 2)
+    declared = noshow.with_record(reservation(1), record)
+    verdict = create(gpu_pod(1), declared)
+    assert verdict.outcome is not Outcome.ADMIT
+    first = reservation(2, start=NOW - HOUR, end=NOW + HOUR)
+    follow = noshow.with_record(reservation(3, start=NOW + HOUR, end=NOW + 3 * HOUR), record)
+    verdict = create(gpu_pod(1), first, follow)
+    assert verdict.outcome is Outcome.ADMIT
+    assert verdict.candidates[0].guaranteed_until == NOW + HOUR
