@@ -26,7 +26,7 @@ def status_writes(w: World) -> list[int]:
     seen: list[int] = []
 
     def note(obj: dict[str, Any]) -> None:
-        if obj.get("kind") == "GPUReservation" or "holds" in (obj.get("status") or {}):
+        if obj.get("kind") == vocab.CRD_KIND or "holds" in (obj.get("status") or {}):
             seen.append(len((obj.get("status") or {}).get("holds") or []))
 
     w.kube.on_write = note
