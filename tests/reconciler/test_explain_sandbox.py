@@ -166,73 +166,76 @@ def sandbox(tmp_path: Path) -> Iterator[User]:
         loop.close()
 
 
-def test_a_new_user_reads_why_a_pod_waits_and_why_another_never_starts(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
+    """One sandbox for the module: the tests use other namespaces, so they never meet."""
+    with sandbox(tmp_path_factory.mktemp("explain")) as admin:
+        yield admin
+
+
+def test_a_new_user_reads_why_a_pod_waits_and_why_another_never_starts(user: User) -> None:
     assert PLUGIN.exists(), "the package installs kubectl-gpures next to the interpreter"
-    with sandbox(tmp_path) as user:
-        ns = vocab.PRODUCT_NAME
-        user.until("get", vocab.CRD_PLURAL, "-n", ns, text="Upcoming")
-        listed = json.loads(user.ok("get", vocab.CRD_PLURAL, "-n", ns, "-o", "json"))
-        bob_booking = next(o for o in listed["items"] if o["spec"]["owner"] == "bob")
-        name, start = bob_booking["metadata"]["name"], bob_booking["spec"]["start"]
-        opens = start.replace("T", " ")[:16] + " UTC"
+    ns = vocab.PRODUCT_NAME
+    user.until("get", vocab.CRD_PLURAL, "-n", ns, text="Upcoming")
+    listed = json.loads(user.ok("get", vocab.CRD_PLURAL, "-n", ns, "-o", "json"))
+    bob_booking = next(o for o in listed["items"] if o["spec"]["owner"] == "bob")
+    name, start = bob_booking["metadata"]["name"], bob_booking["spec"]["start"]
+    opens = start.replace("T", " ")[:16] + " UTC"
 
-        # A pod waiting for a booking that opens in ten minutes: when will it start?
-        user.ok("create", "-f", str(EXAMPLES / "bob-training.yaml"))
-        out = user.ok(GPURES, "explain", "-n", "bob", "training")
-        assert out.startswith(f"bob/training: waiting for your booking {name}, which opens {opens}")
-        assert "(in 10 min)" in out or "(in 9 min)" in out
-        assert f"Released by: the window opening at {opens}" in out
-        listing = user.ok(GPURES, "list", "-n", "bob")
-        assert name in listing
-        assert "queued-for-window" in listing
-        assert f"starts {opens}" in listing
+    # A pod waiting for a booking that opens in ten minutes: when will it start?
+    user.ok("create", "-f", str(EXAMPLES / "bob-training.yaml"))
+    out = user.ok(GPURES, "explain", "-n", "bob", "training")
+    assert out.startswith(f"bob/training: waiting for your booking {name}, which opens {opens}")
+    assert "(in 10 min)" in out or "(in 9 min)" in out
+    assert f"Released by: the window opening at {opens}" in out
+    listing = user.ok(GPURES, "list", "-n", "bob")
+    assert name in listing
+    assert "queued-for-window" in listing
+    assert f"starts {opens}" in listing
 
-        # The same with bob's own credentials: his namespace's pods and Events (what a
-        # cluster grants a user there) and, through the chart's userAccess Role, the
-        # GPUReservations.
-        assert user.ctx is not None
-        user.create(reader_role("bob"))
-        user.create(reader_binding("bob"))
-        bob = as_user(user.ctx, "bob")
-        own = bob.ok(GPURES, "explain", "-n", "bob", "training")
-        assert own.startswith(f"bob/training: waiting for your booking {name}, which opens")
-        assert "could not be read" not in own
-        # Without any grant in her namespace, carol's read of a pod is refused: a clear
-        # error, exit code 1.
-        carol = as_user(user.ctx, "carol")
-        for command in (("explain", "-n", "carol", "x"), ("list", "-n", "carol")):
-            refused = carol.run(GPURES, *command)
-            assert refused.returncode == 1, command
-            assert "refused" in refused.stderr, command
+    # The same with bob's own credentials: his namespace's pods and Events (what a
+    # cluster grants a user there) and, through the chart's userAccess Role, the
+    # GPUReservations.
+    assert user.ctx is not None
+    user.create(reader_role("bob"))
+    user.create(reader_binding("bob"))
+    bob = as_user(user.ctx, "bob")
+    own = bob.ok(GPURES, "explain", "-n", "bob", "training")
+    assert own.startswith(f"bob/training: waiting for your booking {name}, which opens")
+    assert "could not be read" not in own
+    # Without any grant in her namespace, carol's read of a pod is refused: a clear
+    # error, exit code 1.
+    carol = as_user(user.ctx, "carol")
+    for command in (("explain", "-n", "carol", "x"), ("list", "-n", "carol")):
+        refused = carol.run(GPURES, *command)
+        assert refused.returncode == 1, command
+        assert "refused" in refused.stderr, command
 
-        # A pod with no booking at all: why does it never start?
-        user.ok("create", "-f", str(EXAMPLES / "carol-notebook.yaml"))
-        out = user.ok(GPURES, "explain", "carol/notebook")
-        assert out.startswith("carol/notebook: not admitted: no booking matches")
-        assert "you hold no booking" in out
-        assert "It cannot be admitted on demand either" in out
-        # The reservation system's own Event is quoted once it has written it.
-        out = user.until(GPURES, "explain", "carol/notebook", text=vocab.REASON_NO_RESERVATION)
-        assert "The reservation system said" in out
+    # A pod with no booking at all: why does it never start?
+    user.ok("create", "-f", str(EXAMPLES / "carol-notebook.yaml"))
+    out = user.ok(GPURES, "explain", "carol/notebook")
+    assert out.startswith("carol/notebook: not admitted: no booking matches")
+    assert "you hold no booking" in out
+    assert "It cannot be admitted on demand either" in out
+    # The reservation system's own Event is quoted once it has written it.
+    out = user.until(GPURES, "explain", "carol/notebook", text=vocab.REASON_NO_RESERVATION)
+    assert "The reservation system said" in out
 
 
-def test_a_full_booking_names_its_holders_and_an_admitted_pod_its_guarantee(
-    tmp_path: Path,
-) -> None:
-    with sandbox(tmp_path) as user:
-        user.until("get", vocab.CRD_PLURAL, "-n", vocab.PRODUCT_NAME, text="Open")
-        user.create(pod("alice", "big", gpus=2))
-        out = user.until(GPURES, "explain", "-n", "alice", "big", text="on node")
-        assert out.startswith("alice/big: admitted under res-")
-        assert "Its runtime is guaranteed until" in out
+def test_a_full_booking_names_its_holders_and_an_admitted_pod_its_guarantee(user: User) -> None:
+    user.until("get", vocab.CRD_PLURAL, "-n", vocab.PRODUCT_NAME, text="Open")
+    user.create(pod("alice", "big", gpus=2))
+    out = user.until(GPURES, "explain", "-n", "alice", "big", text="on node")
+    assert out.startswith("alice/big: admitted under res-")
+    assert "Its runtime is guaranteed until" in out
 
-        user.create(pod("alice", "small"))
-        out = user.ok(GPURES, "explain", "-n", "alice", "small")
-        assert out.startswith("alice/small: waiting: your booking res-")
-        assert "is full" in out
-        assert "held by your pods big (2 GPUs, guaranteed until" in out
-        assert "Estimate: the earliest a holder's guarantee ends is" in out
+    user.create(pod("alice", "small"))
+    out = user.ok(GPURES, "explain", "-n", "alice", "small")
+    assert out.startswith("alice/small: waiting: your booking res-")
+    assert "is full" in out
+    assert "held by your pods big (2 GPUs, guaranteed until" in out
+    assert "Estimate: the earliest a holder's guarantee ends is" in out
 
-        missing = user.run(GPURES, "explain", "-n", "alice", "nope")
-        assert missing.returncode == 1
-        assert "not found" in missing.stderr
+    missing = user.run(GPURES, "explain", "-n", "alice", "nope")
+    assert missing.returncode == 1
+    assert "not found" in missing.stderr
