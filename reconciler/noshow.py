@@ -163,6 +163,7 @@ class NoShows:
 
     def _records(self, reservations: Mapping[str, GPUReservation]) -> dict[str, noshow.Record]:
         records = {}
+        self._malformed &= reservations.keys()  # forget reservations that are gone
         for name, res in reservations.items():
             try:
                 record = noshow.record_of(res)
