@@ -350,18 +350,24 @@ class Admitter:
         return None
 
     async def admit_under(
-        self, pod: PodView, res: GPUReservation, now: datetime
+        self, pod: PodView, res: GPUReservation, now: datetime, announce: bool = True
     ) -> Admitted | None:
-        """Admit ``pod`` under ``res`` at once and announce it — a just-granted on-demand
-        lease (``res`` as read, with its resourceVersion). The same claim, patch and
-        announcement as a queued pod; None when the pod no longer waits or the claim or
-        the patch failed (the caller cancels the lease then)."""
+        """Admit ``pod`` under ``res`` at once — a just-granted on-demand lease (``res``
+        as written, with its resourceVersion) — and announce it (``announce``; else the
+        caller passes it to ``announce`` later). The same claim and patch as a queued
+        pod; None when the pod no longer waits or the claim or the patch failed (the
+        caller cancels the lease then)."""
         pool = [*self._caches.reservations.items.values(), res]
         found = Route(Path.ADMIT, (res,))
         got = await self._admit(pod, found, pool, {}, now, path="on_demand")
-        if got is not None:
-            await self._announce(got, now, False)
+        if got is not None and announce:
+            await self.announce([got], now)
         return got
+
+    async def announce(self, admitted: list[Admitted], now: datetime) -> None:
+        """``RuntimeGuaranteed`` (or ``BestEffortAdmitted``) for admissions this process
+        made, then the ledger's announced mark (as after a queue pass)."""
+        await asyncio.gather(*(self._announce(a, now, False) for a in admitted))
 
     async def say(self, pod: PodView, status: Status | None, now: datetime) -> None:
         """Tell ``pod`` a waiting status on the shared throttle (one story per pod)."""

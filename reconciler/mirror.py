@@ -146,6 +146,39 @@ class MirrorWriter:
                 return self._failed("upsert", facts.name, exc)
         return self._failed("upsert", facts.name, KubeError(409, "kept conflicting"))
 
+    async def install(
+        self, facts: model.ReservationFacts, now: datetime
+    ) -> model.GPUReservation | None:
+        """The object of a reservation just granted (an on-demand lease), as written.
+
+        One POST when it is new — its ledger is empty and the first claim writes the
+        status, so no status write and no read-back are needed; when it exists already
+        (a replayed grant) the ordinary upsert and a read. None when either failed."""
+        res = model.GPUReservation(facts)
+        try:
+            answer = await self._gateway.create(
+                GPU_RESERVATIONS, model.to_object(res, self._ns, now), self._ns
+            )
+        except Conflict:
+            if await self.upsert(facts, now) == "failed":
+                return None
+            try:
+                return model.from_object(
+                    await self._gateway.get(GPU_RESERVATIONS, facts.name, self._ns)
+                )
+            except (KubeError, ValueError) as exc:
+                self._failed("read", facts.name, exc)
+                return None
+        except KubeError as exc:
+            self._failed("create", facts.name, exc)
+            return None
+        self._wrote("created", facts.name)
+        try:
+            return model.from_object(answer.body)
+        except ValueError as exc:
+            self._failed("read", facts.name, exc)
+            return None
+
     async def delete(self, name: str) -> bool:
         """Delete the object; gone already counts as done."""
         try:

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from reconciler import queue, relink
-from reconciler.admit import Admitter
+from reconciler.admit import Admitted, Admitter
 from reconciler.caches import Caches
 from reconciler.metrics import NAMESPACE
 from reconciler.mirror import MirrorWriter, facts_from
@@ -76,7 +76,7 @@ from shared.policy.ondemand import Candidate, ClassState, Held, Preflight
 from shared.policy.routing import Path, route
 from shared.policy.statuses import Status
 from shared.policy.wording import unknown_gpu_class
-from shared.resources import GPU_RESERVATIONS, PODS
+from shared.resources import PODS
 
 _log = logging.getLogger(__name__)
 LEASE_TASK = "ondemand-leases"
@@ -221,6 +221,10 @@ class Leaser:
         self._overcommit = overcommit
         self._rand = rand
         self._relinker = relinker
+        #: Admissions of this batch, announced once every ask is done (off the path
+        #: from the grant to the toleration).
+        self._admitted: list[Admitted] = []
+        self._announcing: set[asyncio.Task[None]] = set()
         #: Leases whose pod moved onto a booking, to cancel ``superseded`` (retried).
         self._superseded: set[int] = set()
         self.metrics = LeaseMetrics(registry)
@@ -292,15 +296,19 @@ class Leaser:
     async def run(self, tick_s: float) -> None:
         """A batch now, then on every trigger (see the module docstring)."""
         await until_ready(self._caches.ready)
-        while True:
-            self._wake.clear()
-            try:
-                await self.once()
-            except KubeError as exc:
-                log(_log, logging.WARNING, "ondemand.batch_failed", error=str(exc))
-            timer = await wait_either(self._clock.sleep(self._delay(tick_s)), self._wake.wait())
-            if not timer:
-                await self._settle()
+        try:
+            while True:
+                self._wake.clear()
+                try:
+                    await self.once()
+                except KubeError as exc:
+                    log(_log, logging.WARNING, "ondemand.batch_failed", error=str(exc))
+                sleep = self._clock.sleep(self._delay(tick_s))
+                if not await wait_either(sleep, self._wake.wait()):
+                    await self._settle()
+        finally:
+            for task in list(self._announcing):
+                task.cancel()
 
     async def _settle(self) -> None:
         """Let a burst of arrivals (and the scheduler's verdicts on them) collect so they
@@ -317,8 +325,8 @@ class Leaser:
     def _delay(self, tick_s: float) -> float:
         now = self._clock.now()
         dues = [t.due for t in self.tracks.values()]
-        opening = self._next_booking_start(now)
-        soonest = min([*dues, *([opening] if opening is not None else [])], default=None)
+        timers = [self._next_booking_start(now), self._next_orphan_check(now)]
+        soonest = min([*dues, *(t for t in timers if t is not None)], default=None)
         if soonest is None:
             return tick_s
         return max(0.0, min(tick_s, (soonest - now).total_seconds()))
@@ -357,6 +365,11 @@ class Leaser:
             self.metrics.batches.inc()
         granted = await self._select(eligible, ctx)
         await asyncio.gather(*(self._ask(pod, ctx) for pod in granted))
+        admitted, self._admitted = self._admitted, []
+        if admitted:  # in the background: the trailing batch need not wait for it
+            task = asyncio.create_task(self._admitter.announce(admitted, self._clock.now()))
+            self._announcing.add(task)
+            task.add_done_callback(self._announcing.discard)
         self.metrics.candidates.set(len(self.tracks))
         await self._merge(self._context())
         await self._teardown(self._context())
@@ -534,24 +547,24 @@ class Leaser:
         return ondemand.lease_seconds(runtime, self._settings.ondemand.buffer)
 
     async def _ask(self, pod: PodView, ctx: Context) -> None:
+        track = self.tracks.get(pod.uid)
+        if track is None:
+            return
         async with self._asks:
-            track = self.tracks.get(pod.uid)
-            if track is None:
-                return
             result = await self._create(pod, track, ctx)
-            now = self._clock.now()
-            if isinstance(result, ReplayedCancelled):
-                self.metrics.asks.labels("replayed").inc()
-                track.attempt += 1  # a fresh key: the cancelled original is never reused
-                track.due = now
-                self._wake.set()
-                return
-            if isinstance(result, Granted | ReturnedExisting):
-                outcome = "granted" if isinstance(result, Granted) else "returned"
-                self.metrics.asks.labels(outcome).inc()
-                await self._use(pod, track, result.reservation, now)
-                return
-            await self._refused(pod, track, result, now)
+        now = self._clock.now()
+        if isinstance(result, ReplayedCancelled):
+            self.metrics.asks.labels("replayed").inc()
+            track.attempt += 1  # a fresh key: the cancelled original is never reused
+            track.due = now
+            self._wake.set()
+            return
+        if isinstance(result, Granted | ReturnedExisting):
+            outcome = "granted" if isinstance(result, Granted) else "returned"
+            self.metrics.asks.labels(outcome).inc()
+            await self._use(pod, track, result.reservation, now)
+            return
+        await self._refused(pod, track, result, now)
 
     async def _create(self, pod: PodView, track: Track, ctx: Context) -> LeaseResult:
         cls_id = ctx.class_ids[pod.profile.gpu_class or ""]
@@ -570,13 +583,13 @@ class Leaser:
         name = model.reference(row.id)
         self._busy.add(name)
         try:
-            admitted = False
-            if facts is not None and await self._writer.upsert(facts, now) != "failed":
-                res = await self._read(name)
-                if res is not None:
-                    at = max(self._clock.now(), facts.start)
-                    admitted = await self._admitter.admit_under(pod, res, at) is not None
-            if admitted:
+            got = None
+            res = await self._writer.install(facts, now) if facts is not None else None
+            if facts is not None and res is not None:
+                at = max(self._clock.now(), facts.start)
+                got = await self._admitter.admit_under(pod, res, at, announce=False)
+            if got is not None:
+                self._admitted.append(got)
                 self._used[name] = self._clock.now()
                 self.tracks.pop(pod.uid, None)
                 waited = (self._clock.now() - track.seen).total_seconds()
@@ -593,20 +606,6 @@ class Leaser:
             track.due = ondemand.jitter(self._clock.now(), self._rand)
         finally:
             self._busy.discard(name)
-
-    async def _read(self, name: str) -> GPUReservation | None:
-        try:
-            raw = await self._gateway.get(GPU_RESERVATIONS, name, self._settings.common.namespace)
-            return model.from_object(raw)
-        except (KubeError, ValueError) as exc:
-            log(
-                _log,
-                logging.WARNING,
-                "ondemand.mirror_read_failed",
-                reservation=name,
-                error=str(exc),
-            )
-            return None
 
     async def _carries(self, pod: PodView, name: str) -> bool:
         """Whether the pod already carries ``name`` (admitted under it before)."""
@@ -733,6 +732,21 @@ class Leaser:
             elif not res.holds and res.name not in self._used and ctx.now - facts.start >= grace:
                 jobs.append(self._cancel(facts.id, CancelReason.CONTROLLER_REVOKED))
         await asyncio.gather(*jobs)
+
+    def _next_orphan_check(self, now: datetime) -> datetime | None:
+        """When the soonest unused lease passes the orphan rule's grace (its timer)."""
+        grace = timedelta(seconds=self._settings.ledger_claim_ttl_s)
+        referenced = {p.reference for p in self._caches.pods.items.values() if p.reference}
+        ends = [
+            r.facts.start + grace
+            for r in self._caches.reservations.items.values()
+            if r.facts.kind is Kind.ON_DEMAND
+            and r.facts.state is State.ACTIVE
+            and not r.holds
+            and r.name not in referenced
+            and r.facts.start + grace > now
+        ]
+        return min(ends, default=None)
 
     async def _cancel(self, rid: int, reason: CancelReason) -> bool:
         """Cancel a lease and mirror the answer; a failure is retried at the tick."""

@@ -80,6 +80,10 @@ def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Confi
     return cfg
 
 
+#: Connections kept beyond the workers' for long-running watches.
+WATCH_CONNECTIONS = 8
+
+
 class Gateway:
     """Async access to the Kubernetes API, returning dicts and raising ``KubeError``s."""
 
@@ -89,6 +93,12 @@ class Gateway:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_workers: int = 16,
     ) -> None:
+        # urllib3 keeps cpu_count × 5 connections by default (10 on two cores): fewer
+        # than the workers plus the open watches, so a burst kept discarding connections
+        # and paying a new TLS handshake per request.
+        configuration.connection_pool_maxsize = max(
+            configuration.connection_pool_maxsize, max_workers + WATCH_CONNECTIONS
+        )
         self._api = kubernetes.client.ApiClient(configuration)
         self._timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube")
