@@ -28,7 +28,7 @@ from reconciler.pods import PodView
 from shared import vocab
 from shared.clock import parse_utc
 from shared.model import GPUReservation
-from shared.policy import statuses, wording
+from shared.policy import noshow, statuses, wording
 from shared.policy.matching import MatchRules
 from shared.policy.routing import Path, Route, Wait, free_gpus, route
 from shared.policy.wording import when
@@ -122,8 +122,12 @@ def _owned(scene: Scene) -> tuple[GPUReservation, ...]:
 
 
 def route_of(scene: Scene) -> Route:
-    """The route the reconciler would give the pod over the owner's reservations."""
-    return route(_pod(scene).profile, _owned(scene), scene.now, scene.rules)
+    """The route the reconciler would give the pod over the owner's reservations
+    (a booking declared a no-show is out of matching, R14)."""
+    owned = _owned(scene)
+    return route(
+        _pod(scene).profile, owned, scene.now, scene.rules, no_shows=noshow.declared(owned)
+    )
 
 
 def _find(scene: Scene, name: str | None) -> GPUReservation | None:

@@ -102,9 +102,13 @@ def wait_reason(res: GPUReservation, gpus: int, now: datetime) -> Wait:
 
 
 def _misses(
-    reservations: list[GPUReservation], pod: PodProfile, now: datetime, rules: MatchRules
+    reservations: list[GPUReservation],
+    pod: PodProfile,
+    now: datetime,
+    rules: MatchRules,
+    no_shows: Set[int],
 ) -> tuple[Miss, ...]:
-    found = [mismatch(r.facts, pod, now, rules) for r in reservations]
+    found = [mismatch(r.facts, pod, now, rules, no_shows) for r in reservations]
     own = [m for r, m in zip(reservations, found, strict=True) if r.facts.owner == pod.owner]
     chosen = own or found or [Miss.OTHER_OWNER]
     return tuple(dict.fromkeys(m for m in chosen if m is not None))
@@ -137,4 +141,4 @@ def route(
     waited = fallback(matches, gpus)
     if waited is not None:
         return Route(Path.QUEUE, (waited,), wait_reason(waited, gpus, now))
-    return Route(Path.NONE, misses=_misses(pool, pod, now, rules))
+    return Route(Path.NONE, misses=_misses(pool, pod, now, rules, no_shows))

@@ -95,6 +95,13 @@ def test_nothing_matches_names_the_owners_near_misses() -> None:
     assert r.misses == (Miss.OTHER_CLASS,)
 
 
+def test_a_no_show_booking_is_named_as_the_miss() -> None:
+    """R14: the only booking was declared a no-show; the pod is told so, not "no booking"."""
+    r = go(gpu_pod(), reservation(1), no_shows=frozenset({1}))
+    assert r.path is Path.NONE
+    assert r.misses == (Miss.NO_SHOW,)
+
+
 def test_nothing_at_all_means_no_booking_of_the_owner() -> None:
     assert go(gpu_pod(), reservation(1, owner="bob")).misses == (Miss.OTHER_OWNER,)
     assert go(gpu_pod()).misses == (Miss.OTHER_OWNER,)

@@ -6,6 +6,7 @@ headline and lines say what holds the pod and what would release it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from reconciler.pods import project_pod
 from shared import vocab
 from shared.clock import format_utc
 from shared.model import GPUReservation
+from shared.policy import noshow
 from shared.policy.matching import MatchRules
 from tests.policy.builders import HOUR, NOW, PodBuilder, gpu_pod, reservation
 
@@ -103,6 +105,17 @@ def test_another_class_is_a_near_miss() -> None:
     found = explain.explain(scene(gpu_pod().build(), (a100,)))
     assert found.state == "no-booking"
     assert "your booking res-1 (A100" in found.lines[0]
+
+
+def test_a_booking_declared_a_no_show_no_longer_takes_pods() -> None:
+    record = noshow.Record(declared_at=NOW - HOUR, deadline=NOW - HOUR)
+    gone = replace(
+        reservation(1),
+        status_extra={noshow.STATUS_KEY: noshow.record_to_status(record)},
+    )
+    found = explain.explain(scene(gpu_pod().build(), (gone,)))
+    assert found.state == "no-booking"
+    assert "your booking was declared a no-show" in found.lines[0]
 
 
 def test_an_open_booking_with_room_admits_within_seconds() -> None:
