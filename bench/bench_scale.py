@@ -1,0 +1,246 @@
+"""Reconciler at cluster scale: startup, memory and CPU as the cluster grows.
+
+For each size *N* pods (1,000, 3,000, 10,000): N/20 nodes (a tenth of them tainted
+``a100`` GPU nodes), N/5 reservations and N/5 GPU pods, the other pods plain, spread
+over N/50 user namespaces. The app emulator holds the N/5 one-GPU bookings (one user
+each, windows starting one to six days ahead, inside the mirror's look-ahead); the kube
+emulator holds the nodes and the pods (GPU pods labelled with the class, queued on
+their owner's upcoming booking). One real reconciler replica (``python -m
+reconciler``, leader election off) then starts against them; measured:
+
+- **ready**: seconds from spawning the process to ``leader.loops_started`` (the first
+  LISTs, the startup sync that writes the N/5 GPUReservation mirrors, caches synced);
+- **RSS** after it is ready and after the measured interval;
+- **CPU per periodic pass**: the process's CPU seconds (``/proc/<pid>/stat``) over an
+  idle interval of ``PASSES`` backstop ticks (``QUEUE_PROCESSOR_INTERVAL`` = ``TICK_S``),
+  divided by the ticks: every loop's periodic work (queue pass, ledger upkeep, guarantees,
+  watches) per tick.
+
+Waiting Events are off (``RESERVATION_WAIT_EVENT_ENABLED=false``): N/5 first Events
+are a one-off burst, not steady state. Growth from 1k to 10k is printed as the ratio
+of each figure to the pod ratio (1.0 = linear). Short and full modes run the same
+sizes (``BENCH_SCALE_SIZES`` overrides, e.g. ``1000,3000``). JSON in
+``$BENCH_OUT/scale.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bench_webhook import conditions, write_json
+from sandbox.reconciler_component import ReconcilerProcess, install
+from sandbox.runner import Sandbox, SandboxContext
+from shared import vocab
+from shared.clock import SystemClock
+from shared.gateway import Gateway
+from shared.resources import GPU_RESERVATIONS, PODS
+
+GPU_CLASS = "a100"
+GROUP = "scale"
+TICK_S = 5
+PASSES = 3
+CREATE_CONCURRENCY = 32
+ENV = {
+    "LEADER_ELECTION_ENABLED": "false",
+    "RESERVATION_FETCH_INTERVAL": "3600",
+    "QUEUE_PROCESSOR_INTERVAL": str(TICK_S),
+    "RESERVATION_WAIT_EVENT_ENABLED": "false",
+    "POD_PROBLEM_EVENT_ENABLED": "false",
+}
+
+
+def sizes() -> list[int]:
+    text = os.environ.get("BENCH_SCALE_SIZES", "1000,3000,10000")
+    return [int(s) for s in text.split(",") if s.strip()]
+
+
+def users(n: int) -> list[str]:
+    return [f"u{i:04d}" for i in range(max(1, n // 50))]
+
+
+def scenario(n: int) -> dict[str, Any]:
+    names = users(n)
+    reservations = n // 5
+    nodes = []
+    for i in range(max(1, n // 20)):
+        allocatable = {"cpu": "64", "memory": "256Gi"}
+        node: dict[str, Any] = {"name": f"node-{i:04d}", "allocatable": allocatable}
+        if i % 10 == 0:
+            allocatable[vocab.GPU_RESOURCE] = "8"
+            node["taints"] = [f"{vocab.RESERVATION_TAINT_KEY}={GPU_CLASS}:NoSchedule"]
+        nodes.append(node)
+    bookings = [
+        {
+            "username": names[i % len(names)],
+            "group": GROUP,
+            "gpu_class": GPU_CLASS,
+            "gpu_count": 1,
+            "start": f"+{24 + (i % 5) * 24}h",
+            "end": f"+{26 + (i % 5) * 24}h",
+        }
+        for i in range(reservations)
+    ]
+    return {
+        "namespaces": [*names, vocab.PRODUCT_NAME],
+        "nodes": nodes,
+        "app": {
+            "timezone": "UTC",
+            "classes": [
+                {
+                    "id": 1,
+                    "name": "A100",
+                    "label_value": GPU_CLASS,
+                    "total_gpus": reservations,
+                }
+            ],
+            "users": names,
+            "groups": [{"name": GROUP, "members": names, "classes": [GPU_CLASS]}],
+            "bookings": bookings,
+        },
+    }
+
+
+def pod(n: int, i: int, gpu: bool) -> dict[str, Any]:
+    names = users(n)
+    container: dict[str, Any] = {"name": "c", "image": "busybox"}
+    labels = {"app": "scale"}
+    if gpu:
+        container["resources"] = {"limits": {vocab.GPU_RESOURCE: "1"}}
+        labels[vocab.GPU_CLASS_LABEL] = GPU_CLASS
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"p{i:05d}", "namespace": names[i % len(names)], "labels": labels},
+        "spec": {"containers": [container]},
+    }
+
+
+async def create_pods(gateway: Gateway, n: int) -> float:
+    limit = asyncio.Semaphore(CREATE_CONCURRENCY)
+
+    async def one(i: int) -> None:
+        body = pod(n, i, gpu=i % 5 == 0)
+        async with limit:
+            await gateway.create(PODS, body, body["metadata"]["namespace"])
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    return time.monotonic() - t0
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def ready_after(replica: ReconcilerProcess, started: float, timeout_s: float) -> float:
+    """Seconds from ``started`` to the ``leader.loops_started`` log line."""
+    while time.monotonic() - started < timeout_s:
+        if any(e.get("event") == "leader.loops_started" for e in replica.logs()):
+            return time.monotonic() - started
+        await asyncio.sleep(0.1)
+    return float("nan")
+
+
+async def measure(n: int, state: Path) -> dict[str, Any]:
+    ctx = SandboxContext(state_dir=state, scenario=scenario(n), clock=SystemClock())
+    box = Sandbox(ctx, ["kube", "app"])
+    t0 = time.monotonic()
+    await box.start()
+    seeded_s = time.monotonic() - t0
+    replica: ReconcilerProcess | None = None
+    assert ctx.kubeconfig is not None
+    admin = state / "admin.kubeconfig"
+    admin.write_text(ctx.kubeconfig, encoding="utf-8")
+    gateway = Gateway.from_kubeconfig(str(admin))
+    try:
+        await install(admin, ctx.namespace)
+        created_s = await create_pods(gateway, n)
+        replica = ReconcilerProcess(ctx, "r0", ENV)
+        started = time.monotonic()
+        await replica.start()
+        assert replica.proc is not None
+        pid = replica.proc.pid
+        ready_s = await ready_after(replica, started, 120)
+        await asyncio.sleep(TICK_S)  # the first passes after the start settle
+        rss_ready = rss_mib(pid)
+        before = cpu_s(pid)
+        await asyncio.sleep(TICK_S * PASSES)
+        per_pass = (cpu_s(pid) - before) / PASSES
+        mirrors = len((await gateway.list_all(GPU_RESERVATIONS, ctx.namespace)).items)
+        return {
+            "pods": n,
+            "gpu_pods": n // 5,
+            "reservations": n // 5,
+            "mirrored": mirrors,
+            "nodes": max(1, n // 20),
+            "setup_s": {"emulators": seeded_s, "pods": created_s},
+            "ready_s": ready_s,
+            "rss_mib": {"ready": rss_ready, "after": rss_mib(pid)},
+            "cpu_s_per_pass": per_pass,
+        }
+    finally:
+        if replica is not None:
+            await replica.stop()
+        gateway.close()
+        await box.stop()
+        gc.collect()
+
+
+def lines(found: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        "| pods | GPU pods | reservations (mirrored) | nodes | ready s | RSS MiB ready / after"
+        " | CPU s per tick |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in found:
+        rss = f["rss_mib"]
+        rows.append(
+            f"| {f['pods']} | {f['gpu_pods']} | {f['reservations']} ({f['mirrored']}) "
+            f"| {f['nodes']} | {f['ready_s']:.1f} | {rss['ready']:.0f} / {rss['after']:.0f} "
+            f"| {f['cpu_s_per_pass']:.2f} |"
+        )
+    if len(found) >= 2:
+        small, big = found[0], found[-1]
+        k = big["pods"] / small["pods"]
+
+        def grow(a: float, b: float) -> str:
+            return f"×{b / a:.1f} ({b / a / k:.2f} of linear)" if a > 0 else "n/a"
+
+        rows.append(
+            f"growth {small['pods']} → {big['pods']} pods (×{k:.0f}): ready "
+            f"{grow(small['ready_s'], big['ready_s'])}, RSS "
+            f"{grow(small['rss_mib']['after'], big['rss_mib']['after'])}, CPU per tick "
+            f"{grow(small['cpu_s_per_pass'], big['cpu_s_per_pass'])}"
+        )
+    return rows
+
+
+def run() -> list[str]:
+    found = []
+    for n in sizes():
+        state = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-"))
+        try:
+            found.append(asyncio.run(measure(n, state)))
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+    path = write_json("scale", {"conditions": conditions(), "sizes": found, "tick_s": TICK_S})
+    return [*lines(found), f"JSON: {path}"]
+
+
+if __name__ == "__main__":
+    print("\n".join(run()))
