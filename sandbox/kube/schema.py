@@ -35,20 +35,23 @@ def prune(value: Any, schema: Schema, path: str = "", root: bool = True) -> tupl
         extra = schema.get("additionalProperties")
         keep_unknown = bool(schema.get(PRESERVE))
         out: Obj = {}
+        keep_root = root or schema.get(EMBEDDED)
         for key, item in value.items():
-            where = _join(path, key)
-            if (root or schema.get(EMBEDDED)) and key in _ROOT_KEEP:
+            if keep_root and key in _ROOT_KEEP:
                 out[key] = item
             elif props is not None and key in props:
-                out[key], more = prune(item, props[key], where, False)
-                dropped += more
+                if isinstance(item, dict | list):  # a scalar has nothing to prune
+                    out[key], more = prune(item, props[key], _join(path, key), False)
+                    dropped += more
+                else:
+                    out[key] = item
             elif isinstance(extra, dict):
-                out[key], more = prune(item, extra, where, False)
+                out[key], more = prune(item, extra, _join(path, key), False)
                 dropped += more
             elif keep_unknown or extra is True or schema.get(INT_OR_STRING):
                 out[key] = item
             else:
-                dropped.append(where)
+                dropped.append(_join(path, key))
         return out, dropped
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         pruned = []
@@ -62,6 +65,8 @@ def prune(value: Any, schema: Schema, path: str = "", root: bool = True) -> tupl
 
 def default(value: Any, schema: Schema) -> Any:
     """Fill ``default`` values of absent properties, recursively."""
+    if not _has_default(schema):
+        return value
     if isinstance(value, dict):
         for key, sub in (schema.get("properties") or {}).items():
             if key not in value and "default" in sub:
@@ -75,6 +80,24 @@ def default(value: Any, schema: Schema) -> Any:
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         return [default(item, schema["items"]) for item in value]
     return value
+
+
+#: Whether a schema (by identity) declares a ``default`` anywhere below it. Schemas are
+#: parsed once per CRD version and never mutated, so the answer never changes.
+_DEFAULTS: dict[int, tuple[Schema, bool]] = {}
+
+
+def _has_default(schema: Schema) -> bool:
+    known = _DEFAULTS.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    subs = [*(schema.get("properties") or {}).values()]
+    subs += [
+        s for s in (schema.get("additionalProperties"), schema.get("items")) if isinstance(s, dict)
+    ]
+    found = "default" in schema or any(_has_default(sub) for sub in subs)
+    _DEFAULTS[id(schema)] = (schema, found)
+    return found
 
 
 def _type_name(value: Any) -> str:
