@@ -170,3 +170,33 @@ async def merge(tmp_path: Path) -> None:
 
         await eventually(relinked, 5)
         assert pod["status"].get("phase") == "Running"
+
+
+def test_best_effort_pod_gets_a_stub_and_is_told_so(tmp_path: Path) -> None:
+    asyncio.run(best_effort(tmp_path))
+
+
+async def best_effort(tmp_path: Path) -> None:
+    async with sandbox_world(tmp_path, SystemClock()) as w:
+        config = tmp_path / "kubeconfig"
+        await w.replica("r1", True, **ENV, BEST_EFFORT_ENABLED="true")
+        await asyncio.sleep(1.0)
+        body = jit_manifest("scavenger")
+        notes = body["metadata"]["annotations"]
+        del notes[vocab.MINIMUM_RUNTIME_SECONDS]
+        notes[vocab.RUNTIME_GUARANTEE] = vocab.RUNTIME_GUARANTEE_NONE
+        await create(config, body)
+        await watch_pod(w, "scavenger", lambda p: reference(p) is not None, 10)
+        ref = reference(await pod_of(w, "scavenger"))
+        state = app_of(w).state
+        stub = next(
+            r for r in state.reservations.values() if f"{vocab.RESERVATION_REF_PREFIX}{r.id}" == ref
+        )
+        assert str(stub.kind) == "best_effort"
+        assert stub.start == stub.end
+
+        async def told() -> bool:
+            return vocab.REASON_BEST_EFFORT_ADMITTED in await reasons_of(config, "scavenger")
+
+        await eventually(told, 5)
+        await watch_pod(w, "scavenger", lambda p: p["status"].get("phase") == "Running", 10)
