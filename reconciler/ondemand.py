@@ -88,6 +88,10 @@ SETTLE_S = 0.2
 SETTLE_MAX_S = 1.0
 #: The merge looks this long after a booking's start (its window is then open).
 MERGE_LAG = timedelta(milliseconds=1)
+#: R18: at most this many of the pod's ``galends/*`` annotations go with an offer,
+#: each value cut to MAX_NOTE characters.
+MAX_NOTES = 32
+MAX_NOTE = 1024
 #: A gate is logged at most this often per (class, guard) (R38).
 GATE_LOG_S = 60.0
 #: Holds retried at once when a node changes or a pod frees GPUs or gets placed.
@@ -238,6 +242,10 @@ class Leaser:
         self._used: dict[str, datetime] = {}
         self._cancel_retry: dict[str, datetime] = {}
         self._gate_logged: dict[tuple[str, str], datetime] = {}
+        #: (class, guard) → when this process first saw the gate hold a pod (R38).
+        self._gate_since: dict[tuple[str, str], datetime] = {}
+        self._stuck: dict[str, list[str]] = {}
+        self._deficits: dict[str, int] = {}
         self._asks = asyncio.Semaphore(ASK_CONCURRENCY)
         self._wake = asyncio.Event()
         self.batches = 0
@@ -344,6 +352,7 @@ class Leaser:
         claimed: dict[str, int] = {}
         eligible: list[PodView] = []
         told: list[Awaitable[None]] = []
+        gated: dict[tuple[str, str], int] = {}
         for pod in due:
             cls = pod.profile.gpu_class or ""
             pre = ondemand.preflight(
@@ -352,14 +361,21 @@ class Leaser:
                 ctx.states.get(cls, ClassState()),
                 claimed.get(cls, 0),
                 {c: n for c, n in ctx.others.items() if c != cls},
+                ctx.now,
             )
             if pre.ask:
                 self.tracks[pod.uid].held = None
                 claimed[cls] = claimed.get(cls, 0) + pod.gpus
                 eligible.append(pod)
             else:
+                if pre.held in ondemand.PAUSES and not (
+                    pre.held is Held.OVERCOMMIT and pod.profile.best_effort
+                ):
+                    gate = (cls, str(pre.held))
+                    gated[gate] = gated.get(gate, 0) + 1
                 told.append(self._hold(pod, pre, ctx))
         await asyncio.gather(*told)
+        self._report_gates(gated, ctx.now, bool(due))
         if eligible:
             self.batches += 1
             self.metrics.batches.inc()
@@ -389,35 +405,29 @@ class Leaser:
                 nodes=nodes.get(c),
                 stuck=c in stuck,
                 overcommitted=deficits.get(c, 0) > 0,
-                overcommit_room=self._room(c, pool, inventory, now) if c in deficits else None,
+                physical=self._physical(c, inventory) if c in deficits else None,
+                booked=_windows(c, pool) if c in deficits else (),
             )
             for c in labels
         }
         others = {c: n for c, n in nodes.items() if n}
+        self._stuck = stuck
+        self._deficits = dict(deficits)
         return Context(now, pods, pool, states, others, class_ids)
 
-    def _room(
-        self, cls: str, pool: list[GPUReservation], inventory: Any, now: datetime
-    ) -> int | None:
-        """Guard 4 with ONDEMAND_OVERCOMMIT_FIT: physical GPUs minus the peak booked over
-        the next lease-length window (None: pause every ask)."""
+    def _physical(self, cls: str, inventory: Any) -> int | None:
+        """Guard 4 with ONDEMAND_OVERCOMMIT_FIT: the class's physical GPUs (None: pause)."""
         cap = inventory.capacity(cls) if inventory is not None else None
         if not self._settings.ondemand.overcommit_fit or cap is None:
             return None
-        horizon = now + self._settings.ondemand.buffer + timedelta(hours=1)
-        windows = [
-            (r.facts.start, r.facts.end, r.facts.gpu_count)
-            for r in pool
-            if r.facts.gpu_class == cls and r.facts.state is State.ACTIVE
-        ]
-        return int(cap.total) - ondemand.booked_peak(windows, now, horizon)
+        return int(cap.total)
 
     def _stuck_classes(
         self, pods: list[PodView], nodes: Mapping[str, tuple[ondemand.ClassNode, ...] | None]
-    ) -> set[str]:
+    ) -> dict[str, list[str]]:
         """Guard 3 (R17): classes with an admitted pod the scheduler cannot place that
-        its own node constraint does not explain."""
-        stuck = set()
+        its own node constraint does not explain, with those pods (for the log only)."""
+        stuck: dict[str, list[str]] = {}
         for pod in pods:
             cls = pod.profile.gpu_class
             if not pod.admitted or cls is None or pod.finished or pod.deleting:
@@ -425,7 +435,7 @@ class Leaser:
             if ondemand.stuck_holder(
                 pod.phase, pod.scheduled, pod.constraint, pod.gpus, nodes.get(cls)
             ):
-                stuck.add(cls)
+                stuck.setdefault(cls, []).append(pod.key)
         return stuck
 
     def _due(self, ctx: Context) -> list[PodView]:
@@ -453,6 +463,7 @@ class Leaser:
             gpus=pod.gpus,
             best_effort=pod.profile.best_effort,
             constraint=pod.constraint,
+            duration_s=self._duration(pod),
         )
 
     # --- holds ---------------------------------------------------------------------------
@@ -462,9 +473,6 @@ class Leaser:
         track.due = ondemand.hold_until(ctx.now)
         track.held = pre.held
         track.waiting_verdict = pre.held is Held.NO_VERDICT
-        cls = pod.profile.gpu_class or ""
-        if pre.held in ondemand.PAUSES:
-            self._log_gate(cls, str(pre.held), ctx.now)
         await self._admitter.say(pod, self._hold_status(pod, pre, ctx), ctx.now)
 
     def _hold_status(self, pod: PodView, pre: Preflight, ctx: Context) -> Status | None:
@@ -486,13 +494,35 @@ class Leaser:
             return Status(vocab.REASON_UNKNOWN_GPU_CLASS, text)
         return None
 
-    def _log_gate(self, cls: str, guard: str, now: datetime) -> None:
-        last = self._gate_logged.get((cls, guard))
-        if last is not None and (now - last).total_seconds() < GATE_LOG_S:
-            return
-        self._gate_logged[(cls, guard)] = now
-        waiting = len(self.tracks)
-        log(_log, logging.WARNING, "ondemand.gated", gpu_class=cls, guard=guard, waiting=waiting)
+    def _report_gates(self, gated: dict[tuple[str, str], int], now: datetime, fresh: bool) -> None:
+        """R38: one WARNING per (class, guard) holding pods, at most once a minute, with
+        how long it has held (since this process saw it), how many pods wait, and the
+        operator's detail (stuck holders, the deficit). A gate not seen in a batch that
+        vetted candidates has cleared: its clock restarts."""
+        if fresh:
+            for gate in self._gate_since.keys() - gated.keys():
+                del self._gate_since[gate]
+        for (cls, guard), waiting in sorted(gated.items()):
+            since = self._gate_since.setdefault((cls, guard), now)
+            last = self._gate_logged.get((cls, guard))
+            if last is not None and (now - last).total_seconds() < GATE_LOG_S:
+                continue
+            self._gate_logged[(cls, guard)] = now
+            detail: dict[str, Any] = {}
+            if guard == Held.STUCK_HOLDER:
+                detail["stuck"] = self._stuck.get(cls, [])[:10]
+            if guard == Held.OVERCOMMIT:
+                detail["deficit"] = self._deficits.get(cls, 0)
+            log(
+                _log,
+                logging.WARNING,
+                "ondemand.gated",
+                gpu_class=cls,
+                guard=guard,
+                waiting=waiting,
+                for_s=round((now - since).total_seconds()),
+                **detail,
+            )
 
     # --- selection and the ask --------------------------------------------------------
 
@@ -536,7 +566,7 @@ class Leaser:
             gpu_count=pod.gpus,
             duration_seconds=self._duration(pod),
             pod_created_at=created,
-            pod_annotations=dict(pod.notes[:32]),
+            pod_annotations={k: v[:MAX_NOTE] for k, v in pod.notes[:MAX_NOTES]},
             best_effort=pod.profile.best_effort,
         )
 
@@ -716,6 +746,14 @@ class Leaser:
         for name, at in list(self._used.items()):
             if ctx.now - at >= grace:
                 del self._used[name]
+        active = {
+            r.name
+            for r in ctx.pool
+            if r.facts.kind is Kind.ON_DEMAND and r.facts.state is State.ACTIVE
+        }
+        self._ended &= active  # forget leases cancelled or gone meanwhile
+        for name in self._cancel_retry.keys() - active:
+            del self._cancel_retry[name]
         jobs = []
         for res in ctx.pool:
             facts = res.facts
@@ -773,6 +811,15 @@ class Leaser:
         if facts is not None:
             await self._writer.upsert(facts, now)
         return True
+
+
+def _windows(cls: str, pool: list[GPUReservation]) -> tuple[tuple[datetime, datetime, int], ...]:
+    """The active reservations of ``cls`` as ``(start, end, gpus)`` (guard 4's fit)."""
+    return tuple(
+        (r.facts.start, r.facts.end, r.facts.gpu_count)
+        for r in pool
+        if r.facts.gpu_class == cls and r.facts.state is State.ACTIVE
+    )
 
 
 def merging(pod: PodView, lease: GPUReservation, now: datetime) -> bool:

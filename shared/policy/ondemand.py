@@ -9,8 +9,9 @@ Terms:
 - *hold*: the candidate is not asked for this round and is retried later; each hold
   says why (``Held``), so the pod can be told.
 
-Preflight order (R15, ours): guard 1a (the scheduler verdict, ``verdict``), the class
-id, 1b (a known class with zero included nodes: *drained*), the node constraint
+Preflight order (R15's newest): the class id (a label the app does not know is told
+``UnknownGpuClass`` whatever the scheduler says), guard 1a (the scheduler verdict,
+``verdict``), 1b (a known class with zero included nodes: *drained*), the node constraint
 (``NoMatchingNode`` when the pod's ``nodeSelector``/required affinity allows none of
 the class's nodes; ``WaitingForNode`` when every node it allows has fewer free GPUs
 than it asks while the class as a whole could host it), guard 3 (a stuck holder),
@@ -80,9 +81,11 @@ class ClassState:
     stuck: bool = False
     #: Guard 4: the app counts more GPUs than exist (from the capacity audit).
     overcommitted: bool = False
-    #: Guard 4 with ONDEMAND_OVERCOMMIT_FIT: the most GPUs a lease may take over its
-    #: whole duration (physical minus what is booked); None = pause every ask.
-    overcommit_room: int | None = None
+    #: Guard 4 with ONDEMAND_OVERCOMMIT_FIT: the physical GPUs of the class (None:
+    #: pause every ask) and the active reservations' windows ``(start, end, gpus)`` a
+    #: lease must fit beside for its whole duration.
+    physical: int | None = None
+    booked: tuple[tuple[datetime, datetime, int], ...] = ()
 
     @property
     def largest_block(self) -> int | None:
@@ -99,6 +102,8 @@ class Candidate:
     gpus: int
     best_effort: bool
     constraint: NodeConstraint
+    #: The lease's duration (guard 4 checks the whole of it).
+    duration_s: int = 0
 
 
 @dataclass(frozen=True)
@@ -141,16 +146,18 @@ def preflight(
     state: ClassState,
     claimed: int = 0,
     others: Mapping[str, Sequence[ClassNode]] | None = None,
+    now: datetime | None = None,
 ) -> Preflight:
-    """R15 steps 4–8 for one candidate; ``claimed`` GPUs of its class were granted
-    earlier in this batch (guard 5 counts them as taken). No side effects."""
+    """R15 steps 3–8 for one candidate at ``now``; ``claimed`` GPUs of its class were
+    granted earlier in this batch (guards 4 and 5 count them as taken). No side
+    effects."""
+    if not class_known:
+        return Preflight(Held.UNKNOWN_CLASS)
     verdict = lease_can_help(cand.phase, cand.scheduled)
     if verdict is None:
         return Preflight(Held.NO_VERDICT)
     if verdict is False:
         return Preflight(Held.NOT_FIXABLE)
-    if not class_known:
-        return Preflight(Held.UNKNOWN_CLASS)
     if state.nodes is not None and not state.nodes:
         return Preflight(Held.DRAINED)
     fit = node_fit(cand.constraint, cand.gpus, state.nodes)
@@ -160,14 +167,26 @@ def preflight(
         return Preflight(fit)
     if state.stuck:
         return Preflight(Held.STUCK_HOLDER)
-    if state.overcommitted and not cand.best_effort:
-        room = state.overcommit_room
-        if room is None or room - claimed < cand.gpus:
-            return Preflight(Held.OVERCOMMIT)
+    if (
+        state.overcommitted
+        and not cand.best_effort
+        and not fits_physically(cand, state, claimed, now)
+    ):
+        return Preflight(Held.OVERCOMMIT)
     block = state.largest_block
     if (cand.gpus >= 2 or cand.best_effort) and block is not None and block - claimed < cand.gpus:
         return Preflight(Held.FRAGMENTED)
     return Preflight()
+
+
+def fits_physically(cand: Candidate, state: ClassState, claimed: int, now: datetime | None) -> bool:
+    """Guard 4 (fit mode): the lease fits in the physical GPUs beside every active
+    reservation for its whole duration; never without a physical count or an instant."""
+    if state.physical is None or now is None:
+        return False
+    end = now + timedelta(seconds=cand.duration_s)
+    peak = booked_peak(state.booked, now, max(end, now + timedelta(seconds=1)))
+    return state.physical - peak - claimed >= cand.gpus
 
 
 def matching_classes(

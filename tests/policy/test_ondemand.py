@@ -70,6 +70,8 @@ def selector(**labels: str) -> NodeConstraint:
                      id="non-GPU shortage"),
         pytest.param(cand(), False, ClassState(NODES), 0, Held.UNKNOWN_CLASS,
                      id="class unknown to the app"),
+        pytest.param(cand(scheduled=None), False, ClassState(NODES), 0, Held.UNKNOWN_CLASS,
+                     id="unknown class told before any verdict"),
         pytest.param(cand(), True, ClassState(()), 0, Held.DRAINED, id="drained class"),
         pytest.param(cand(), True, ClassState(None), 0, None, id="no inventory: fail open"),
         pytest.param(cand(constraint=selector(disk="nvme")), True, ClassState(NODES), 0,
@@ -82,9 +84,9 @@ def selector(**labels: str) -> NodeConstraint:
                      id="stuck holder"),
         pytest.param(cand(), True, ClassState(NODES, overcommitted=True), 0, Held.OVERCOMMIT,
                      id="overcommit, pause mode"),
-        pytest.param(cand(), True, ClassState(NODES, overcommitted=True, overcommit_room=1), 0,
+        pytest.param(cand(), True, ClassState(NODES, overcommitted=True, physical=1), 0,
                      None, id="overcommit, fits"),
-        pytest.param(cand(), True, ClassState(NODES, overcommitted=True, overcommit_room=1), 1,
+        pytest.param(cand(), True, ClassState(NODES, overcommitted=True, physical=1), 1,
                      Held.OVERCOMMIT, id="overcommit, batch took the room"),
         pytest.param(cand(best_effort=True), True, ClassState(NODES, overcommitted=True), 0,
                      None, id="best-effort exempt from guard 4"),
@@ -102,7 +104,16 @@ def selector(**labels: str) -> NodeConstraint:
 def test_preflight(
     candidate: Candidate, known: bool, state: ClassState, claimed: int, held: Held | None
 ) -> None:
-    assert preflight(candidate, known, state, claimed, H100).held is held
+    assert preflight(candidate, known, state, claimed, H100, NOW).held is held
+
+
+def test_overcommit_fit_counts_bookings_that_start_during_the_lease() -> None:
+    soon = ((NOW + timedelta(minutes=30), NOW + timedelta(hours=3), 3),)
+    state = ClassState(NODES, overcommitted=True, physical=4, booked=soon)
+    short = Candidate("Pending", TAINTED, "a100", 1, False, NodeConstraint(), duration_s=600)
+    long = Candidate("Pending", TAINTED, "a100", 2, False, NodeConstraint(), duration_s=7200)
+    assert preflight(short, True, state, 0, {}, NOW).held is None
+    assert preflight(long, True, state, 0, {}, NOW).held is Held.OVERCOMMIT
 
 
 def test_no_matching_node_names_the_classes_it_matches() -> None:
