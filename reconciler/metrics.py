@@ -6,13 +6,14 @@ reconcilers in one interpreter never clash. Label values are bounded sets.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from shared import vocab
+from shared.model import GPUReservation, State
 from shared.policy.inventory import Inventory
 
 #: ``gpu_reservation``: the prefix every metric name carries.
@@ -150,6 +151,10 @@ class Metrics:
         """Export the live node inventory (``inventory_gpus``) read at each scrape."""
         self.registry.register(InventoryCollector(inventory))
 
+    def watch_ledgers(self, reservations: Callable[[], Iterable[GPUReservation]]) -> None:
+        """Export GPUs held over budget (``ledger_over_budget_gpus``) at each scrape."""
+        self.registry.register(LedgerCollector(reservations))
+
 
 class InventoryCollector(Collector):
     """``gpu_reservation_inventory_gpus{gpu_class, figure}``: the node inventory at scrape
@@ -174,6 +179,45 @@ class InventoryCollector(Collector):
                 ("largest_block", cap.largest_block),
             ):
                 family.add_metric([cls, figure], value)
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())
+
+
+def over_budget(reservations: Iterable[GPUReservation]) -> dict[str, int]:
+    """GPUs held beyond their reservation's budget, per GPU class; no side effects.
+
+    Only active reservations count (a cancelled one's holds leave with its pods). The
+    ledger protocol never claims past the budget, so a positive figure means the
+    budget shrank under running pods (a booking reduced in the app), an upkeep that
+    re-added the holds of admitted pods, or a hand edit.
+    """
+    found: dict[str, int] = {}
+    for res in reservations:
+        excess = res.used_gpus - res.facts.gpu_count
+        if res.facts.state is State.ACTIVE and excess > 0:
+            cls = res.facts.gpu_class
+            found[cls] = found.get(cls, 0) + excess
+    return found
+
+
+class LedgerCollector(Collector):
+    """``gpu_reservation_ledger_over_budget_gpus{gpu_class}`` (see ``over_budget``) at
+    scrape time from the reservation cache; no samples while nothing is over budget
+    (and on a standby replica, whose cache is empty)."""
+
+    def __init__(self, reservations: Callable[[], Iterable[GPUReservation]]) -> None:
+        self._reservations = reservations
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            f"{NAMESPACE}_ledger_over_budget_gpus",
+            "GPUs held beyond their active reservation's budget, per class.",
+            labels=["gpu_class"],
+        )
+        for gpu_class, gpus in sorted(over_budget(self._reservations()).items()):
+            family.add_metric([gpu_class], gpus)
         yield family
 
     def describe(self) -> Iterator[GaugeMetricFamily]:

@@ -84,6 +84,7 @@ class Reconciler:
         )
         self.caches = Caches(gateway, settings, clock, self._class_labels)
         queue_metrics = QueueMetrics(self.metrics.registry)
+        self.metrics.watch_ledgers(lambda: self.caches.by_name().values())
 
         def counted(reason: str) -> None:
             queue_metrics.events.labels(reason).inc()

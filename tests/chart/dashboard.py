@@ -242,6 +242,31 @@ ROWS.append(
                 ],
             ),
             (
+                "GPUs held over budget",
+                "short",
+                [
+                    (
+                        "max by (gpu_class) (gpu_reservation_ledger_over_budget_gpus)",
+                        "{{gpu_class}}",
+                    )
+                ],
+            ),
+            (
+                "Node inventory",
+                "short",
+                [
+                    (
+                        'sum by (gpu_class) (gpu_reservation_inventory_gpus{figure="free"})',
+                        "free {{gpu_class}}",
+                    ),
+                    (
+                        "max by (gpu_class) "
+                        '(gpu_reservation_inventory_gpus{figure="largest_block"})',
+                        "largest block {{gpu_class}}",
+                    ),
+                ],
+            ),
+            (
                 "Unadmitted tolerations evicted",
                 "short",
                 [

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from reconciler.metrics import InventoryCollector, LedgerCollector
 from reconciler.metrics import Metrics as ReconcilerMetrics
 from reconciler.ondemand import LeaseMetrics
 from reconciler.queue import QueueMetrics
@@ -34,8 +35,17 @@ SUFFIXES = {
 }
 
 
-#: Every metrics class of the product (a test checks none is missing).
-METRIC_CLASSES = (ReconcilerMetrics, QueueMetrics, LeaseMetrics, SweepMetrics, WebhookMetrics)
+#: Every metrics class and scrape-time collector of the product (a test checks none is
+#: missing).
+METRIC_CLASSES = (
+    ReconcilerMetrics,
+    QueueMetrics,
+    LeaseMetrics,
+    SweepMetrics,
+    InventoryCollector,
+    LedgerCollector,
+    WebhookMetrics,
+)
 
 
 def registries() -> list[CollectorRegistry]:
@@ -43,17 +53,20 @@ def registries() -> list[CollectorRegistry]:
     reconciler = ReconcilerMetrics()
     for extra in (QueueMetrics, LeaseMetrics, SweepMetrics):
         extra(reconciler.registry)
+    reconciler.watch_inventory(lambda: None)  # InventoryCollector
+    reconciler.watch_ledgers(lambda: ())  # LedgerCollector
     return [reconciler.registry, WebhookMetrics().registry]
 
 
 def test_every_metrics_class_is_scanned() -> None:
-    """A new metrics class must join ``registries`` (else its names read as unknown)."""
+    """A new metrics class or collector must join ``registries`` (else its names read as
+    unknown)."""
     found = set()
     for package in ("shared", "webhook", "reconciler", "certs"):
         for path in (ROOT / package).rglob("*.py"):
             text = path.read_text(encoding="utf-8")
             if "prometheus_client" in text:
-                names = re.findall(r"^class (\w*Metrics)\b", text, flags=re.MULTILINE)
+                names = re.findall(r"^class (\w*(?:Metrics|Collector))\b", text, flags=re.MULTILINE)
                 found |= {f"{path.relative_to(ROOT).with_suffix('')}.{n}" for n in names}
     scanned = {f"{c.__module__.replace('.', '/')}.{c.__name__}" for c in METRIC_CLASSES}
     assert found == scanned
@@ -117,6 +130,8 @@ def test_the_scan_sees_range_selectors_and_every_registry() -> None:
     assert "gpu_reservation_webhook_request_duration_seconds_bucket" in names
     assert "gpu_reservation_reserved_queue_depth" in names
     assert "gpu_reservation_leader" in names
+    assert "gpu_reservation_inventory_gpus" in names
+    assert "gpu_reservation_ledger_over_budget_gpus" in names
 
 
 def test_every_alert_is_complete_and_documented() -> None:
