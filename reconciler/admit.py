@@ -55,7 +55,7 @@ from shared.errors import KubeError, NotFound, ServerError
 from shared.logs import log
 from shared.model import GPUReservation, Hold, Kind
 from shared.policy import noshow, statuses, wording
-from shared.policy.routing import Path, Route, Wait, route
+from shared.policy.routing import Path, Pool, Route, Wait, route_in
 from shared.policy.statuses import Status
 from shared.policy.windows import guarantee_end
 from shared.resources import EVENTS, PODS
@@ -208,8 +208,9 @@ class Admitter:
         depth: dict[str, int] = {}
         behind = self._behind(pods, now)
         no_shows = noshow.declared(pool)
+        owned = Pool(pool)
         for pod in queue.waiting(pods):
-            found = route(pod.profile, pool, now, self._settings.rules, no_shows=no_shows)
+            found = route_in(pod.profile, owned, now, self._settings.rules, no_shows=no_shows)
             if found.path is Path.ADMIT:
                 ready = tuple(r for r in found.candidates if r.name not in behind)
                 if ready and not self._backing_off(pod, now):

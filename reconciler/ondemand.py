@@ -73,7 +73,7 @@ from shared.logs import log
 from shared.model import GPUReservation, Kind, State
 from shared.policy import ondemand, ondemand_wording
 from shared.policy.ondemand import Candidate, ClassState, Held, Preflight
-from shared.policy.routing import Path, route
+from shared.policy.routing import Path, Pool, route_in
 from shared.policy.statuses import Status
 from shared.policy.wording import unknown_gpu_class
 from shared.resources import PODS
@@ -442,10 +442,11 @@ class Leaser:
         """Candidates whose retry time has come, oldest first; tracks kept in step."""
         rules = self._settings.rules
         found: list[PodView] = []
+        owned = Pool(ctx.pool)
         for pod in queue.waiting(ctx.pods):
             if pod.phase != "Pending":
                 continue
-            if route(pod.profile, ctx.pool, ctx.now, rules).path is Path.JIT:
+            if route_in(pod.profile, owned, ctx.now, rules).path is Path.JIT:
                 found.append(pod)
         live = {p.uid for p in found}
         for uid in self.tracks.keys() - live:

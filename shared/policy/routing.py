@@ -142,3 +142,40 @@ def route(
     if waited is not None:
         return Route(Path.QUEUE, (waited,), wait_reason(waited, gpus, now))
     return Route(Path.NONE, misses=_misses(pool, pod, now, rules, no_shows))
+
+
+class Pool:
+    """One snapshot of reservations indexed by owner, to route many pods over it.
+
+    ``route`` looks at every reservation for every pod, and a pass routes every waiting
+    pod: pods × reservations (2,000 × 2,000 at cluster scale, most of a pass's CPU).
+    Only the pod's owner's reservations can match (``Miss.OTHER_OWNER`` otherwise), so
+    ``route_in`` gives the same ``Route`` from the owner's share.
+    """
+
+    def __init__(self, reservations: Iterable[GPUReservation]) -> None:
+        self.all = list(reservations)
+        self.by_owner: dict[str, list[GPUReservation]] = {}
+        for res in self.all:
+            self.by_owner.setdefault(res.facts.owner, []).append(res)
+
+
+def route_in(
+    pod: PodProfile,
+    pool: Pool,
+    now: datetime,
+    rules: MatchRules,
+    *,
+    no_shows: Set[int] = frozenset(),
+    exclude: Set[str] = frozenset(),
+) -> Route:
+    """``route(pod, pool.all, …)``, reading only the owner's reservations (no side effects).
+
+    The one case that reads the others is a pod whose owner holds none and that goes
+    nowhere: its near-miss reasons are taken over the whole pool, as ``route`` does.
+    """
+    own = pool.by_owner.get(pod.owner, [])
+    found = route(pod, own, now, rules, no_shows=no_shows, exclude=exclude)
+    if found.path is Path.NONE and not own:
+        return route(pod, pool.all, now, rules, no_shows=no_shows, exclude=exclude)
+    return found

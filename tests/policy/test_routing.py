@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from shared import vocab
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared import model, vocab
 from shared.model import GPUReservation
 from shared.policy.matching import MatchRules, Miss, profile
-from shared.policy.routing import Path, Route, Wait, fallback, route
+from shared.policy.routing import Path, Pool, Route, Wait, fallback, route, route_in
 from tests.policy.builders import HOUR, NOW, PodBuilder, gpu_pod, reservation
 
 RULES = MatchRules()
@@ -115,3 +118,37 @@ def test_an_unreadable_pod_matches_nothing() -> None:
 def test_a_zero_gpu_pod_passes_any_budget() -> None:
     pod = PodBuilder().cls("h100")
     assert go(pod, reservation(1, gpus=1, holds=(1,))).path is Path.ADMIT
+
+
+owners_st = st.sampled_from(["alice", "bob", "carol"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    specs=st.lists(
+        st.tuples(
+            owners_st,
+            st.sampled_from(["h100", "a100"]),
+            st.integers(1, 4),
+            st.integers(-3, 3),
+            st.integers(0, 2),
+            st.booleans(),
+        ),
+        max_size=8,
+    ),
+    owner=owners_st,
+    cls=st.sampled_from(["h100", "a100", None]),
+    gpus=st.integers(1, 5),
+)
+def test_routing_over_the_owners_share_is_routing_over_the_pool(specs, owner, cls, gpus) -> None:
+    pool = [
+        later(i + 1, hours, owner=o, gpu_class=c, gpus=g, holds=(1,) * held)
+        if not cancelled
+        else later(i + 1, hours, owner=o, gpu_class=c, gpus=g, state=model.State.CANCELLED)
+        for i, (o, c, g, hours, held, cancelled) in enumerate(specs)
+    ]
+    builder = PodBuilder(namespace=owner).gpus(str(gpus))
+    if cls is not None:
+        builder = builder.cls(cls)
+    prof = profile(builder.build(), RULES)
+    assert route_in(prof, Pool(pool), NOW, RULES) == route(prof, pool, NOW, RULES)
