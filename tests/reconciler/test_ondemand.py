@@ -1,0 +1,305 @@
+"""The lease path's shell on the manual clock: a fake app, the in-memory Kubernetes API.
+
+Covers what the sandbox scenarios cannot force cheaply: a refused admission patch
+(compensating cancel, fresh key), a replayed cancelled lease, the no-verdict hold and
+its fast path, a malformed app answer, the teardown, and ONDEMAND_LEASE_ENABLED=false.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from reconciler.admit import Admitter, Knowledge
+from reconciler.caches import Caches
+from reconciler.metrics import Metrics
+from reconciler.mirror import MirrorWriter
+from reconciler.ondemand import Leaser
+from reconciler.queue import QueueMetrics
+from reconciler.settings import load
+from shared import model, vocab
+from shared.appclient import (
+    AdmissionCandidate,
+    BestEffortRequest,
+    Cancelled,
+    CancelReason,
+    GpuClass,
+    Granted,
+    LeaseRequest,
+    ReplayedCancelled,
+    Reservation,
+    Selection,
+)
+from shared.appclient.outcomes import (
+    CancelResult,
+    Denial,
+    Denied,
+    LeaseResult,
+    SelectionResult,
+    Transient,
+    TransientReason,
+)
+from shared.clock import ManualClock
+from shared.errors import Invalid
+from shared.resources import GPU_RESERVATIONS, NODES, PODS
+from tests.cluster.builders import node as cluster_node
+from tests.cluster.builders import reservation_taint
+from tests.reconciler.builders import NS, START
+from tests.reconciler.test_admit import Kube
+
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/2 nodes are available: 2 node(s) had untolerated taint "
+    "{gpu-class-reservation: a100}.",
+}
+A100 = GpuClass(id=2, name="A100", label_value="a100", total_gpus=16)
+
+
+def row(rid: int, status: str = "active", kind: str = "on_demand") -> Reservation:
+    return Reservation.model_validate(
+        {
+            "id": rid,
+            "gpu_class_id": 2,
+            "gpu_class": {"id": 2, "name": "A100", "label_value": "a100"},
+            "date": START.date().isoformat(),
+            "start_utc": START.isoformat(),
+            "end_utc": (START + timedelta(seconds=4200)).isoformat(),
+            "gpu_count": 1,
+            "kind": kind,
+            "status": status,
+            "created_at": START.isoformat(),
+            "updated_at": START.isoformat(),
+            "user": {"id": 1, "username": "alice"},
+            "group": {"id": 1, "name": "lab"},
+        }
+    )
+
+
+class App:
+    """The lease calls, answered from a script; every call recorded."""
+
+    def __init__(self) -> None:
+        self.asks: list[LeaseRequest | BestEffortRequest] = []
+        self.cancels: list[tuple[int, CancelReason]] = []
+        self.answers: list[LeaseResult] = []
+        self.next_id = 10
+
+    async def create_lease(self, request: LeaseRequest) -> LeaseResult:
+        self.asks.append(request)
+        if self.answers:
+            return self.answers.pop(0)
+        self.next_id += 1
+        return Granted(row(self.next_id))
+
+    async def create_best_effort(self, request: BestEffortRequest) -> LeaseResult:
+        self.asks.append(request)
+        self.next_id += 1
+        return Granted(row(self.next_id, kind="best_effort"))
+
+    async def cancel(self, reservation_id: int, reason: CancelReason) -> CancelResult:
+        self.cancels.append((reservation_id, reason))
+        return Cancelled(row(reservation_id, status="cancelled"))
+
+    async def select_admissions(self, candidates: Sequence[AdmissionCandidate]) -> SelectionResult:
+        return Selection(tuple(c.pod_uid for c in candidates))
+
+
+def node(name: str) -> dict[str, Any]:
+    """A Ready reserved a100 node with 8 GPUs."""
+    return cluster_node(name, gpus=8, taints=[reservation_taint("a100")])
+
+
+def jit_pod(name: str = "job", verdict: bool = True) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": "Pending"}
+    if verdict:
+        status["conditions"] = [UNSCHEDULABLE]
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "alice",
+            "uid": f"uid-{name}",
+            "creationTimestamp": START.isoformat(),
+            "labels": {vocab.GPU_CLASS_LABEL: "a100"},
+            "annotations": {vocab.MINIMUM_RUNTIME_SECONDS: "3600", vocab.USAGE_GROUP: "lab"},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {vocab.GPU_RESOURCE: "1"}}}]},
+        "status": status,
+    }
+
+
+class World:
+    def __init__(self, **env: str) -> None:
+        self.kube = Kube()
+        self.clock = ManualClock(START + timedelta(seconds=1))
+        base = {
+            "RESERVATION_API_URL": "http://app",
+            "RESERVATION_API_KEY": "k",
+            "POD_NAMESPACE": NS,
+            "EVENT_DISPLAY_TIMEZONE": "UTC",
+        }
+        self.settings, _ = load({**base, **env})
+        self.caches = Caches(self.kube, self.settings, self.clock, lambda: {"a100"})
+        self.app = App()
+        metrics = QueueMetrics(CollectorRegistry())
+        self.admitter = Admitter(
+            self.kube,
+            self.caches,
+            self.settings,
+            self.clock,
+            metrics,
+            Knowledge(lambda: True, lambda: {"a100"}),
+        )
+        self.leaser = Leaser(
+            self.app,
+            self.kube,
+            self.caches,
+            self.admitter,
+            MirrorWriter(self.kube, NS, Metrics()),
+            self.settings,
+            self.clock,
+            lambda: {2: A100},
+            CollectorRegistry(),
+            rand=lambda: 0.5,
+        )
+
+        self.kube.add(NODES, node("a100-r1"))
+
+    def pod(self, name: str = "job") -> dict[str, Any]:
+        return self.kube.objects[(PODS.plural, "alice", name)]
+
+    async def step(self) -> None:
+        for cache in (self.caches.pods, self.caches.nodes, self.caches.reservations):
+            await cache.relist()
+        await self.leaser.once()
+        await asyncio.gather(*self.leaser._announcing)
+        for cache in (self.caches.pods, self.caches.reservations):
+            await cache.relist()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_granted_lease_is_mirrored_and_the_pod_admitted_and_announced() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(), "alice")
+        await w.step()
+        [ask] = w.app.asks
+        assert isinstance(ask, LeaseRequest)
+        assert (ask.idempotency_key, ask.username, ask.group_name) == ("uid-job", "alice", "lab")
+        assert (ask.gpu_class_id, ask.gpu_count, ask.duration_seconds) == (2, 1, 3600 + 600)
+        notes = w.pod()["metadata"]["annotations"]
+        assert notes[vocab.BOOKING_REFERENCE] == "res-11"
+        res = model.from_object(w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-11")])
+        assert res.facts.kind is model.Kind.ON_DEMAND
+        assert [h.pod for h in res.holds] == ["job"]
+        assert [e["reason"] for e in w.kube.events()] == [vocab.REASON_RUNTIME_GUARANTEED]
+        assert w.leaser.tracks == {}
+
+    run(scenario())
+
+
+def test_a_refused_patch_cancels_the_lease_and_the_next_ask_uses_a_fresh_key() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(), "alice")
+        w.kube.faults["patch"] = Invalid(422, "denied by a policy webhook")
+        await w.step()
+        assert w.app.cancels == [(11, CancelReason.CONTROLLER_REVOKED)]
+        assert vocab.BOOKING_REFERENCE not in (w.pod()["metadata"].get("annotations") or {})
+        res = model.from_object(w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-11")])
+        assert res.facts.state is model.State.CANCELLED
+        del w.kube.faults["patch"]
+        await w.clock.advance(300)
+        await w.step()
+        assert [a.idempotency_key for a in w.app.asks] == ["uid-job", "uid-job.2"]
+        assert w.pod()["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == "res-12"
+
+    run(scenario())
+
+
+def test_a_replayed_cancelled_lease_moves_to_the_next_key_at_once() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(), "alice")
+        w.app.answers = [ReplayedCancelled(row(5, status="cancelled"))]
+        await w.step()
+        assert w.leaser.tracks["uid-job"].attempt == 2
+        await w.step()
+        assert [a.idempotency_key for a in w.app.asks] == ["uid-job", "uid-job.2"]
+        assert w.pod()["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == "res-11"
+
+    run(scenario())
+
+
+def test_no_verdict_holds_until_the_scheduler_gives_one() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(verdict=False), "alice")
+        await w.step()
+        assert w.app.asks == []
+        track = w.leaser.tracks["uid-job"]
+        assert track.waiting_verdict
+        assert track.due == w.clock.now() + timedelta(seconds=30)
+        pod = w.pod()
+        pod["status"]["conditions"] = [UNSCHEDULABLE]
+        await w.kube.replace(PODS, "job", pod, "alice")
+        await w.caches.pods.relist()  # R21: the verdict makes it due now
+        assert w.leaser.tracks["uid-job"].due == w.clock.now()
+        await w.step()
+        assert len(w.app.asks) == 1
+
+    run(scenario())
+
+
+def test_denial_is_told_once_and_a_malformed_answer_is_not() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(), "alice")
+        w.app.answers = [
+            Denied(Denial(detail="Only 1 GPU(s) available")),
+            Transient(TransientReason.MALFORMED, "not JSON"),
+        ]
+        await w.step()
+        await w.step()  # not due yet: no second ask
+        assert len(w.app.asks) == 1
+        told = w.kube.events(vocab.REASON_ONDEMAND_LEASE_DENIED)
+        assert len(told) == 1
+        assert "Only 1 GPU(s) available" in told[0]["message"]
+        await w.clock.advance(300)
+        await w.step()  # the malformed answer: logged, retried, no Event
+        assert len(w.app.asks) == 2
+        assert len(w.kube.events(vocab.REASON_ONDEMAND_LEASE_DENIED)) == 1
+        await w.clock.advance(300)
+        await w.step()
+        assert w.pod()["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == "res-11"
+
+    run(scenario())
+
+
+def test_finished_pod_tears_its_lease_down_and_bookings_are_left_alone() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(), "alice")
+        await w.step()
+        pod = w.pod()
+        pod["status"] = {"phase": "Succeeded"}
+        await w.kube.replace(PODS, "job", pod, "alice")
+        await w.step()
+        assert w.app.cancels == [(11, CancelReason.POD_TERMINATED)]
+        await w.step()
+        assert len(w.app.cancels) == 1, "cancelled once"
+
+    run(scenario())
+
+
+def test_leases_disabled_means_no_loop() -> None:
+    assert World(ONDEMAND_LEASE_ENABLED="false").leaser.loops() == []
+    assert len(World().leaser.loops()) == 1
