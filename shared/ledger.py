@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -157,6 +157,7 @@ def rebuild(
     exceed the budget when pods were admitted outside the ledger: it records the truth,
     and further claims are refused until enough of them leave.
     """
+    pods = list(pods)
     by_uid = {h.pod_uid: h for h in res.holds if h.pod_uid}
     by_claim = {h.claim: h for h in res.holds}
     kept: list[Hold] = []
@@ -168,8 +169,26 @@ def rebuild(
         kept.append(Hold(claim_id, pod.gpus, at, pod.name, pod.uid, announced))
     taken = {h.claim for h in kept}
     cutoff = now - timedelta(seconds=ttl_s)
-    pending = [h for h in res.holds if not h.bound and h.claim not in taken and h.at >= cutoff]
+    by_name = {p.name: p for p in pods}
+    pending = [
+        h
+        for h in res.holds
+        if not h.bound and h.claim not in taken and h.at >= cutoff and not superseded(h, by_name)
+    ]
     return replace(res, holds=tuple(pending + kept))
+
+
+def superseded(hold: Hold, pods: Mapping[str, PodUse]) -> bool:
+    """Whether an unbound ``hold`` is dead although young: it names a live pod that
+    carries another claim, admitted at or after the hold was made. The admission that
+    made the hold stopped between its claim and stamping the pod (a crash, a refused
+    patch), and the pod was admitted again since — it can never carry this claim, so
+    the hold would only keep the budget from the next pod until the TTL. A pod
+    admitted before the hold (an old pod whose name a new create reuses) keeps it."""
+    pod = pods.get(hold.pod) if hold.pod else None
+    if pod is None or pod.claim is None or pod.claim == hold.claim:
+        return False
+    return pod.admitted_at is not None and pod.admitted_at >= hold.at
 
 
 # --- the I/O shell --------------------------------------------------------------------

@@ -106,9 +106,11 @@ class State:
     pods: set[str]
     #: (pod, reason) → how many Events.
     events: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: The app's reservations: id → (status, cancel reason).
+    app: dict[int, tuple[str, str | None]] = field(default_factory=dict)
 
     def comparable(self) -> tuple[Any, ...]:
-        return (self.specs, self.holds, self.pods, dict(self.events))
+        return (self.specs, self.holds, self.pods, dict(self.events), self.app)
 
 
 class WorldClock(ManualClock):
@@ -131,9 +133,12 @@ class FaultWorld:
         self.clock: WorldClock = ctx.clock
         self.start = self.clock.now()
         self.kube = ctx.handles["kube"]
+        #: Ids of the bookings this cell made, in order (the scenario's own come first).
+        self.booked: list[int] = []
         self.emulator = ctx.handles["app"]
-        self.app_client = self._client(ctx.app_keys["read_write"])
-        self.reconciler = self._reconciler(ctx.app_keys["read_write"])
+        self._key = ctx.app_keys["read_write"]
+        self.app_client = self._client(self._key)
+        self.reconciler = self._reconciler(self._key)
 
     def _client(self, key: str) -> AppClient:
         return AppClient(
@@ -144,7 +149,7 @@ class FaultWorld:
             page_retry=PageRetryPolicy(pauses=()),
         )
 
-    def _reconciler(self, key: str) -> Reconciler:
+    def _reconciler(self, key: str, wrap: Callable[[Any], Any] = lambda x: x) -> Reconciler:
         env = {
             "RESERVATION_API_URL": self.ctx.endpoints["app"],
             "RESERVATION_API_KEY": key,
@@ -153,19 +158,26 @@ class FaultWorld:
             "POD_ADOPTION_ENABLED": "false",
         }
         self.settings, _ = rs.load(env)
-        return Reconciler(self.settings, self.gateway, self.app_client, self.clock)
+        return Reconciler(self.settings, wrap(self.gateway), wrap(self.app_client), self.clock)
 
-    async def reset(self) -> None:
-        """A clean start for the next cell on the same emulators."""
+    def restart(self, wrap: Callable[[Any], Any] = lambda x: x) -> None:
+        """A new reconciler process on the same cluster and app: nothing in memory
+        survives. ``wrap`` wraps its gateway and app client (e.g. a kill switch)."""
+        self.reconciler = self._reconciler(self._key, wrap)
+
+    async def reset(self, wrap: Callable[[Any], Any] = lambda x: x) -> None:
+        """A clean start for the next cell on the same emulators (``wrap``: as for
+        ``restart``)."""
         await self.clear()
+        self.booked = []
         self.clock.set(self.start)
         section = parse_section(self.ctx.scenario.get("app"))
         self.emulator.state = build_state(section, self.start)
         self.emulator.policies = Policies(seed=section.seed)
-        key = self.emulator.state.mint_key(KeyScope.READ_WRITE).key
+        self._key = self.emulator.state.mint_key(KeyScope.READ_WRITE).key
         await self.app_client.aclose()
-        self.app_client = self._client(key)
-        self.reconciler = self._reconciler(key)
+        self.app_client = self._client(self._key)
+        self.reconciler = self._reconciler(self._key, wrap)
         ns = self.ctx.namespace
         for obj in (await self.gateway.list_all(GPU_RESERVATIONS, ns)).items:
             await self.gateway.delete(GPU_RESERVATIONS, obj["metadata"]["name"], ns)
@@ -190,6 +202,7 @@ class FaultWorld:
         answer = await self.http.post(f"{self.app}/_sandbox/bookings", json=body)
         assert answer.status_code == 201, answer.text
         rid: int = answer.json()["id"]
+        self.booked.append(rid)
         return rid
 
     async def control(self, path: str, body: Any = None) -> None:
@@ -261,7 +274,8 @@ class FaultWorld:
 
     async def poll(self) -> None:
         """One full round: the sync, then every pass that reacts to it (upkeep, the
-        evictor, the backstop), each on freshly listed caches."""
+        evictor, the backstop, the queue's admissions, no-shows), each on freshly
+        listed caches."""
         r = self.reconciler
         await r.syncer.sync_once()
         await self.relist()
@@ -269,6 +283,10 @@ class FaultWorld:
         await self.relist()
         await r.upholders.evictor.once()
         await r.backstop.once()
+        await self.relist()
+        await r.caches.keeper.once()
+        await r.admitter.once()
+        await r.noshows.once()
         await self.relist()
         await r.caches.keeper.once()
 
@@ -296,7 +314,11 @@ class FaultWorld:
                     pods.add(f"{user}/{pod['metadata']['name']}")
             for event in (await self.gateway.list_all(EVENTS, user)).items:
                 events[(f"{user}/{event['involvedObject']['name']}", event["reason"])] += 1
-        return State(specs, holds, pods, events)
+        app = {
+            rid: (str(r.status), getattr(r, "cancel_reason", None))
+            for rid, r in self.emulator.state.reservations.items()
+        }
+        return State(specs, holds, pods, events, app)
 
 
 def _spec(obj: dict[str, Any]) -> dict[str, Any]:

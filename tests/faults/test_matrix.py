@@ -64,11 +64,11 @@ async def new_booking(w: FaultWorld) -> None:
 
 
 async def cancel_first(w: FaultWorld) -> None:
-    await w.control("bookings/1/cancel")
+    await w.control(f"bookings/{w.booked[0]}/cancel")
 
 
 async def reassign_first(w: FaultWorld) -> None:
-    await w.control("bookings/1/reassign", {"username": "bob"})
+    await w.control(f"bookings/{w.booked[0]}/reassign", {"username": "bob"})
 
 
 async def declared_pod(w: FaultWorld) -> None:

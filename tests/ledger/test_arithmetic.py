@@ -112,6 +112,32 @@ def test_rebuild_binds_keeps_adds_and_drops() -> None:
     assert by_claim["pod-uid-l"] == model.Hold("pod-uid-l", 3, NOW, "legacy", "uid-l", True)
 
 
+def test_rebuild_drops_a_young_hold_its_pod_was_admitted_past() -> None:
+    """A crash between the claim and the patch left a hold naming pod ``a``; a new
+    process admitted ``a`` under another claim since. The old hold is dead (it would keep
+    the budget from the next pod until the TTL). A pod admitted *before* such a hold (a
+    new create reusing an old pod's name) keeps it, and so does a pod not yet admitted."""
+    young = utc(2026, 1, 5, 9, 59, 50)
+    res = reservation(
+        hold("orphan", 1, at=young, pod="a"),
+        hold("reused", 1, at=young, pod="b"),
+        hold("in-flight", 1, at=young, pod="c"),
+    )
+    pods = [
+        ledger.PodUse("a", "uid-a", 1, claim="again", admitted_at=NOW),
+        ledger.PodUse("b", "uid-b", 1, claim="older", admitted_at=utc(2026, 1, 5, 9)),
+        ledger.PodUse("x", "uid-x", 1),
+    ]
+    rebuilt = ledger.rebuild(res, pods, NOW, ttl_s=60)
+    assert {h.claim for h in rebuilt.holds} == {
+        "reused",
+        "in-flight",
+        "again",
+        "older",
+        "pod-uid-x",
+    }
+
+
 def test_rebuild_from_nothing_is_the_same_ledger() -> None:
     """Self-healing: a wiped status rebuilds the holds the pods imply."""
     pods = [ledger.PodUse("a", "uid-a", 2, claim="c1"), ledger.PodUse("b", "uid-b", 1)]
