@@ -537,10 +537,11 @@ class Leaser:
         if not isinstance(got, Selection):
             log(_log, logging.WARNING, "ondemand.selection_unavailable", error=_describe(got))
             return eligible
-        chosen = set(got.granted)
+        by_uid = {p.uid: p for p in eligible}
         for pod in eligible:
-            if pod.uid not in chosen:
+            if pod.uid not in got.granted:
                 self.tracks[pod.uid].due = ondemand.jitter(ctx.now, self._rand)
+        told = []
         for withheld in got.withheld:
             log(
                 _log,
@@ -550,7 +551,13 @@ class Leaser:
                 code=withheld.denial.code,
                 outranked=withheld.outranked,
             )
-        return [p for p in eligible if p.uid in chosen]
+            held = by_uid.get(withheld.pod_uid)
+            track = self.tracks.get(withheld.pod_uid)
+            if held is not None and track is not None and not withheld.outranked:
+                # Contract §2.7: as if the create had been refused 409 with this envelope.
+                told.append(self._refused(held, track, Denied(withheld.denial), ctx.now))
+        await asyncio.gather(*told)
+        return [by_uid[u] for u in dict.fromkeys(got.granted) if u in by_uid]
 
     def _offer(self, pod: PodView, ctx: Context) -> AdmissionCandidate:
         created = None

@@ -42,6 +42,7 @@ from shared.appclient.outcomes import (
     SelectionResult,
     Transient,
     TransientReason,
+    WithheldPod,
 )
 from shared.clock import ManualClock
 from shared.errors import Invalid
@@ -89,6 +90,8 @@ class App:
         self.cancels: list[tuple[int, CancelReason]] = []
         self.answers: list[LeaseResult] = []
         self.next_id = 10
+        self.offered: list[list[str]] = []
+        self.selection: SelectionResult | None = None
 
     async def create_lease(self, request: LeaseRequest) -> LeaseResult:
         self.asks.append(request)
@@ -107,6 +110,9 @@ class App:
         return Cancelled(row(reservation_id, status="cancelled"))
 
     async def select_admissions(self, candidates: Sequence[AdmissionCandidate]) -> SelectionResult:
+        self.offered.append([c.pod_uid for c in candidates])
+        if self.selection is not None:
+            return self.selection
         return Selection(tuple(c.pod_uid for c in candidates))
 
 
@@ -303,3 +309,38 @@ def test_finished_pod_tears_its_lease_down_and_bookings_are_left_alone() -> None
 def test_leases_disabled_means_no_loop() -> None:
     assert World(ONDEMAND_LEASE_ENABLED="false").leaser.loops() == []
     assert len(World().leaser.loops()) == 1
+
+
+def test_delegated_selection_grants_in_order_and_withheld_denials_are_told() -> None:
+    async def scenario() -> None:
+        w = World(ONDEMAND_DELEGATE_ADMISSION="true")
+        for name in ("a", "b", "c"):
+            w.kube.add(PODS, jit_pod(name), "alice")
+        no_room = Denial(retryable=False, code="not_a_member", detail="Not a member.")
+        w.app.selection = Selection(
+            ("uid-c", "uid-a", "uid-unknown"),
+            (
+                WithheldPod("uid-b", no_room),
+                WithheldPod("uid-a", Denial(code="outranked")),
+            ),
+        )
+        await w.step()
+        assert w.app.offered == [["uid-a", "uid-b", "uid-c"]]
+        assert [a.idempotency_key for a in w.app.asks] == ["uid-c", "uid-a"]
+        told = w.kube.events(vocab.REASON_ONDEMAND_LEASE_DENIED)
+        assert [e["involvedObject"]["name"] for e in told] == ["b"]
+        assert "Waiting will not help" in told[0]["message"]
+        assert w.leaser.tracks["uid-b"].errors == 1
+
+    run(scenario())
+
+
+def test_a_failed_selection_grants_every_eligible_candidate() -> None:
+    async def scenario() -> None:
+        w = World(ONDEMAND_DELEGATE_ADMISSION="true")
+        w.kube.add(PODS, jit_pod(), "alice")
+        w.app.selection = Transient(TransientReason.SERVER_ERROR, status=503)
+        await w.step()
+        assert len(w.app.asks) == 1
+
+    run(scenario())
