@@ -474,7 +474,26 @@ class Leaser:
         track.due = ondemand.hold_until(ctx.now)
         track.held = pre.held
         track.waiting_verdict = pre.held is Held.NO_VERDICT
+        gate = self._settings.queue.gate_name
+        if pre.held is Held.NO_VERDICT and gate is not None and gate in pod.gates:
+            await self._ungate(pod, gate)
         await self._admitter.say(pod, self._hold_status(pod, pre, ctx), ctx.now)
+
+    async def _ungate(self, pod: PodView, gate: str) -> None:
+        """Remove our scheduling gate from a candidate (queued for a booking that no
+        longer takes it): gated, the scheduler never gives the verdict guard 1a needs."""
+        index = pod.gates.index(gate)
+        ops = [
+            {"op": "test", "path": "/metadata/uid", "value": pod.uid},
+            {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": gate},
+            {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
+        ]
+        try:
+            await self._gateway.patch(PODS, pod.name, ops, pod.namespace)
+        except KubeError as exc:
+            log(_log, logging.WARNING, "ondemand.ungate_failed", pod=pod.key, error=str(exc))
+            return
+        log(_log, logging.INFO, "ondemand.ungated", pod=pod.key)
 
     def _hold_status(self, pod: PodView, pre: Preflight, ctx: Context) -> Status | None:
         od, q = self._settings.ondemand, self._settings.queue

@@ -344,3 +344,17 @@ def test_a_failed_selection_grants_every_eligible_candidate() -> None:
         assert len(w.app.asks) == 1
 
     run(scenario())
+
+
+def test_a_candidate_left_gated_is_ungated_so_the_scheduler_can_judge_it() -> None:
+    async def scenario() -> None:
+        gate = "gpu-reservation.galends.io/queued"
+        w = World(POD_SCHEDULING_GATE_NAME=gate)
+        pod = jit_pod(verdict=False)
+        pod["spec"]["schedulingGates"] = [{"name": "other"}, {"name": gate}]
+        w.kube.add(PODS, pod, "alice")
+        await w.step()
+        assert w.pod()["spec"]["schedulingGates"] == [{"name": "other"}]
+        assert w.app.asks == []
+
+    run(scenario())
