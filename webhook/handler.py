@@ -225,21 +225,21 @@ class Admission:
                 cached=self._cached_raw(name),
                 monotonic=self.monotonic,
             )
-        result = await self.group.claim(name, Ask(gpus, _name_of(pod), now), deadline)
-        self.metrics.ledger_conflicts.inc(result.conflicts)
-        return result
+        return await self.group.claim(name, Ask(gpus, _name_of(pod), now), deadline)
 
     def _cached_raw(self, name: str) -> dict[str, Any] | None:
         entry = self.cache.entry(name)
         return entry.raw if entry else None
 
     def _remember(self, result: ClaimResult) -> None:
-        """Put the object as last read or written into the cache (ahead of the watch).
+        """After each group's write: count its 409s, and put the object as last read or
+        written into the cache (ahead of the watch).
 
         It is the server's own copy (spec and status of one resourceVersion): the
         cached spec under a newer resourceVersion would outrank the watch's newer spec
         and let the next claim decide (and write ``/status``) on the old budget.
         """
+        self.metrics.ledger_conflicts.inc(result.conflicts)  # once per write, not per caller
         res = result.reservation
         if result.raw is not None and res is not None and self.cache.entry(res.name):
             self.cache.upsert(result.raw)

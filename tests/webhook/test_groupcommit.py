@@ -20,6 +20,8 @@ from shared import ledger, model
 from shared.errors import Conflict
 from shared.ledger import Ask, ClaimResult
 from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, server_error
+from tests.policy.builders import gpu_pod, reservation
+from tests.webhook.helpers import call, review, wired
 from webhook.groupcommit import MAX_GROUP, GroupCommit
 
 FAR = 1e12
@@ -201,3 +203,24 @@ def test_without_releases_admitted_callers_are_exactly_the_holds(budget, plans, 
     admitted = {r.claim: g for g, r in run.results if r.admitted}
     holds = {h.claim: h.gpus for h in run.store.reservation("res-1").holds}
     assert admitted == holds
+
+
+# --- through the handler ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_concurrent_admissions_share_a_write_and_count_its_409_once() -> None:
+    admission, store = await wired(reservation(1, gpus=8))
+
+    def other_writer() -> None:
+        store.bump("res-1", lambda r: ledger.add_hold(r, model.Hold("elsewhere", 1, NOW)))
+
+    store.before["replace"] = other_writer
+    docs = await asyncio.gather(*(call(admission, review(gpu_pod(1).build())) for _ in range(3)))
+    assert all(d["response"]["warnings"][0].startswith("admitted under") for d in docs)
+    assert ledger.used(store.reservation("res-1")) == 4
+    assert admission.group.writes == 1
+    conflicts = admission.metrics.registry.get_sample_value(
+        "gpu_reservation_webhook_ledger_conflicts_total"
+    )
+    assert conflicts == 1
