@@ -20,8 +20,8 @@ reconciler``, leader election off) then starts against them; measured:
 
 Waiting Events are off (``RESERVATION_WAIT_EVENT_ENABLED=false``): N/5 first Events
 are a one-off burst, not steady state. Growth from 1k to 10k is printed as the ratio
-of each figure to the pod ratio (1.0 = linear). Short and full modes run the same
-sizes (``BENCH_SCALE_SIZES`` overrides, e.g. ``1000,3000``). JSON in
+of each figure to the pod ratio (1.0 = linear). The short mode runs 1k and 10k, the full
+mode 1k, 3k and 10k (``BENCH_SCALE_SIZES`` overrides, e.g. ``1000,3000``). JSON in
 ``$BENCH_OUT/scale.json``.
 """
 
@@ -59,7 +59,8 @@ ENV = {
 
 
 def sizes() -> list[int]:
-    text = os.environ.get("BENCH_SCALE_SIZES", "1000,3000,10000")
+    full = os.environ.get("BENCH_MODE") == "full"
+    text = os.environ.get("BENCH_SCALE_SIZES", "1000,3000,10000" if full else "1000,10000")
     return [int(s) for s in text.split(",") if s.strip()]
 
 
