@@ -41,7 +41,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from reconciler import events, queue, upkeep
 from reconciler.caches import Caches
@@ -51,6 +51,7 @@ from reconciler.throttle import ANNOTATIONS, HOLD, Throttle
 from reconciler.upkeep import until_ready, wait_either
 from shared import ledger, model, vocab
 from shared.clock import Clock, parse_utc
+from shared.concurrency import bounded
 from shared.errors import KubeError, NotFound, ServerError
 from shared.logs import log
 from shared.model import GPUReservation, Hold, Kind
@@ -61,7 +62,6 @@ from shared.policy.windows import guarantee_end
 from shared.resources import EVENTS, PODS
 
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
 ADMIT_TASK = "reserved-queue"
 #: Seconds one admission (claim + patch) may take.
 ADMIT_DEADLINE_S = 10.0
@@ -274,7 +274,7 @@ class Admitter:
         ``PATCH_CONCURRENCY`` at once. A pod the group claim refused (full) tries its
         other candidates one by one, as a single admission does.
         """
-        raws = await _bounded([self._reread(pod) for pod, _ in items])
+        raws = await bounded([self._reread(pod) for pod, _ in items], PATCH_CONCURRENCY)
         live = [(pod, found, raw) for (pod, found), raw in zip(items, raws, strict=True) if raw]
         if not live:
             return []
@@ -297,7 +297,7 @@ class Admitter:
                 stamps.append(self._stamp(pod, raw, result.reservation, result.claim, pool, now))
             elif result.reason not in {"error", "deadline"} and len(found.candidates) > 1:
                 others.append((pod, replace(found, candidates=found.candidates[1:]), raw))
-        done = [a for a in await _bounded(stamps) if a is not None]
+        done = [a for a in await bounded(stamps, PATCH_CONCURRENCY) if a is not None]
         for pod, found, raw in others:
             one = await self._claim_and_stamp(pod, raw, found, pool, latest, now)
             if one is not None:
@@ -607,14 +607,3 @@ class Admitter:
 
     def _count(self, reason: str) -> None:
         self._metrics.events.labels(reason).inc()
-
-
-async def _bounded(calls: list[Awaitable[T]], limit: int = PATCH_CONCURRENCY) -> list[T]:
-    """Await ``calls`` with at most ``limit`` in flight; results in order."""
-    gate = asyncio.Semaphore(limit)
-
-    async def one(call: Awaitable[T]) -> T:
-        async with gate:
-            return await call
-
-    return list(await asyncio.gather(*(one(c) for c in calls)))

@@ -13,22 +13,26 @@ never waits for the app); across replicas the resourceVersion-checked writes and
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Mapping
 from datetime import date
 from typing import Any, Protocol
 
 from reconciler.metrics import Metrics
-from reconciler.mirror import MirrorWriter, facts_from, plan
+from reconciler.mirror import MirrorWriter, facts_from, installed_first, plan
 from shared import model, vocab
 from shared.appclient import Failure, Fetched, GpuClass, Reservation, fetch_window
 from shared.clock import Clock
+from shared.concurrency import bounded
 from shared.errors import KubeError
 from shared.logs import log
 from shared.resources import GPU_RESERVATIONS, PODS
 
 _log = logging.getLogger(__name__)
 _FINISHED = frozenset({"Succeeded", "Failed"})
+#: Mirror writes of one sync in flight at once (a first sync writes every mirror).
+WRITE_CONCURRENCY = 16
 
 
 class ReservationSource(Protocol):
@@ -131,12 +135,14 @@ class Syncer:
         existing, phases = _parse_existing(raw_objects)
         referenced = await self._referenced()
         decided = plan(fetched, existing, phases, referenced, now)
-        for facts in decided.upserts:
-            await self.writer.upsert(facts, now)
-        for name in decided.deletes:
-            await self.writer.delete(name)
-        for name in decided.refresh:
-            await self.writer.refresh_status(name, now)
+        # Concurrently (bounded), but every active entry's write ends before the first
+        # other one starts (``installed_first``); deletes and status refreshes after.
+        for _, batch in itertools.groupby(decided.upserts, key=installed_first):
+            await bounded([self.writer.upsert(f, now) for f in batch], WRITE_CONCURRENCY)
+        await bounded([self.writer.delete(n) for n in decided.deletes], WRITE_CONCURRENCY)
+        await bounded(
+            [self.writer.refresh_status(n, now) for n in decided.refresh], WRITE_CONCURRENCY
+        )
         self._metrics.mirrored.set(len(existing) + len(decided.upserts) - len(decided.deletes))
 
     def _facts(self, row: Reservation) -> model.ReservationFacts | None:
