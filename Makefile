@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
 
-.PHONY: test sandbox bench bench-full lint lock tools clean
+.PHONY: test sandbox bench bench-full fuzz lint lock tools clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
@@ -44,6 +44,10 @@ bench: $(STAMP)
 
 bench-full: $(STAMP)
 	$(BIN)/python -m bench --full
+
+# 8 fuzz targets x 13,000 examples = 104,000 inputs from outside (make test runs 60 each).
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=13000 $(BIN)/pytest tests/fuzz -q -p no:cacheprovider
 
 lock:
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^gpu-reservation' > requirements.lock.new

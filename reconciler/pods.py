@@ -111,15 +111,16 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
     prof = profile(pod, rules)
     if not wanted(pod, prof):
         return None
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    meta, spec, status = (_part(pod, k) for k in ("metadata", "spec", "status"))
     notes = annotations_of(pod)
     own = sorted((k, v) for k, v in notes.items() if k.startswith(vocab.ANNOTATION_PREFIX))
     gpu_class = prof.gpu_class
     tolerations = tolerations_of(pod)
+    listed = spec.get("schedulingGates")
     gates = tuple(
-        str(g.get("name")) for g in (spec.get("schedulingGates") or []) if isinstance(g, dict)
+        str(g.get("name"))
+        for g in (listed if isinstance(listed, list) else [])
+        if isinstance(g, dict)
     )
     return PodView(
         namespace=str(meta.get("namespace", "")),
@@ -131,7 +132,7 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
         tolerated=gpu_class is not None and any(is_granted(t, gpu_class) for t in tolerations),
         gates=gates,
         deleting=bool(meta.get("deletionTimestamp")),
-        node=spec.get("nodeName") or None,
+        node=str(spec.get("nodeName") or "") or None,
         resource_version=str(meta.get("resourceVersion", "")),
         scheduled=scheduled_of(status),
         created=str(meta.get("creationTimestamp") or ""),
@@ -142,6 +143,12 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
 
 
 _DAEMON_SET = "DaemonSet"
+
+
+def _part(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when it is an object, else empty (a malformed part reads as absent)."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
 
 
 def _controlled_by(meta: Mapping[str, Any], kind: str) -> bool:

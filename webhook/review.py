@@ -95,7 +95,7 @@ def parse(body: bytes) -> AdmissionRequest:
     if not isinstance(uid, str) or not uid or len(uid) > 128:
         raise Malformed("request.uid is missing")
     operation = request.get("operation")
-    if operation not in OPERATIONS:
+    if not isinstance(operation, str) or operation not in OPERATIONS:
         raise Malformed("request.operation is not CREATE, UPDATE, DELETE or CONNECT")
     user = request.get("userInfo")
     return AdmissionRequest(

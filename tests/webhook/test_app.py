@@ -47,6 +47,7 @@ def with_request(**changes: Any) -> bytes:
         pytest.param(with_request(uid=""), id="missing uid"),
         pytest.param(with_request(uid=7), id="a numeric uid"),
         pytest.param(with_request(operation="PATCH"), id="an unknown operation"),
+        pytest.param(with_request(operation=[]), id="an operation that is a list"),
         pytest.param(with_request(object="pod"), id="object not an object"),
         pytest.param(with_request(object={"metadata": "m"}), id="metadata not an object"),
         pytest.param(
