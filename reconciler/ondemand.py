@@ -76,7 +76,7 @@ from shared.policy.ondemand import Candidate, ClassState, Held, Preflight
 from shared.policy.routing import Path, Pool, route_in
 from shared.policy.statuses import Status
 from shared.policy.wording import unknown_gpu_class
-from shared.resources import PODS
+from shared.resources import GPU_RESERVATIONS, PODS
 
 _log = logging.getLogger(__name__)
 LEASE_TASK = "ondemand-leases"
@@ -656,6 +656,13 @@ class Leaser:
             if await self._carries(pod, name):
                 self.tracks.pop(pod.uid, None)
                 return
+            if await self._held(name):
+                # The patch's answer was lost and it may still land: the hold stays for
+                # upkeep to bind (admitted) or expire (then the orphan rule cancels the
+                # lease). The next ask replays the same key, so nothing leaks.
+                log(_log, logging.WARNING, "ondemand.admit_unknown", pod=pod.key, reservation=name)
+                track.due = ondemand.jitter(self._clock.now(), self._rand)
+                return
             log(_log, logging.WARNING, "ondemand.admit_failed", pod=pod.key, reservation=name)
             self.metrics.asks.labels("revoked").inc()
             await self._cancel(row.id, CancelReason.CONTROLLER_REVOKED)
@@ -663,6 +670,14 @@ class Leaser:
             track.due = ondemand.jitter(self._clock.now(), self._rand)
         finally:
             self._busy.discard(name)
+
+    async def _held(self, name: str) -> bool:
+        """Whether the lease's ledger holds a claim (an admission that may still land)."""
+        try:
+            raw = await self._gateway.get(GPU_RESERVATIONS, name, self._settings.common.namespace)
+            return bool(model.from_object(raw).holds)
+        except (KubeError, ValueError):
+            return False
 
     async def _carries(self, pod: PodView, name: str) -> bool:
         """Whether the pod already carries ``name`` (admitted under it before)."""

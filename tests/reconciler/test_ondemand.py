@@ -45,7 +45,7 @@ from shared.appclient.outcomes import (
     WithheldPod,
 )
 from shared.clock import ManualClock
-from shared.errors import Invalid
+from shared.errors import Invalid, ServerError
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
 from tests.cluster.builders import node as cluster_node
 from tests.cluster.builders import reservation_taint
@@ -356,5 +356,19 @@ def test_a_candidate_left_gated_is_ungated_so_the_scheduler_can_judge_it() -> No
         await w.step()
         assert w.pod()["spec"]["schedulingGates"] == [{"name": "other"}]
         assert w.app.asks == []
+
+    run(scenario())
+
+
+def test_a_lost_patch_answer_keeps_the_lease_for_upkeep_to_settle() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(), "alice")
+        w.kube.faults["patch"] = ServerError(503, "the answer was lost")
+        await w.step()
+        assert w.app.cancels == [], "the patch may still land: the lease stays"
+        res = model.from_object(w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-11")])
+        assert len(res.holds) == 1
+        assert w.leaser.tracks["uid-job"].attempt == 1  # the next ask replays the key
 
     run(scenario())
