@@ -285,7 +285,9 @@ def test_app_outage_leaves_the_mirror_untouched_and_is_visible(tmp_path: Path) -
             proc = await w.replica("r0", push=False, RESERVATION_FETCH_INTERVAL="1")
             rid = await w.book(gpus=1)
             await eventually(lambda: _phase_is(w, rid, "Open"), 3.0)
-            before = (await w.gateway.list_all(GPU_RESERVATIONS, w.ctx.namespace)).items
+            # The pass that opened it may still be writing other reservations (and
+            # upkeep their status): compare against the mirror once it has settled.
+            before = await _settled_mirror(w, quiet_s=2.5)
             for fault in ({"path": "/api/reservations", "status": 503, "count": None},):
                 await w.http.post(f"{w.app}/_sandbox/faults", json=fault)
             await w.cancel(rid)  # a change the outage hides
@@ -312,6 +314,19 @@ async def _metric(
             got = float(line.split()[1])
             return got == value if eq else got >= value
     return False
+
+
+async def _settled_mirror(w: World, quiet_s: float, within_s: float = 15.0) -> list[dict[str, Any]]:
+    """The GPUReservations once no resourceVersion changed for ``quiet_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    items = (await w.gateway.list_all(GPU_RESERVATIONS, w.ctx.namespace)).items
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet_s)
+        again = (await w.gateway.list_all(GPU_RESERVATIONS, w.ctx.namespace)).items
+        if _versions(again) == _versions(items):
+            return again
+        items = again
+    raise AssertionError(f"the mirror kept changing for {within_s} s")
 
 
 def _versions(items: list[dict[str, Any]]) -> dict[str, str]:
