@@ -135,8 +135,22 @@ class MirrorWriter:
         self._ns = namespace
         self._metrics = metrics
 
-    async def upsert(self, facts: model.ReservationFacts, now: datetime) -> str:
-        """Create or update ``res-<id>``; returns created/updated/unchanged/stale/failed."""
+    async def upsert(
+        self, facts: model.ReservationFacts, now: datetime, *, absent: bool = False
+    ) -> str:
+        """Create or update ``res-<id>``; returns created/updated/unchanged/stale/failed.
+
+        ``absent``: the caller has just listed the mirror without it, so it is created
+        without a read first; if someone created it meanwhile (409) this is an ordinary
+        upsert.
+        """
+        if absent:
+            try:
+                return await self._create(facts, now)
+            except Conflict:
+                pass
+            except KubeError as exc:
+                return self._failed("upsert", facts.name, exc)
         for _ in range(_RETRIES):
             try:
                 return await self._upsert_once(facts, now)

@@ -138,7 +138,8 @@ class Syncer:
         # Concurrently (bounded), but every active entry's write ends before the first
         # other one starts (``installed_first``); deletes and status refreshes after.
         for _, batch in itertools.groupby(decided.upserts, key=installed_first):
-            await bounded([self.writer.upsert(f, now) for f in batch], WRITE_CONCURRENCY)
+            writes = [self.writer.upsert(f, now, absent=f.name not in existing) for f in batch]
+            await bounded(writes, WRITE_CONCURRENCY)
         await bounded([self.writer.delete(n) for n in decided.deletes], WRITE_CONCURRENCY)
         await bounded(
             [self.writer.refresh_status(n, now) for n in decided.refresh], WRITE_CONCURRENCY

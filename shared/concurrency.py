@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
 
 
-async def bounded(calls: list[Awaitable[T]], limit: int) -> list[T]:
+async def bounded(calls: Sequence[Awaitable[T]], limit: int) -> list[T]:
     """Await ``calls`` with at most ``limit`` in flight; their results in order.
 
     The gateway runs each Kubernetes call on one of a bounded pool of worker threads;

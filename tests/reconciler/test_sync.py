@@ -99,6 +99,26 @@ def test_first_sync_creates_objects_with_status_for_the_printer_columns() -> Non
     assert source.windows == [(date(2026, 1, 4), date(2026, 1, 12))]
 
 
+def test_a_first_sync_creates_what_its_list_lacked_without_reading_it_first() -> None:
+    syncer, kube, _, _ = make([reservation(1), reservation(2), reservation(3)])
+    assert asyncio.run(syncer.sync_once())
+    assert set(stored(kube)) == {"res-1", "res-2", "res-3"}
+    assert ("get", GPU_RESERVATIONS.plural) not in kube.calls
+
+
+def test_a_mirror_created_meanwhile_is_upserted_not_failed() -> None:
+    syncer, kube, _, _ = make([reservation(1, gpu_count=4)])
+
+    def racing_create() -> None:
+        other = facts_from(reservation(1, gpu_count=2), CLASSES)
+        assert other is not None
+        kube.add(GPU_RESERVATIONS, model.to_object(model.GPUReservation(other), NS, NOW), NS)
+
+    kube.before["create"] = racing_create
+    assert asyncio.run(syncer.sync_once())
+    assert stored(kube)["res-1"]["spec"]["gpuCount"] == 4
+
+
 def test_unchanged_objects_are_not_written_again() -> None:
     syncer, kube, _, _ = make([reservation(1)])
     asyncio.run(syncer.sync_once())
