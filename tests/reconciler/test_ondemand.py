@@ -103,7 +103,8 @@ class App:
     async def create_best_effort(self, request: BestEffortRequest) -> LeaseResult:
         self.asks.append(request)
         self.next_id += 1
-        return Granted(row(self.next_id, kind="best_effort"))
+        stub = row(self.next_id, kind="best_effort")
+        return Granted(stub.model_copy(update={"end_utc": stub.start_utc}))  # zero-length
 
     async def cancel(self, reservation_id: int, reason: CancelReason) -> CancelResult:
         self.cancels.append((reservation_id, reason))
@@ -370,5 +371,36 @@ def test_a_lost_patch_answer_keeps_the_lease_for_upkeep_to_settle() -> None:
         res = model.from_object(w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-11")])
         assert len(res.holds) == 1
         assert w.leaser.tracks["uid-job"].attempt == 1  # the next ask replays the key
+
+    run(scenario())
+
+
+def test_runtime_guarantee_none_with_best_effort_off_asks_a_lease_and_says_so() -> None:
+    async def scenario() -> None:
+        w = World()
+        pod = jit_pod()
+        pod["metadata"]["annotations"][vocab.RUNTIME_GUARANTEE] = vocab.RUNTIME_GUARANTEE_NONE
+        w.kube.add(PODS, pod, "alice")
+        for cache in (w.caches.pods, w.caches.reservations):
+            await cache.relist()
+        await w.admitter.once()  # the queue tells JIT pods their ignored annotations
+        assert len(w.kube.events(vocab.REASON_ANNOTATION_IGNORED)) == 1
+        await w.step()
+        [ask] = w.app.asks
+        assert isinstance(ask, LeaseRequest)
+
+    run(scenario())
+
+
+def test_best_effort_on_asks_a_stub_and_announces_best_effort_admitted() -> None:
+    async def scenario() -> None:
+        w = World(BEST_EFFORT_ENABLED="true")
+        pod = jit_pod()
+        pod["metadata"]["annotations"][vocab.RUNTIME_GUARANTEE] = vocab.RUNTIME_GUARANTEE_NONE
+        w.kube.add(PODS, pod, "alice")
+        await w.step()
+        [ask] = w.app.asks
+        assert isinstance(ask, BestEffortRequest)
+        assert [e["reason"] for e in w.kube.events()] == [vocab.REASON_BEST_EFFORT_ADMITTED]
 
     run(scenario())
