@@ -165,7 +165,7 @@ def test_the_backstop_over_any_pods_never_raises(
     found = findings(
         views,
         {"res-1": res},
-        Scope("gpu-reservation", frozenset({"kube-system"})),
+        Scope(vocab.PRODUCT_NAME, frozenset({"kube-system"})),
         NOW,
         mirror_current=mirror_current,
     )
