@@ -73,8 +73,9 @@ def gpu_pod(
 async def eventually(
     gateway: Gateway, name: str, check: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any]:
-    """Poll the pod until ``check`` holds."""
-    deadline = asyncio.get_running_loop().time() + 10
+    """Poll the pod until ``check`` holds (a generous bound: a loaded machine is slow,
+    and a passing check returns at once)."""
+    deadline = asyncio.get_running_loop().time() + 30
     while True:
         pod = await gateway.get(PODS, name, NS)
         if check(pod):
