@@ -7,8 +7,9 @@ reconcilers in one interpreter never clash. Label values are bounded sets.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -222,3 +223,52 @@ class LedgerCollector(Collector):
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())
+
+
+@dataclass
+class LeaseMetrics:
+    """The lease path's metrics."""
+
+    registry: CollectorRegistry
+    asks: Counter = field(init=False)
+    calls: Counter = field(init=False)
+    candidates: Gauge = field(init=False)
+    batches: Counter = field(init=False)
+    grant_latency: Histogram = field(init=False)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.asks = Counter(
+            "ondemand_lease_asks",
+            "Lease asks by outcome (granted, returned, replayed, contended, scheduled, "
+            "structural, rejected, error, transient, revoked).",
+            ["outcome"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.calls = Counter(
+            "ondemand_app_calls",
+            "Reservation-app calls the lease path made, by endpoint (lease, cancel, select).",
+            ["call"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.candidates = Gauge(
+            "ondemand_candidates",
+            "Pods waiting for an on-demand lease after the last batch.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.batches = Counter(
+            "ondemand_batches",
+            "Admission batches: batches with at least one candidate past the guards.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.grant_latency = Histogram(
+            "ondemand_seen_to_admitted_seconds",
+            "From a candidate first seen to its pod admitted under its lease.",
+            namespace=NAMESPACE,
+            registry=r,
+            buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0),
+        )

@@ -15,16 +15,15 @@ Each *batch* reads the caches:
    (``Admitter.admit_under``); if that fails the lease is cancelled
    ``controller-revoked`` and the next attempt uses a fresh key. A replay of a
    cancelled lease moves to the next key at once. Refusals follow R19.
-4. **Teardown and orphans** (state-based, on the caches as they are after the asks, so
-   a restart finds what it missed and a pending pod replays its key first): an active,
-   open ``on_demand`` lease that no live pod carries is cancelled ``pod-terminated``
-   once a pod that used it finished or left, ``controller-revoked`` when none ever did,
-   this process did not just use it, and it is older than ``LEDGER_CLAIM_TTL_SECONDS``
-   (a grant whose admission never happened, e.g. the reconciler died between the two).
+4. **Merge, teardown and orphans**: ``reconciler.leases.LeaseKeeper``, on the caches
+   as they are after the asks (so a pending pod replays its key before the orphan rule
+   looks at its lease).
 
-Triggers: a new pending GPU pod (at most one batch in flight plus one trailing), a
-candidate held for lack of a verdict getting one (R21), a pod under a lease finishing
-or leaving, the earliest retry time, and the ``QUEUE_PROCESSOR_INTERVAL`` tick.
+Triggers (``docs/ondemand.md``): a new pending GPU pod (at most one batch in flight
+plus one trailing, after a short settle), a candidate held for lack of a verdict
+getting one (R21), capacity changes for candidates held on it, a pod under a lease
+finishing or leaving, a booking appearing, the keeper's timers, the earliest retry
+time, and the ``QUEUE_PROCESSOR_INTERVAL`` tick.
 """
 
 from __future__ import annotations
@@ -33,16 +32,17 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
-from reconciler import queue, relink
+from reconciler import ondemand_status, queue
 from reconciler.admit import Admitted, Admitter
 from reconciler.caches import Caches
-from reconciler.metrics import NAMESPACE
+from reconciler.leases import LeaseKeeper, describe
+from reconciler.metrics import LeaseMetrics
 from reconciler.mirror import MirrorWriter, facts_from
 from reconciler.pods import PodView
 from reconciler.relink import Relinker
@@ -52,7 +52,6 @@ from shared import model, vocab
 from shared.appclient import (
     AdmissionCandidate,
     BestEffortRequest,
-    Cancelled,
     CancelReason,
     Denied,
     Failure,
@@ -74,8 +73,6 @@ from shared.model import GPUReservation, Kind, State
 from shared.policy import ondemand, ondemand_wording
 from shared.policy.ondemand import Candidate, ClassState, Held, Preflight
 from shared.policy.routing import Path, Pool, route_in
-from shared.policy.statuses import Status
-from shared.policy.wording import unknown_gpu_class
 from shared.resources import GPU_RESERVATIONS, PODS
 
 _log = logging.getLogger(__name__)
@@ -86,14 +83,10 @@ ASK_CONCURRENCY = 16
 #: while triggers keep coming, at most SETTLE_MAX_S in all.
 SETTLE_S = 0.2
 SETTLE_MAX_S = 1.0
-#: The merge looks this long after a booking's start (its window is then open).
-MERGE_LAG = timedelta(milliseconds=1)
 #: R18: at most this many of the pod's ``galends/*`` annotations go with an offer,
 #: each value cut to MAX_NOTE characters.
 MAX_NOTES = 32
 MAX_NOTE = 1024
-#: A gate is logged at most this often per (class, guard) (R38).
-GATE_LOG_S = 60.0
 #: Holds retried at once when a node changes or a pod frees GPUs or gets placed.
 RECHECKED = frozenset(
     {
@@ -147,55 +140,6 @@ class Context:
     class_ids: dict[str, int]
 
 
-@dataclass
-class LeaseMetrics:
-    """The lease path's metrics."""
-
-    registry: CollectorRegistry
-    asks: Counter = field(init=False)
-    calls: Counter = field(init=False)
-    candidates: Gauge = field(init=False)
-    batches: Counter = field(init=False)
-    grant_latency: Histogram = field(init=False)
-
-    def __post_init__(self) -> None:
-        r = self.registry
-        self.asks = Counter(
-            "ondemand_lease_asks",
-            "Lease asks by outcome (granted, returned, replayed, contended, scheduled, "
-            "structural, rejected, error, transient, revoked).",
-            ["outcome"],
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        self.calls = Counter(
-            "ondemand_app_calls",
-            "Reservation-app calls the lease path made, by endpoint (lease, cancel, select).",
-            ["call"],
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        self.candidates = Gauge(
-            "ondemand_candidates",
-            "Pods waiting for an on-demand lease after the last batch.",
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        self.batches = Counter(
-            "ondemand_batches",
-            "Admission batches: batches with at least one candidate past the guards.",
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        self.grant_latency = Histogram(
-            "ondemand_seen_to_admitted_seconds",
-            "From a candidate first seen to its pod admitted under its lease.",
-            namespace=NAMESPACE,
-            registry=r,
-            buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0),
-        )
-
-
 class Leaser:
     """The on-demand lease path of one leader term."""
 
@@ -224,26 +168,23 @@ class Leaser:
         self._classes = classes
         self._overcommit = overcommit
         self._rand = rand
-        self._relinker = relinker
         #: Admissions of this batch, announced once every ask is done (off the path
         #: from the grant to the toleration).
         self._admitted: list[Admitted] = []
         self._announcing: set[asyncio.Task[None]] = set()
-        #: Leases whose pod moved onto a booking, to cancel ``superseded`` (retried).
-        self._superseded: set[int] = set()
         self.metrics = LeaseMetrics(registry)
+        self.keeper = LeaseKeeper(
+            app,
+            caches,
+            writer,
+            settings,
+            clock,
+            classes,
+            self.metrics.calls.labels("cancel"),
+            relinker,
+        )
         self.tracks: dict[str, Track] = {}
-        #: Leases a pod used and then finished or left (teardown says pod-terminated).
-        self._ended: set[str] = set()
-        #: Leases being used or cancelled right now (the teardown leaves them alone).
-        self._busy: set[str] = set()
-        #: Leases this process admitted a pod under → when (the cache may not show the
-        #: pod's reference yet: the orphan rule leaves them alone for the claim TTL).
-        self._used: dict[str, datetime] = {}
-        self._cancel_retry: dict[str, datetime] = {}
-        self._gate_logged: dict[tuple[str, str], datetime] = {}
-        #: (class, guard) → when this process first saw the gate hold a pod (R38).
-        self._gate_since: dict[tuple[str, str], datetime] = {}
+        self.gates = ondemand_status.GateLog()
         self._stuck: dict[str, list[str]] = {}
         self._deficits: dict[str, int] = {}
         self._asks = asyncio.Semaphore(ASK_CONCURRENCY)
@@ -279,8 +220,7 @@ class Leaser:
             self._wake.set()
 
     def _pod_changed(self, _key: str, old: PodView | None, new: PodView | None) -> None:
-        if old is not None and old.reference and (new is None or new.finished):
-            self._ended.add(old.reference)
+        if self.keeper.pod_changed(old, new):
             self._wake.set()
         if moved(old, new):
             self._recheck()  # GPUs freed, or a stuck holder moved on
@@ -333,8 +273,8 @@ class Leaser:
     def _delay(self, tick_s: float) -> float:
         now = self._clock.now()
         dues = [t.due for t in self.tracks.values()]
-        timers = [self._next_booking_start(now), self._next_orphan_check(now)]
-        soonest = min([*dues, *(t for t in timers if t is not None)], default=None)
+        timer = self.keeper.next_timer(now)
+        soonest = min([*dues, *([timer] if timer is not None else [])], default=None)
         if soonest is None:
             return tick_s
         return max(0.0, min(tick_s, (soonest - now).total_seconds()))
@@ -375,7 +315,7 @@ class Leaser:
                     gated[gate] = gated.get(gate, 0) + 1
                 told.append(self._hold(pod, pre, ctx))
         await asyncio.gather(*told)
-        self._report_gates(gated, ctx.now, bool(due))
+        self.gates.report(gated, ctx.now, bool(due), self._stuck, self._deficits)
         if eligible:
             self.batches += 1
             self.metrics.batches.inc()
@@ -387,8 +327,9 @@ class Leaser:
             self._announcing.add(task)
             task.add_done_callback(self._announcing.discard)
         self.metrics.candidates.set(len(self.tracks))
-        await self._merge(self._context())
-        await self._teardown(self._context())
+        after = self._context()
+        await self.keeper.merge(after.now, after.pods, after.pool)
+        await self.keeper.teardown(after.now, after.pods, after.pool)
 
     def _context(self) -> Context:
         now = self._clock.now()
@@ -477,7 +418,13 @@ class Leaser:
         gate = self._settings.queue.gate_name
         if pre.held is Held.NO_VERDICT and gate is not None and gate in pod.gates:
             await self._ungate(pod, gate)
-        await self._admitter.say(pod, self._hold_status(pod, pre, ctx), ctx.now)
+        await self._admitter.say(
+            pod,
+            ondemand_status.hold_status(
+                pod, pre, self._settings, ctx.class_ids, bool(self._classes())
+            ),
+            ctx.now,
+        )
 
     async def _ungate(self, pod: PodView, gate: str) -> None:
         """Remove our scheduling gate from a candidate (queued for a booking that no
@@ -495,55 +442,6 @@ class Leaser:
             return
         log(_log, logging.INFO, "ondemand.ungated", pod=pod.key)
 
-    def _hold_status(self, pod: PodView, pre: Preflight, ctx: Context) -> Status | None:
-        od, q = self._settings.ondemand, self._settings.queue
-        cls = pod.profile.gpu_class or ""
-        held = pre.held
-        if held in ondemand.PAUSES and held is not None and od.pause_events:
-            limited = held is Held.OVERCOMMIT and od.overcommit_fit
-            return ondemand_wording.paused(held, cls, limited, q.support_contact)
-        if held is Held.NO_MATCHING_NODE and q.problem_events:
-            return ondemand_wording.no_matching_node(
-                pod.constraint, cls, pre.elsewhere, q.support_contact
-            )
-        if held is Held.WAITING_FOR_NODE and q.problem_events:
-            return ondemand_wording.waiting_for_node(pod.gpus, cls)
-        if held is Held.UNKNOWN_CLASS and q.problem_events and self._classes():
-            known = sorted(ctx.class_ids)
-            text = unknown_gpu_class(cls, known, q.support_contact)
-            return Status(vocab.REASON_UNKNOWN_GPU_CLASS, text)
-        return None
-
-    def _report_gates(self, gated: dict[tuple[str, str], int], now: datetime, fresh: bool) -> None:
-        """R38: one WARNING per (class, guard) holding pods, at most once a minute, with
-        how long it has held (since this process saw it), how many pods wait, and the
-        operator's detail (stuck holders, the deficit). A gate not seen in a batch that
-        vetted candidates has cleared: its clock restarts."""
-        if fresh:
-            for gate in self._gate_since.keys() - gated.keys():
-                del self._gate_since[gate]
-        for (cls, guard), waiting in sorted(gated.items()):
-            since = self._gate_since.setdefault((cls, guard), now)
-            last = self._gate_logged.get((cls, guard))
-            if last is not None and (now - last).total_seconds() < GATE_LOG_S:
-                continue
-            self._gate_logged[(cls, guard)] = now
-            detail: dict[str, Any] = {}
-            if guard == Held.STUCK_HOLDER:
-                detail["stuck"] = self._stuck.get(cls, [])[:10]
-            if guard == Held.OVERCOMMIT:
-                detail["deficit"] = self._deficits.get(cls, 0)
-            log(
-                _log,
-                logging.WARNING,
-                "ondemand.gated",
-                gpu_class=cls,
-                guard=guard,
-                waiting=waiting,
-                for_s=round((now - since).total_seconds()),
-                **detail,
-            )
-
     # --- selection and the ask --------------------------------------------------------
 
     async def _select(self, eligible: list[PodView], ctx: Context) -> list[PodView]:
@@ -554,7 +452,7 @@ class Leaser:
         self.metrics.calls.labels("select").inc()
         got = await self._app.select_admissions(offered)
         if not isinstance(got, Selection):
-            log(_log, logging.WARNING, "ondemand.selection_unavailable", error=_describe(got))
+            log(_log, logging.WARNING, "ondemand.selection_unavailable", error=describe(got))
             return eligible
         by_uid = {p.uid: p for p in eligible}
         for pod in eligible:
@@ -638,8 +536,7 @@ class Leaser:
         """Mirror the lease, admit the pod under it; cancel it when that fails."""
         facts = facts_from(row, self._classes())
         name = model.reference(row.id)
-        self._busy.add(name)
-        try:
+        with self.keeper.using(name):
             got = None
             res = await self._writer.install(facts, now) if facts is not None else None
             if facts is not None and res is not None:
@@ -647,7 +544,7 @@ class Leaser:
                 got = await self._admitter.admit_under(pod, res, at, announce=False)
             if got is not None:
                 self._admitted.append(got)
-                self._used[name] = self._clock.now()
+                self.keeper.used(name)
                 self.tracks.pop(pod.uid, None)
                 waited = (self._clock.now() - track.seen).total_seconds()
                 self.metrics.grant_latency.observe(max(0.0, waited))
@@ -665,11 +562,9 @@ class Leaser:
                 return
             log(_log, logging.WARNING, "ondemand.admit_failed", pod=pod.key, reservation=name)
             self.metrics.asks.labels("revoked").inc()
-            await self._cancel(row.id, CancelReason.CONTROLLER_REVOKED)
+            await self.keeper.cancel(row.id, CancelReason.CONTROLLER_REVOKED)
             track.attempt += 1
             track.due = ondemand.jitter(self._clock.now(), self._rand)
-        finally:
-            self._busy.discard(name)
 
     async def _held(self, name: str) -> bool:
         """Whether the lease's ledger holds a claim (an admission that may still land)."""
@@ -709,150 +604,9 @@ class Leaser:
             status = ondemand_wording.denied(failure.detail, not failure.denial.retryable)
             await self._admitter.say(pod, status, now)
         elif isinstance(failure, Rejected):
-            await self._admitter.say(pod, self._rejected(pod, failure, now), now)
-
-    def _rejected(self, pod: PodView, failure: Rejected, now: datetime) -> Status:
-        prof = pod.profile
-        label = self._settings.rules.required_group_label
-        others = sorted(
-            {
-                r.facts.group
-                for r in self._caches.reservations.items.values()
-                if r.facts.owner == pod.namespace
-                and r.facts.kind is Kind.BOOKING
-                and r.facts.state is State.ACTIVE
-                and r.facts.end > now
-                and r.facts.group
-                and r.facts.group != prof.usage_group
-            }
-        )
-        return ondemand_wording.rejected(
-            failure.detail or failure.unknown,
-            pod.namespace,
-            prof.usage_group or "",
-            ondemand_wording.group_source(prof.usage_group_source, label),
-            prof.gpu_class or "",
-            [g for g in others if g],
-            self._settings.queue.support_contact,
-        )
-
-    # --- merge (R25) -------------------------------------------------------------------
-
-    def _next_booking_start(self, now: datetime) -> datetime | None:
-        """The next booking start while any pod runs under a lease (the merge's timer)."""
-        if self._relinker is None or not self._settings.ondemand.merge:
-            return None
-        by_name = self._caches.by_name()
-        if not any(
-            (res := by_name.get(p.reference or "")) is not None and res.facts.kind is Kind.ON_DEMAND
-            for p in self._caches.pods.items.values()
-        ):
-            return None
-        starts = [
-            r.facts.start + MERGE_LAG
-            for r in by_name.values()
-            if r.facts.kind is Kind.BOOKING and r.facts.start > now
-        ]
-        return min(starts, default=None)
-
-    async def _merge(self, ctx: Context) -> None:
-        """R25: a pod running under an active lease moves onto its owner's booking the
-        moment one with room is open; then the lease is cancelled ``superseded``."""
-        relinker = self._relinker
-        if relinker is None or not self._settings.ondemand.merge:
-            return
-        by_name = {r.name: r for r in ctx.pool}
-        taken: dict[str, int] = {}
-        for pod in ctx.pods:
-            lease = by_name.get(pod.reference or "")
-            if lease is None or not merging(pod, lease, ctx.now):
-                continue
-            goal = relink.target(pod, by_name, ctx.now, relinker.rules, taken)
-            if goal is None:
-                continue
-            async with relinker.lock:
-                if await relinker.move(pod, goal, relink.Cause.MERGED, ctx.now, by_name):
-                    taken[goal.name] = taken.get(goal.name, 0) + pod.gpus
-                    self._superseded.add(lease.facts.id)
-        for rid in list(self._superseded):
-            if await self._cancel(rid, CancelReason.SUPERSEDED):
-                self._superseded.discard(rid)
-
-    # --- teardown --------------------------------------------------------------------------
-
-    async def _teardown(self, ctx: Context) -> None:
-        """R22 and the orphan rule (module docstring, step 1)."""
-        grace = timedelta(seconds=self._settings.ledger_claim_ttl_s)
-        live = {p.reference for p in ctx.pods if p.reference and not p.finished}
-        finished = {p.reference for p in ctx.pods if p.reference and p.finished}
-        for name, at in list(self._used.items()):
-            if ctx.now - at >= grace:
-                del self._used[name]
-        active = {
-            r.name
-            for r in ctx.pool
-            if r.facts.kind is Kind.ON_DEMAND and r.facts.state is State.ACTIVE
-        }
-        self._ended &= active  # forget leases cancelled or gone meanwhile
-        for name in self._cancel_retry.keys() - active:
-            del self._cancel_retry[name]
-        jobs = []
-        for res in ctx.pool:
-            facts = res.facts
-            if facts.kind is not Kind.ON_DEMAND or facts.state is not State.ACTIVE:
-                continue
-            if facts.end <= ctx.now or res.name in live or res.name in self._busy:
-                continue
-            if facts.id in self._superseded:
-                continue
-            if self._cancel_retry.get(res.name, ctx.now) > ctx.now:
-                continue
-            if res.name in self._ended or res.name in finished:
-                jobs.append(self._cancel(facts.id, CancelReason.POD_TERMINATED))
-            elif not res.holds and res.name not in self._used and ctx.now - facts.start >= grace:
-                jobs.append(self._cancel(facts.id, CancelReason.CONTROLLER_REVOKED))
-        await asyncio.gather(*jobs)
-
-    def _next_orphan_check(self, now: datetime) -> datetime | None:
-        """When the soonest unused lease passes the orphan rule's grace (its timer)."""
-        grace = timedelta(seconds=self._settings.ledger_claim_ttl_s)
-        referenced = {p.reference for p in self._caches.pods.items.values() if p.reference}
-        ends = [
-            r.facts.start + grace
-            for r in self._caches.reservations.items.values()
-            if r.facts.kind is Kind.ON_DEMAND
-            and r.facts.state is State.ACTIVE
-            and not r.holds
-            and r.name not in referenced
-            and r.facts.start + grace > now
-        ]
-        return min(ends, default=None)
-
-    async def _cancel(self, rid: int, reason: CancelReason) -> bool:
-        """Cancel a lease and mirror the answer; a failure is retried at the tick."""
-        name = model.reference(rid)
-        self.metrics.calls.labels("cancel").inc()
-        got = await self._app.cancel(rid, reason)
-        now = self._clock.now()
-        if not isinstance(got, Cancelled):
-            self._cancel_retry[name] = now + timedelta(seconds=self._settings.queue_interval_s)
-            log(
-                _log,
-                logging.WARNING,
-                "ondemand.cancel_failed",
-                reservation=name,
-                reason=str(reason),
-                error=_describe(got),
-            )
-            return False
-        self._cancel_retry.pop(name, None)
-        self._ended.discard(name)
-        log(_log, logging.INFO, "ondemand.cancelled", reservation=name, reason=str(reason))
-        row = got.reservation
-        facts = facts_from(row, self._classes()) if row is not None else None
-        if facts is not None:
-            await self._writer.upsert(facts, now)
-        return True
+            pool = self._caches.reservations.items.values()
+            status = ondemand_status.rejected(pod, failure, self._settings, pool, now)
+            await self._admitter.say(pod, status, now)
 
 
 def _windows(cls: str, pool: list[GPUReservation]) -> tuple[tuple[datetime, datetime, int], ...]:
@@ -862,14 +616,6 @@ def _windows(cls: str, pool: list[GPUReservation]) -> tuple[tuple[datetime, date
         for r in pool
         if r.facts.gpu_class == cls and r.facts.state is State.ACTIVE
     )
-
-
-def merging(pod: PodView, lease: GPUReservation, now: datetime) -> bool:
-    """R25's subject: a movable pod under an active, open on-demand lease."""
-    facts = lease.facts
-    if facts.kind is not Kind.ON_DEMAND or facts.state is not State.ACTIVE:
-        return False
-    return facts.is_open(now) and relink.movable(pod)
 
 
 def moved(old: PodView | None, new: PodView | None) -> bool:
@@ -884,7 +630,3 @@ def moved(old: PodView | None, new: PodView | None) -> bool:
         new.deleting,
         new.scheduled,
     )
-
-
-def _describe(failure: Failure) -> str:
-    return f"{type(failure).__name__}: {getattr(failure, 'detail', '')}"[:300]

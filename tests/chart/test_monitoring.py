@@ -13,9 +13,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from reconciler.metrics import InventoryCollector, LedgerCollector
+from reconciler.metrics import InventoryCollector, LeaseMetrics, LedgerCollector
 from reconciler.metrics import Metrics as ReconcilerMetrics
-from reconciler.ondemand import LeaseMetrics
 from reconciler.queue import QueueMetrics
 from reconciler.sweep import SweepMetrics
 from tests.chart import dashboard
