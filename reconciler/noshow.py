@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from reconciler.metrics import Metrics
@@ -111,14 +111,18 @@ class NoShows:
         self.tracker = noshow.Tracker()
         self._wake = asyncio.Event()
         self._malformed: set[str] = set()
+        #: A failed cancel (or re-verification) is tried again no sooner than the next
+        #: tick, however often pod and reservation changes wake the loop.
+        self._retry_at: dict[str, datetime] = {}
 
     def touch(self) -> None:
         """Pass again soon (a reservation or a pod's hold changed)."""
         self._wake.set()
 
     def reset(self) -> None:
-        """Forget the armed deadlines (a later leader term re-arms them)."""
+        """Forget the armed deadlines and retry times (a later leader term re-arms them)."""
         self.tracker = noshow.Tracker()
+        self._retry_at = {}
 
     async def run(self) -> None:
         """Passes at start, on changes, at the earliest deadline and every tick."""
@@ -155,11 +159,19 @@ class NoShows:
                 records[name] = record
         pending = {n: r for n, r in records.items() if r.pending and n in facts}
         self._metrics.noshow_pending.set(len(pending))
+        self._retry_at = {n: t for n, t in self._retry_at.items() if n in pending}
         landed = []
         for name in sorted(pending):
+            if self._retry_at.get(name, now) > now:
+                continue
             if await self._settle(name, facts, pending[name], now):
                 landed.append(name)
         return landed
+
+    def _later(self, name: str, now: datetime) -> bool:
+        """Try ``name`` again at the next tick; False (nothing landed)."""
+        self._retry_at[name] = now + timedelta(seconds=self._tick_s)
+        return False
 
     def _records(self, reservations: Mapping[str, GPUReservation]) -> dict[str, noshow.Record]:
         records = {}
@@ -243,7 +255,7 @@ class NoShows:
             listed = await self._gateway.list_all(PODS, mine.owner)
         except KubeError as exc:
             log(_log, logging.WARNING, "noshow.verify_failed", reservation=name, error=str(exc))
-            return False
+            return self._later(name, now)
         refs = live_references(listed.items)
         if name in noshow.claimed(refs, facts, now, use_group=self.rules.use_group):
             await self._record(name, None, now)
@@ -271,7 +283,7 @@ class NoShows:
             attempts=attempts,
             error=why,
         )
-        return False
+        return self._later(name, now)
 
     async def _fresh(self, name: str) -> tuple[noshow.Record, ReservationFacts] | None:
         """The pending record and facts as stored now; None when there is nothing to

@@ -340,3 +340,21 @@ def test_a_booking_vacated_mid_window_is_re_armed_with_the_grace() -> None:
         assert rec["deadline"] == format_utc(left + timedelta(minutes=30))
 
     asyncio.run(scenario())
+
+
+def test_a_failing_cancel_is_not_retried_before_the_next_tick_however_often_woken() -> None:
+    async def scenario() -> None:
+        w = World(now=DUE)
+        w.book(booking(), noshow.Record(DUE, DUE))
+        w.app.fail = True
+        await advance_to(w, w.clock.now())
+        for _ in range(3):  # pod and reservation changes wake the loop again at once
+            await w.noshows.once()
+        assert len(w.app.calls) == 1
+        await advance_to(w, DUE + timedelta(seconds=299))
+        assert len(w.app.calls) == 1
+        w.app.fail = False
+        assert await advance_to(w, DUE + timedelta(seconds=300)) == ["res-1"]
+        assert len(w.app.calls) == 2
+
+    asyncio.run(scenario())
