@@ -110,3 +110,40 @@ async def guards(tmp_path: Path) -> None:
         await eventually(lambda: told("drained", vocab.REASON_ONDEMAND_ADMISSION_PAUSED), 10)
         assert reference(await pod_of(w, "drained")) is None
         assert len(leases_of(w, 1)) == 0
+
+
+def test_guard_4_holds_what_does_not_fit_while_the_app_over_counts(tmp_path: Path) -> None:
+    asyncio.run(overcommit(tmp_path))
+
+
+async def overcommit(tmp_path: Path) -> None:
+    """The app counts 16 a100 GPUs; the nodes are forced down to 1 and 0: a 1-GPU lease
+    fits the physical GPU, the next one does not and is told the class is limited."""
+    async with sandbox_world(tmp_path, SystemClock()) as w:
+        config = tmp_path / "kubeconfig"
+        for name, gpus in (("a100-r1", "1"), ("a100-r2", "0")):
+            await asyncio.to_thread(
+                kubectl, config, "annotate", "node", name, f"{vocab.FORCE_NODE_CAPACITY}={gpus}"
+            )
+        await w.replica("r1", True, **ENV)
+        await asyncio.sleep(1.0)
+        await create(config, jit_manifest("first"))
+
+        async def admitted(pod: str) -> bool:
+            return reference(await pod_of(w, pod)) is not None
+
+        await eventually(lambda: admitted("first"), 10)
+        await create(config, jit_manifest("second"))
+
+        async def told() -> list[str]:
+            return [
+                e["message"]
+                for e in await queue_sandbox.events_of(config, "second")
+                if e["reason"] == vocab.REASON_ONDEMAND_ADMISSION_PAUSED
+            ]
+
+        said = await eventually(told, 10)
+        assert "is limited" in said[0]
+        assert "A smaller or shorter job may start sooner" in said[0]
+        assert not await admitted("second")
+        assert len(leases_of(w, 1)) == 1
