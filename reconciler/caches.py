@@ -108,6 +108,7 @@ class Caches:
         )
         self._tick_s = float(settings.queue_interval_s)
         self.pods.listeners.append(self._pod_changed)
+        self.reservations.listeners.append(self._reservation_changed)
         self._inventory = InventoryCache(self.nodes, self.pods, class_labels)
 
     def inventory(self) -> Inventory | None:
@@ -147,6 +148,16 @@ class Caches:
             (RESERVATIONS_TASK, self.reservations.run),
             (UPKEEP_TASK, lambda: self.keeper.run(self._tick_s)),
         ]
+
+    def _reservation_changed(
+        self, key: str, old: model.GPUReservation | None, new: model.GPUReservation | None
+    ) -> None:
+        """A ledger changed (a claim, a binding, another replica's write): upkeep looks
+        again. A pass decided on a cached ledger older than a pod change it saw (e.g. a
+        pod deleted while its hold was being bound) found nothing to do; the newer
+        ledger must be judged too, not left to the tick."""
+        if new is not None and (old is None or old.holds != new.holds):
+            self.keeper.touch(new.name)
 
     def _pod_changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
         for name in touched_reservations(old, new):

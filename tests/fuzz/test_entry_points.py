@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -43,6 +44,8 @@ from tests.webhook.test_app import JSON, POD, assert_valid
 from webhook import settings as webhook_settings
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
+#: The suite's per-test timeout, scaled to the examples (a hang still fails).
+pytestmark = pytest.mark.timeout(max(60, EXAMPLES // 10))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,

@@ -6,7 +6,9 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from reconciler.caches import Caches
 from reconciler.pods import PodView, project_pod
+from reconciler.settings import load
 from reconciler.upkeep import Keeper, stale, uses_by_reservation
 from shared import ledger, model, vocab
 from shared.clock import ManualClock
@@ -184,3 +186,23 @@ def test_stale_and_grouping_are_pure() -> None:
     assert stale({"res-1": res}, uses, NOW, TTL) == []
     assert stale({"res-1": res}, {}, NOW, TTL) == ["res-1"]
     assert ledger.used(res) == 1
+
+
+def test_a_ledger_change_wakes_upkeep_for_that_reservation() -> None:
+    """A pass judged a cached ledger older than a pod's deletion (the hold still
+    unbound and young: nothing to do). When the newer ledger arrives — the hold bound
+    to the pod that left meanwhile — upkeep must look again at once, not at the tick."""
+    settings, _ = load({"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k"})
+    caches = Caches(FakeKube(), settings, ManualClock(NOW))
+    unbound = model.GPUReservation(facts(), (Hold("c1", 1, NOW, "p1"),))
+    bound = model.GPUReservation(facts(), (Hold("c1", 1, NOW, "p1", "uid-p1"),))
+    for listener in caches.reservations.listeners:
+        listener("res-1", None, unbound)
+    assert caches.keeper._dirty == {"res-1"}
+    caches.keeper._dirty.clear()
+    for listener in caches.reservations.listeners:
+        listener("res-1", unbound, unbound)  # no ledger change: nothing to do
+    assert caches.keeper._dirty == set()
+    for listener in caches.reservations.listeners:
+        listener("res-1", unbound, bound)
+    assert caches.keeper._dirty == {"res-1"}
