@@ -281,7 +281,7 @@ async def book(app: str, gateway: Gateway, namespace: str) -> dict[str, int]:
 
 def report(load: Load, admitted: Admitted, took: float, wrong: list[str], seed: int) -> list[str]:
     rate = (load.creates + load.deletes) / load.seconds if load.seconds else 0.0
-    errors = ", ".join(f"{k} {v}" for k, v in sorted(load.errors.items())) or "none"
+    errors = ", ".join(f"{k} {v}" for k, v in sorted(load.errors.items())) or "0"
     worst = max(admitted.worst.values(), default=0)
     return [
         f"{OPERATIONS} operations (seed {seed}) across {BOOKINGS} bookings of {GPUS} GPUs, "
