@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +119,13 @@ async def scenario(tmp_path: Path) -> None:
             return await notes(w, "sneak") is None and await notes(w, "copy") is None
 
         # The backstop acts on the pod event itself, with no tick in between
-        # (test_backstop.py proves it on virtual time); the bound here leaves room for
-        # a loaded machine: a slow CI box must not fail on the watch's latency.
-        await eventually(both_gone, 5.0)
+        # (test_backstop.py proves it on virtual time: evicted at the instant it is
+        # seen). Here the clock is the wall's, and the figure includes the watch's
+        # delivery to a reconciler process sharing two loaded cores: printed, and
+        # bounded loosely so a busy CI box does not fail on it (alone: well under 2 s).
+        started = time.monotonic()
+        await eventually(both_gone, 15.0)
+        print(f"declared pods evicted {time.monotonic() - started:.2f} s after their create")
         assert await unadmitted_events(config) == [("copy", "Warning"), ("sneak", "Warning")]
         assert await notes(w, "job") is not None
 
