@@ -54,12 +54,7 @@ GROUP = "soak"
 #: claim whose pod was created and deleted before it was bound expires after
 #: LEDGER_CLAIM_TTL_SECONDS, 120 s).
 SETTLE_S = 180.0
-ENV = {
-    "LEADER_ELECTION_ENABLED": "false",
-    "RESERVATION_FETCH_INTERVAL": "3600",
-    # the backstop tick: full upkeep passes (expired claims are dropped on a pass)
-    "QUEUE_PROCESSOR_INTERVAL": "10",
-}
+ENV = {"LEADER_ELECTION_ENABLED": "false", "RESERVATION_FETCH_INTERVAL": "3600"}
 
 
 def users() -> list[str]:

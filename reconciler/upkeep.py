@@ -129,18 +129,33 @@ class Keeper:
         self._wake.set()
 
     async def run(self, tick_s: float) -> None:
-        """Upkeep the touched reservations at once, and all of them every ``tick_s``.
+        """Upkeep the touched reservations at once, and all of them every ``tick_s`` (or
+        as soon as an unbound hold expires, if sooner).
 
         The first full pass runs as soon as the caches are synced (a restart heals at
         once, not a tick later)."""
         await until_ready(self._ready)
         await self.once()
         while True:
-            ticked = await wait_either(self._clock.sleep(tick_s), self._wake.wait())
+            nap = self.nap(tick_s)
+            ticked = await wait_either(self._clock.sleep(nap), self._wake.wait())
             names = None if ticked else set(self._dirty)
             self._wake.clear()
             self._dirty.clear()
             await self.once(names)
+
+    def nap(self, tick_s: float) -> float:
+        """Seconds until the next full pass: the tick, or sooner when an unbound hold
+        outlives its TTL before it (a claim whose pod was created and deleted before it
+        was bound would otherwise keep its GPUs until the tick)."""
+        now = self._clock.now()
+        due = [
+            (h.at - now).total_seconds() + self._ttl_s
+            for r in self._reservations().values()
+            for h in r.holds
+            if not h.bound
+        ]
+        return min(tick_s, max(0.01, min(due, default=tick_s) + 0.01))
 
     async def once(self, names: set[str] | None = None) -> list[str]:
         """One pass (over ``names``, or all); the reservations written."""

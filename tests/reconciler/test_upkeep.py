@@ -206,3 +206,20 @@ def test_a_ledger_change_wakes_upkeep_for_that_reservation() -> None:
     for listener in caches.reservations.listeners:
         listener("res-1", unbound, bound)
     assert caches.keeper._dirty == {"res-1"}
+
+
+def test_an_unbound_hold_goes_when_it_expires_not_at_the_next_tick() -> None:
+    """A claim whose pod was created and deleted before it was bound: dropped once its
+    TTL has passed, without waiting for the (much later) tick."""
+
+    async def scenario() -> None:
+        w = World((Hold("orphan", 1, NOW - timedelta(seconds=TTL - 20)),))
+        task = asyncio.create_task(w.keeper.run(3600.0))
+        await settle()
+        assert [h.claim for h in w.holds()] == ["orphan"]
+        await tick(w.clock, 21)
+        assert w.holds() == ()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    run(scenario())
