@@ -121,6 +121,9 @@ class Admitted:
         self.over = 0
         self.worst: Counter[str] = Counter()
         self.writes = 0
+        #: The first over-admission: the booking, its pods and their claim ids.
+        self.first = ""
+        self.claims: dict[str, str] = {}
 
     def put_nowait(self, item: Change | None) -> None:
         if item is None:
@@ -132,6 +135,8 @@ class Admitted:
         if old is not None:
             self.under[old].discard(key)
         ref = reference_of(item.object)
+        notes = meta.get("annotations") or {}
+        self.claims[key] = str(notes.get(vocab.ADMISSION_CLAIM, ""))[:8]
         if item.type != "DELETED" and ref is not None:
             self.where[key] = ref
             self.under.setdefault(ref, set()).add(key)
@@ -139,6 +144,9 @@ class Admitted:
             if excess > 0:
                 self.over += 1
                 self.worst[ref] = max(self.worst[ref], excess)
+                if not self.first:
+                    claims = sorted(self.claims.get(k, "?") for k in self.under[ref])
+                    self.first = f"{ref} at write {self.writes}: {sorted(self.under[ref])} {claims}"
 
 
 @dataclass
@@ -284,7 +292,8 @@ def report(load: Load, admitted: Admitted, took: float, wrong: list[str], seed: 
         f"load: {load.creates} creates, {load.deletes} deletes in {load.seconds:.1f} s "
         f"wall ({rate:.0f} ops/s); API errors: {errors}",
         f"over-admissions: {admitted.over} instants (worst excess {worst} GPU) over "
-        f"{admitted.writes} pod writes — must be 0",
+        f"{admitted.writes} pod writes — must be 0"
+        + (f"; first: {admitted.first}" if admitted.first else ""),
         f"ledgers vs pods: {'equal' if not wrong else f'{len(wrong)} bookings differ'} "
         f"{took:.1f} s after the load stopped — must be equal",
     ]
