@@ -169,10 +169,15 @@ class Keeper:
         ttl_s = self._ttl_s
         written = []
         for name in stale(reservations, uses, now, ttl_s):
-            pods = uses.get(name, [])
 
-            def change(cur: GPUReservation, pods: list[PodUse] = pods) -> GPUReservation:
-                return wanted(cur, pods, now, ttl_s)
+            def change(cur: GPUReservation, name: str = name) -> GPUReservation:
+                # The pods as the cache holds them now, not at the start of the pass:
+                # ``cur`` is a fresh read, and a hold bound since (the announcer binds a
+                # webhook admission's hold to its pod once the cache shows the pod) must
+                # be judged against a cache at least that new, or its pod would look
+                # gone and the hold be dropped while the pod runs — freeing its GPUs
+                # for one admission too many.
+                return wanted(cur, uses_by_reservation(self._pods()).get(name, []), now, ttl_s)
 
             deadline = time.monotonic() + UPKEEP_DEADLINE_S
             got = await ledger.amend(

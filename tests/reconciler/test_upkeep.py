@@ -223,3 +223,25 @@ def test_an_unbound_hold_goes_when_it_expires_not_at_the_next_tick() -> None:
         await asyncio.gather(task, return_exceptions=True)
 
     run(scenario())
+
+
+def test_a_hold_bound_during_the_pass_is_not_dropped_as_gone() -> None:
+    """Found by the soak (one over-admission of one GPU): a pass starts without pod p5
+    in its snapshot; before its write, p5 appears in the cache and the announcer binds
+    p5's hold. The write must not drop that bound hold as a pod that left."""
+    w = World((Hold("c1", 1, NOW, "p1"),))
+    w.pods = [gpu_pod("p1", "res-1", "c1")]
+
+    def admitted_meanwhile() -> None:
+        w.pods = [*w.pods, gpu_pod("p5", "res-1", "c5")]
+        obj = w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]
+        res = model.from_object(obj)
+        bound = Hold("c5", 1, NOW, "p5", "uid-p5", announced=True)
+        obj["status"] = model.status_of(model.GPUReservation(res.facts, (*res.holds, bound)), NOW)
+
+    w.kube.before["get"] = admitted_meanwhile
+    run(w.keeper.once())
+    assert sorted((h.claim, h.pod_uid) for h in w.holds()) == [
+        ("c1", "uid-p1"),
+        ("c5", "uid-p5"),
+    ]
