@@ -36,7 +36,6 @@ precondition.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,10 +44,9 @@ from enum import StrEnum
 from typing import Any
 
 from reconciler.caches import Caches
-from reconciler.evict import eviction_reason, remove
+from reconciler.evict import EvictingPass, eviction_reason, remove
 from reconciler.pods import PodView, project_pod
 from reconciler.relink import Emit, Relinker
-from reconciler.upkeep import passes
 from shared import model, vocab
 from shared.clock import Clock
 from shared.errors import KubeError, NotFound
@@ -200,7 +198,7 @@ def message(finding: Finding) -> str:
     )
 
 
-class Backstop:
+class Backstop(EvictingPass):
     """Runs the rule over the leader's caches; evicts what it finds."""
 
     def __init__(
@@ -218,29 +216,10 @@ class Backstop:
         mirror_current: Callable[[], bool],
         on_evicted: Callable[[str], None] | None = None,
     ) -> None:
-        self._gateway = gateway
+        super().__init__(gateway, clock, emit, relinker, pods, reservations, ready, on_evicted)
         self._ns = namespace
-        self._clock = clock
-        self._emit = emit
-        self._relinker = relinker
-        self._pods = pods
-        self._reservations = reservations
-        self._ready = ready
         self.scope = scope
         self._mirror_current = mirror_current
-        self._on_evicted = on_evicted
-        self._wake = asyncio.Event()
-        #: uids evicted by this process whose deletion the cache has not shown yet.
-        self._handled: set[str] = set()
-        self.evicted: dict[str, int] = {}
-
-    def touch(self) -> None:
-        """A pod declaring the toleration or a reservation changed: look again soon."""
-        self._wake.set()
-
-    async def run(self, tick_s: float) -> None:
-        """Look on changes, and every ``tick_s`` as a backstop of the backstop."""
-        await passes(self._ready, self._wake, self.once, self._clock, tick_s)
 
     async def once(self) -> int:
         """One pass; the number of pods evicted."""
@@ -248,7 +227,7 @@ class Backstop:
             return 0
         now = self._clock.now()
         pods = self._pods()
-        self._handled &= {p.uid for p in pods.values() if not p.deleting}
+        self._forget_gone(pods)
         found = findings(
             pods.values(),
             self._reservations(),
@@ -274,9 +253,7 @@ class Backstop:
             reason = vocab.REASON_UNADMITTED_TOLERATION
             if not await remove(self._gateway, self._emit, fresh.pod, reason, text, now):
                 return False
-        self.evicted[fresh.breach] = self.evicted.get(fresh.breach, 0) + 1
-        if self._on_evicted is not None:
-            self._on_evicted(fresh.breach)
+        self._count(fresh.breach)
         log(
             _log,
             logging.WARNING,

@@ -110,7 +110,59 @@ def event_selector(pod: PodView, reason: str) -> str:
     return f"involvedObject.uid={pod.uid},reason={reason}"
 
 
-class Evictor:
+class EvictingPass:
+    """What the evictor (R27/R28) and the admission backstop share: the leader's
+    caches, a wake-up on changes, the pass loop, the uids already handled and the
+    count of evictions by reason."""
+
+    def __init__(
+        self,
+        gateway: Any,
+        clock: Clock,
+        emit: Emit,
+        relinker: Relinker,
+        pods: Callable[[], Mapping[str, PodView]],
+        reservations: Callable[[], Mapping[str, GPUReservation]],
+        ready: Callable[[], bool],
+        on_evicted: Callable[[str], None] | None,
+    ) -> None:
+        self._gateway = gateway
+        self._clock = clock
+        self._emit = emit
+        self._relinker = relinker
+        self._pods = pods
+        self._reservations = reservations
+        self._ready = ready
+        self._on_evicted = on_evicted
+        self._wake = asyncio.Event()
+        #: uids handled by this process whose deletion the cache has not shown yet.
+        self._handled: set[str] = set()
+        self.evicted: dict[str, int] = {}
+
+    def touch(self) -> None:
+        """Something the pass reads changed: look again soon."""
+        self._wake.set()
+
+    async def run(self, tick_s: float) -> None:
+        """Run the pass on changes, and every ``tick_s`` as a backstop."""
+        await passes(self._ready, self._wake, self.once, self._clock, tick_s)
+
+    async def once(self) -> int:
+        """One pass; the number of pods acted on."""
+        raise NotImplementedError
+
+    def _forget_gone(self, pods: Mapping[str, PodView]) -> None:
+        """Drop handled uids the cache no longer shows alive."""
+        self._handled &= {p.uid for p in pods.values() if not p.deleting}
+
+    def _count(self, reason: str) -> None:
+        """One more eviction of ``reason``."""
+        self.evicted[reason] = self.evicted.get(reason, 0) + 1
+        if self._on_evicted is not None:
+            self._on_evicted(reason)
+
+
+class Evictor(EvictingPass):
     """Runs R27/R28 over the leader's caches."""
 
     def __init__(
@@ -126,27 +178,8 @@ class Evictor:
         zone: ZoneInfo | None,
         on_evicted: Callable[[str], None] | None = None,
     ) -> None:
-        self._gateway = gateway
-        self._clock = clock
-        self._emit = emit
-        self._relinker = relinker
-        self._pods = pods
-        self._reservations = reservations
-        self._ready = ready
+        super().__init__(gateway, clock, emit, relinker, pods, reservations, ready, on_evicted)
         self._zone = zone
-        self._wake = asyncio.Event()
-        #: uids handled by this process whose deletion the cache has not shown yet.
-        self._handled: set[str] = set()
-        self.evicted: dict[str, int] = {}
-        self._on_evicted = on_evicted
-
-    def touch(self) -> None:
-        """A reservation or an admitted pod changed: look again soon."""
-        self._wake.set()
-
-    async def run(self, tick_s: float) -> None:
-        """Evict on changes, and every ``tick_s`` as a backstop."""
-        await passes(self._ready, self._wake, self.once, self._clock, tick_s)
 
     async def once(self) -> int:
         """One pass; the number of pods evicted or re-linked away."""
@@ -154,8 +187,7 @@ class Evictor:
             return 0
         now = self._clock.now()
         pods = self._pods()
-        live = {p.uid for p in pods.values() if not p.deleting}
-        self._handled &= live
+        self._forget_gone(pods)
         taken: dict[str, int] = {}
         done = 0
         for ev in evictions(pods.values(), self._reservations(), now):
@@ -208,9 +240,7 @@ class Evictor:
         text = message(ev, self._zone)
         if not await remove(self._gateway, self._emit, ev.pod, ev.reason, text, now):
             return False
-        self.evicted[ev.reason] = self.evicted.get(ev.reason, 0) + 1
-        if self._on_evicted is not None:
-            self._on_evicted(ev.reason)
+        self._count(ev.reason)
         log(
             _log,
             logging.INFO,
