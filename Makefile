@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(BIN)/hadolint Dockerfile
 
 test: $(STAMP) tools lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 sandbox: $(STAMP) tools
 	$(BIN)/python -m sandbox up
