@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -19,18 +18,11 @@ from shared.errors import NotFound
 from shared.policy.tolerations import granted_toleration
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.reconciler.test_evict_sandbox import kubectl
-from tests.reconciler.test_integration import World, eventually, world
+from tests.reconciler.test_integration import World, eventually, kubectl_sandbox_marks, world
 
 pytest.importorskip("sandbox.kube.component")
 
-pytestmark = [
-    pytest.mark.kubectl,
-    pytest.mark.slow,
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
+pytestmark = kubectl_sandbox_marks(120)
 #: Upkeep rebuilds a wiped ledger on its tick (QUEUE_PROCESSOR_INTERVAL): short here.
 ENV = {
     "LEADER_ELECTION_ENABLED": "false",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import shutil
 import signal
 import time
 from datetime import timedelta
@@ -26,18 +25,11 @@ from shared.clock import ScaledClock, SystemClock, parse_utc
 from shared.policy import noshow
 from shared.resources import PODS
 from tests.reconciler.test_evict_sandbox import kubectl
-from tests.reconciler.test_integration import World, eventually, world
+from tests.reconciler.test_integration import World, eventually, kubectl_sandbox_marks, world
 
 pytest.importorskip("sandbox.kube.component")
 
-pytestmark = [
-    pytest.mark.kubectl,
-    pytest.mark.slow,
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
+pytestmark = kubectl_sandbox_marks(120)
 NS = vocab.PRODUCT_NAME
 
 

@@ -6,28 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from shared import model, vocab
 from shared.clock import format_utc
 from shared.resources import PODS
 from tests.reconciler.test_evict_sandbox import kubectl
-from tests.reconciler.test_integration import eventually, world
+from tests.reconciler.test_integration import eventually, kubectl_sandbox_marks, world
 from tests.reconciler.upholdkit import raw_pod
 
-pytestmark = [
-    pytest.mark.kubectl,
-    pytest.mark.slow,
-    pytest.mark.timeout(90),
-    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
+pytestmark = kubectl_sandbox_marks(90)
 
 
 def test_abutting_bookings_chain_the_guarantee_then_the_pod_overstays(tmp_path: Path) -> None:

@@ -10,22 +10,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from shared import model, vocab
 from shared.errors import NotFound
 from shared.resources import EVENTS, PODS
-from tests.reconciler.test_integration import eventually, world
+from tests.reconciler.test_integration import eventually, kubectl_sandbox_marks, world
 from tests.reconciler.upholdkit import raw_pod
 
-pytestmark = [
-    pytest.mark.kubectl,
-    pytest.mark.slow,
-    pytest.mark.timeout(90),
-    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
+pytestmark = kubectl_sandbox_marks(90)
 
 
 def kubectl(config: Path, *args: str, stdin: str | None = None) -> str:

@@ -26,15 +26,9 @@ import pytest
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.scenario import load_scenario
 from shared import vocab
+from tests.reconciler.test_integration import kubectl_sandbox_marks
 
-pytestmark = [
-    pytest.mark.kubectl,
-    pytest.mark.slow,
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
+pytestmark = kubectl_sandbox_marks(120)
 PLUGIN = Path(sys.executable).parent / "kubectl-gpures"
 GPURES = vocab.CRD_SHORT_NAME  # kubectl gpures …
 EVERYTHING = ["kube", "cluster", "app", "reconciler", "webhook"]

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import gc
 import random
+import shutil
 import signal
 import threading
 import time
@@ -34,14 +35,25 @@ from shared.resources import GPU_RESERVATIONS, PODS
 pytest.importorskip("sandbox.kube.component")
 from sandbox.reconciler_component import ReconcilerProcess, install
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(90),
-    # The in-process emulators' uvicorn servers may drop a keep-alive transport of a
-    # killed client without closing it at shutdown (teardown noise, not a product bug).
+#: The in-process emulators' uvicorn servers may drop a keep-alive transport of a
+#: killed client without closing it at shutdown (teardown noise, not a product bug).
+EMULATOR_TEARDOWN_NOISE = [
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90), *EMULATOR_TEARDOWN_NOISE]
+
+
+def kubectl_sandbox_marks(timeout_s: int) -> list[pytest.MarkDecorator]:
+    """The ``pytestmark`` of a sandbox scenario driven with the real kubectl: slow,
+    bounded by ``timeout_s``, skipped where kubectl is not installed."""
+    return [
+        pytest.mark.kubectl,
+        pytest.mark.slow,
+        pytest.mark.timeout(timeout_s),
+        pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
+        *EMULATOR_TEARDOWN_NOISE,
+    ]
 
 
 class World:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,18 +21,11 @@ import pytest
 from shared import vocab
 from shared.clock import ScaledClock, parse_utc
 from tests.reconciler.test_evict_sandbox import kubectl
-from tests.reconciler.test_integration import World, eventually, world
+from tests.reconciler.test_integration import World, eventually, kubectl_sandbox_marks, world
 
 pytest.importorskip("sandbox.kube.component")
 
-pytestmark = [
-    pytest.mark.kubectl,
-    pytest.mark.slow,
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
+pytestmark = kubectl_sandbox_marks(120)
 GATE = "gpu-reservation.galends.io/queued"
 ENV = {
     "LEADER_ELECTION_ENABLED": "false",

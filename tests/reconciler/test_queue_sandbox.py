@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -21,18 +20,11 @@ from shared import vocab
 from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
 from shared.resources import EVENTS, PODS
 from tests.reconciler.test_evict_sandbox import kubectl
-from tests.reconciler.test_integration import World, eventually, world
+from tests.reconciler.test_integration import World, eventually, kubectl_sandbox_marks, world
 
 pytest.importorskip("sandbox.kube.component")
 
-pytestmark = [
-    pytest.mark.kubectl,
-    pytest.mark.slow,
-    pytest.mark.timeout(90),
-    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
+pytestmark = kubectl_sandbox_marks(90)
 GATE = "gpu-reservation.galends.io/queued"
 ENV = {
     "LEADER_ELECTION_ENABLED": "false",
