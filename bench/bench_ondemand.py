@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from bench.bench_window_open import aligned_clock, key_of, rank, tolerated
+from bench.bench_window_open import aligned_clock, key_of, one_class_app, rank, tolerated
 from sandbox.kube.server import KubeServer
 from sandbox.kube.store import Change
 from sandbox.reconciler_component import ReconcilerProcess, install
@@ -74,20 +74,7 @@ def scenario() -> dict[str, Any]:
             }
             for i in range(NODES)
         ],
-        "app": {
-            "timezone": "UTC",
-            "classes": [
-                {
-                    "id": 1,
-                    "name": "A100",
-                    "label_value": GPU_CLASS,
-                    "total_gpus": NODES * GPUS_PER_NODE,
-                    "max_gpus_per_reservation": GPUS_PER_NODE,
-                }
-            ],
-            "users": names,
-            "groups": [{"name": GROUP, "members": names, "classes": [GPU_CLASS]}],
-        },
+        "app": one_class_app(names, GROUP, NODES * GPUS_PER_NODE, GPUS_PER_NODE),
     }
 
 

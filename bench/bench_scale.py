@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_webhook import conditions, write_json
+from bench.bench_window_open import one_class_app
 from sandbox.reconciler_component import ReconcilerProcess, install
 from sandbox.runner import Sandbox, SandboxContext
 from shared import vocab
@@ -93,20 +94,7 @@ def scenario(n: int) -> dict[str, Any]:
     return {
         "namespaces": [*names, vocab.PRODUCT_NAME],
         "nodes": nodes,
-        "app": {
-            "timezone": "UTC",
-            "classes": [
-                {
-                    "id": 1,
-                    "name": "A100",
-                    "label_value": GPU_CLASS,
-                    "total_gpus": reservations,
-                }
-            ],
-            "users": names,
-            "groups": [{"name": GROUP, "members": names, "classes": [GPU_CLASS]}],
-            "bookings": bookings,
-        },
+        "app": {**one_class_app(names, GROUP, reservations), "bookings": bookings},
     }
 
 

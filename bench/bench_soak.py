@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from bench.bench_window_open import one_class_app
 from sandbox.kube.server import KubeServer
 from sandbox.kube.store import Change
 from sandbox.reconciler_component import ReconcilerProcess, install
@@ -66,20 +67,7 @@ def scenario() -> dict[str, Any]:
     return {
         "namespaces": [*names, vocab.PRODUCT_NAME],
         "nodes": [],
-        "app": {
-            "timezone": "UTC",
-            "classes": [
-                {
-                    "id": 1,
-                    "name": "A100",
-                    "label_value": GPU_CLASS,
-                    "total_gpus": BOOKINGS * GPUS,
-                    "max_gpus_per_reservation": GPUS,
-                }
-            ],
-            "users": names,
-            "groups": [{"name": GROUP, "members": names, "classes": [GPU_CLASS]}],
-        },
+        "app": one_class_app(names, GROUP, BOOKINGS * GPUS, GPUS),
     }
 
 

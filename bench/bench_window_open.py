@@ -83,20 +83,28 @@ def scenario() -> dict[str, Any]:
     return {
         "namespaces": [*names, vocab.PRODUCT_NAME],
         "nodes": [],
-        "app": {
-            "timezone": "UTC",
-            "classes": [
-                {
-                    "id": 1,
-                    "name": "A100",
-                    "label_value": GPU_CLASS,
-                    "total_gpus": BOOKINGS * GPUS_PER_BOOKING,
-                    "max_gpus_per_reservation": GPUS_PER_BOOKING,
-                }
-            ],
-            "users": names,
-            "groups": [{"name": GROUP, "members": names, "classes": [GPU_CLASS]}],
-        },
+        "app": one_class_app(names, GROUP, BOOKINGS * GPUS_PER_BOOKING, GPUS_PER_BOOKING),
+    }
+
+
+def one_class_app(
+    names: list[str], group: str, total_gpus: int, per_booking: int | None = None
+) -> dict[str, Any]:
+    """The app of a bench scenario: one a100 class of ``total_gpus`` (a booking takes
+    at most ``per_booking`` when given), ``names`` as its users, all in ``group``."""
+    gpu_class: dict[str, Any] = {
+        "id": 1,
+        "name": "A100",
+        "label_value": GPU_CLASS,
+        "total_gpus": total_gpus,
+    }
+    if per_booking is not None:
+        gpu_class["max_gpus_per_reservation"] = per_booking
+    return {
+        "timezone": "UTC",
+        "classes": [gpu_class],
+        "users": names,
+        "groups": [{"name": group, "members": names, "classes": [GPU_CLASS]}],
     }
 
 
