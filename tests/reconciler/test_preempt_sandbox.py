@@ -22,16 +22,14 @@ from shared import vocab
 from shared.clock import ScaledClock, parse_utc
 from tests.reconciler.test_evict_sandbox import kubectl
 from tests.reconciler.test_integration import World, eventually, kubectl_sandbox_marks, world
+from tests.reconciler.test_queue_sandbox import ENV as QUEUE_ENV
+from tests.reconciler.test_queue_sandbox import GATE
 
 pytest.importorskip("sandbox.kube.component")
 
 pytestmark = kubectl_sandbox_marks(120)
-GATE = "gpu-reservation.galends.io/queued"
 ENV = {
-    "LEADER_ELECTION_ENABLED": "false",
-    "RESERVATION_FETCH_INTERVAL": "3600",
-    "POD_SCHEDULING_GATE_NAME": GATE,
-    "EVENT_DISPLAY_TIMEZONE": "Europe/Berlin",
+    **QUEUE_ENV,
     "PREEMPTION_LEAD_MINUTES": "1",
     "TERMINATION_WARNING_LEAD_MINUTES": "2",
     "PREEMPTION_CHECK_INTERVAL": "10",
