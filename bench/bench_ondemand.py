@@ -32,10 +32,17 @@ from typing import Any
 
 import httpx
 
-from bench.bench_window_open import aligned_clock, key_of, one_class_app, rank, tolerated
+from bench.bench_window_open import (
+    admin_gateway,
+    aligned_clock,
+    key_of,
+    one_class_app,
+    rank,
+    tolerated,
+)
 from sandbox.kube.server import KubeServer
 from sandbox.kube.store import Change
-from sandbox.reconciler_component import ReconcilerProcess, install
+from sandbox.reconciler_component import ReconcilerProcess
 from sandbox.runner import Sandbox, SandboxContext
 from shared import vocab
 from shared.clock import ScaledClock
@@ -163,11 +170,7 @@ async def measure(state: Path) -> dict[str, Any]:
     gateway: Gateway | None = None
     total = USERS * PODS_PER_USER
     try:
-        assert ctx.kubeconfig is not None
-        admin = state / "admin.kubeconfig"
-        admin.write_text(ctx.kubeconfig, encoding="utf-8")
-        await install(admin, ctx.namespace)
-        gateway = Gateway.from_kubeconfig(str(admin))
+        _, gateway = await admin_gateway(ctx, state)
         replica = ReconcilerProcess(ctx, "r0", ENV)
         await replica.start()
         await asyncio.sleep(1.0)  # the leader's caches are listed

@@ -33,10 +33,10 @@ from typing import Any
 
 import httpx
 
-from bench.bench_window_open import one_class_app
+from bench.bench_window_open import admin_gateway, one_class_app
 from sandbox.kube.server import KubeServer
 from sandbox.kube.store import Change
-from sandbox.reconciler_component import ReconcilerProcess, install
+from sandbox.reconciler_component import ReconcilerProcess
 from sandbox.runner import Sandbox, SandboxContext
 from shared import model, vocab
 from shared.errors import KubeError, NotFound
@@ -219,11 +219,7 @@ async def measure(state: Path, seed: int) -> list[str]:
     gateway: Gateway | None = None
     subscription = None
     try:
-        assert ctx.kubeconfig is not None
-        admin = state / "admin.kubeconfig"
-        admin.write_text(ctx.kubeconfig, encoding="utf-8")
-        await install(admin, ctx.namespace)
-        gateway = Gateway.from_kubeconfig(str(admin))
+        _, gateway = await admin_gateway(ctx, state)
         replica = ReconcilerProcess(ctx, "r0", ENV)
         await replica.start()
         ctx.endpoints["reconciler"] = replica.url

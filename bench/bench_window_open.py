@@ -309,6 +309,16 @@ def aligned_clock(factor: float) -> ScaledClock:
     return ScaledClock(factor, epoch=datetime.fromtimestamp(started, UTC), started_at=started)
 
 
+async def admin_gateway(ctx: SandboxContext, state: Path) -> tuple[Path, Gateway]:
+    """The sandbox's admin kubeconfig written under ``state``, the chart's namespace, CRD
+    and RBAC installed with it, and a gateway on it (the caller closes it)."""
+    assert ctx.kubeconfig is not None
+    admin = state / "admin.kubeconfig"
+    admin.write_text(ctx.kubeconfig, encoding="utf-8")
+    await install(admin, ctx.namespace)
+    return admin, Gateway.from_kubeconfig(str(admin))
+
+
 async def measure(state: Path, factor: float) -> list[str]:
     clock = aligned_clock(factor)
     ctx = SandboxContext(state_dir=state, scenario=scenario(), clock=clock)
@@ -324,11 +334,7 @@ async def measure(state: Path, factor: float) -> list[str]:
     setup = Setup()
     total = BOOKINGS * GPUS_PER_BOOKING
     try:
-        assert ctx.kubeconfig is not None
-        admin = state / "admin.kubeconfig"
-        admin.write_text(ctx.kubeconfig, encoding="utf-8")
-        await install(admin, ctx.namespace)
-        gateway = Gateway.from_kubeconfig(str(admin))
+        admin, gateway = await admin_gateway(ctx, state)
         replica = ReconcilerProcess(ctx, "r0", ENV)
         await replica.start()
         ctx.endpoints["reconciler"] = replica.url
