@@ -17,6 +17,7 @@ timestamps dropped): GPUReservation specs and holds, pods, Events, app reservati
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -138,6 +139,9 @@ class FaultWorld:
         self.emulator = ctx.handles["app"]
         self._key = ctx.app_keys["read_write"]
         self.app_client = self._client(self._key)
+        #: Whether ``poll`` runs the on-demand lease batch too (a lease scenario sets it;
+        #: ``reset`` clears it, so the other scenarios keep their rounds).
+        self.leases = False
         self.reconciler = self._reconciler(self._key)
 
     def _client(self, key: str) -> AppClient:
@@ -158,7 +162,8 @@ class FaultWorld:
             "POD_ADOPTION_ENABLED": "false",
         }
         self.settings, _ = rs.load(env)
-        return Reconciler(self.settings, wrap(self.gateway), wrap(self.app_client), self.clock)
+        app = wrap(self.app_client)
+        return Reconciler(self.settings, wrap(self.gateway), app, self.clock, leases=app)
 
     def restart(self, wrap: Callable[[Any], Any] = lambda x: x) -> None:
         """A new reconciler process on the same cluster and app: nothing in memory
@@ -170,6 +175,7 @@ class FaultWorld:
         ``restart``)."""
         await self.clear()
         self.booked = []
+        self.leases = False
         self.clock.set(self.start)
         section = parse_section(self.ctx.scenario.get("app"))
         self.emulator.state = build_state(section, self.start)
@@ -228,27 +234,24 @@ class FaultWorld:
         notes = {}
         if ref is not None:
             notes = {vocab.BOOKING_REFERENCE: ref, vocab.ADMISSION_CLAIM: claim or f"c-{name}"}
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "labels": {vocab.GPU_CLASS_LABEL: "a100"},
-                "annotations": notes,
-            },
-            "spec": {
-                "tolerations": [granted_toleration("a100")] if tolerated else [],
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "busybox",
-                        "resources": {"limits": {vocab.GPU_RESOURCE: "1"}},
-                    }
-                ],
-            },
-        }
+        body = gpu_pod(name, ns, notes)
+        body["spec"]["tolerations"] = [granted_toleration("a100")] if tolerated else []
         await self.gateway.create(PODS, body, ns)
+
+    async def candidate(self, name: str, ns: str = "alice") -> None:
+        """A just-in-time candidate: a pending 1-GPU a100 pod with a minimum runtime and
+        a usage group, no booking, untolerated, and the scheduler's verdict that the
+        ordinary pool has no GPU for it (as the emulated scheduler words it)."""
+        notes = {vocab.MINIMUM_RUNTIME_SECONDS: "3600", vocab.USAGE_GROUP: "lab"}
+        await self.gateway.create(PODS, gpu_pod(name, ns, notes), ns)
+        verdict = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": f"0/2 nodes are available: 2 Insufficient {vocab.GPU_RESOURCE}.",
+        }
+        status = {"status": {"phase": "Pending", "conditions": [verdict]}}
+        await self.gateway.patch(PODS, name, status, ns, "merge", "status")
 
     # --- faults -----------------------------------------------------------------------------
 
@@ -289,6 +292,13 @@ class FaultWorld:
         await r.noshows.once()
         await self.relist()
         await r.caches.keeper.once()
+        if self.leases and r.leaser is not None:
+            await r.leaser.once()
+            # The batch announces its admissions in the background; here they finish
+            # in the round (a kill in them stops the round, as it would the process).
+            await asyncio.gather(*r.leaser._announcing)
+            await self.relist()
+            await r.caches.keeper.once()
 
     async def advance(self, seconds: float) -> None:
         await self.clock.advance(seconds)
@@ -319,6 +329,29 @@ class FaultWorld:
             for rid, r in self.emulator.state.reservations.items()
         }
         return State(specs, holds, pods, events, app)
+
+
+def gpu_pod(name: str, ns: str, notes: dict[str, str]) -> dict[str, Any]:
+    """A 1-GPU a100 pod with ``notes`` as its annotations (no tolerations)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {vocab.GPU_CLASS_LABEL: "a100"},
+            "annotations": notes,
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {vocab.GPU_RESOURCE: "1"}},
+                }
+            ],
+        },
+    }
 
 
 def _spec(obj: dict[str, Any]) -> dict[str, Any]:

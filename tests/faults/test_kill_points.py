@@ -6,9 +6,12 @@ ends (no lost admission), never with more GPUs admitted under a booking than it 
 (no over-admission), and with no Event sent twice (no double eviction or
 announcement) and no booking cancelled twice.
 
-Lease grants (issue 12) are not among the scenarios yet: the harness kills the app
-client's ``create_lease`` like any other write, a lease scenario only needs a pod the
-emulated scheduler refused (``PodScheduled=False``) and node inventory.
+A lease grant (issue 12 acceptance 4) is the sixth operation: a just-in-time
+candidate's batch is killed before the app's create, after the grant answer, after the
+GPUReservation mirror write, after the ledger claim and after the pod patch (and at
+every other write of it). Beyond the checks above, every lease the app granted must be
+used by the pod or cancelled ``controller-revoked`` — never active and unused — and
+the pod must hold at most one live lease.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from shared import model, vocab
+from shared.appclient import CancelReason
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.faults.harness import USERS, FaultWorld, State, fault_world
 from tests.faults.kills import Killed, KillSwitch
@@ -39,11 +43,21 @@ pytestmark = [
 Step = Callable[[FaultWorld], Awaitable[None]]
 
 
+async def no_check(w: FaultWorld) -> list[str]:
+    return []
+
+
 @dataclass(frozen=True)
 class Operation:
     name: str
     setup: Step
     change: Step
+    #: Invariants of this operation beyond the common ones (each problem a line).
+    check: Callable[[FaultWorld], Awaitable[list[str]]] = no_check
+    #: What happens in the cluster while no reconciler runs (after the kill, and after
+    #: the uninterrupted run's round). The end then depends on how far the dead process
+    #: got, so only ``check`` and the common invariants judge it, not the equal end.
+    down: Step | None = None
 
 
 async def three_queued(w: FaultWorld) -> None:
@@ -73,12 +87,90 @@ async def nobody_came(w: FaultWorld) -> None:
     await w.advance((w.settings.noshow_timeout.total_seconds()) + 120)
 
 
+async def leases_on(w: FaultWorld) -> None:
+    """The lease batch runs in every round; a first round learns the GPU classes."""
+    w.leases = True
+    await w.poll()
+
+
+async def jit_candidate(w: FaultWorld) -> None:
+    await w.candidate("jit-0")
+
+
+async def lease_used_or_revoked(w: FaultWorld) -> list[str]:
+    """Issue 12 acceptance 4: each of the candidate's leases (found by its idempotency
+    keys in the app) is the one the pod carries or cancelled ``controller-revoked``;
+    the pod carries exactly one, and it is live."""
+    pod = await w.gateway.get(PODS, "jit-0", "alice")
+    uid = pod["metadata"]["uid"]
+    carried = (pod["metadata"].get("annotations") or {}).get(vocab.BOOKING_REFERENCE)
+    state = w.emulator.state
+    ids = [rid for key, rid in state.idempotency.items() if key.split(".")[0] == uid]
+    problems = []
+    live = []
+    for rid in ids:
+        row = state.reservations[rid]
+        if row.is_active:
+            live.append(rid)
+            if carried != model.reference(rid):
+                problems.append(f"lease {rid} active but unused (pod carries {carried})")
+        elif row.cancel_reason != str(CancelReason.CONTROLLER_REVOKED):
+            problems.append(f"lease {rid} cancelled {row.cancel_reason}")
+    if len(live) != 1:
+        problems.append(f"{len(live)} live leases for the pod: {ids}")
+    if len(ids) != len(set(ids)):
+        problems.append(f"one lease under two keys: {ids}")
+    return problems
+
+
+def lease_ends(w: FaultWorld) -> str:
+    """The app's on-demand leases as ``id status[/cancel reason]`` (for the table)."""
+    rows = sorted(w.emulator.state.reservations.items())
+    ends = [
+        f"{rid} {row.status}" + (f"/{row.cancel_reason}" if row.cancel_reason else "")
+        for rid, row in rows
+        if str(row.kind) == "on_demand"
+    ]
+    return f"leases: {', '.join(ends)}" if ends else "no lease"
+
+
+async def candidate_leaves(w: FaultWorld) -> None:
+    await w.gateway.delete(PODS, "jit-0", "alice", grace_period_s=0)
+
+
+#: How a lease whose pod left may end: never used (revoked) or used, then torn down.
+LEFT = frozenset({str(CancelReason.CONTROLLER_REVOKED), str(CancelReason.POD_TERMINATED)})
+
+
+async def lease_not_left_behind(w: FaultWorld) -> list[str]:
+    """The candidate left while no reconciler ran: no lease of it stays active, none is
+    cancelled for another reason, and no ledger still holds GPUs for it."""
+    state = w.emulator.state
+    problems = [
+        f"lease {rid} {'active' if row.is_active else row.cancel_reason} after its pod left"
+        for rid, row in state.reservations.items()
+        if str(row.kind) == "on_demand" and (row.is_active or row.cancel_reason not in LEFT)
+    ]
+    held = {n: h for n, h in (await w.observe()).holds.items() if h}
+    if held:
+        problems.append(f"holds left: {held}")
+    return problems
+
+
 OPERATIONS = (
     Operation("admission at window open", three_queued, window_opens),
     Operation("eviction (cancelled booking)", one_admitted, cancel_first),
     Operation("backstop eviction", one_admitted, declared_pod),
     Operation("ledger write (wiped ledgers)", two_admitted, wipe_ledgers),
     Operation("no-show cancel", upcoming_booking, nobody_came),
+    Operation("lease grant", leases_on, jit_candidate, lease_used_or_revoked),
+    Operation(
+        "lease grant, pod gone at restart",
+        leases_on,
+        jit_candidate,
+        lease_not_left_behind,
+        candidate_leaves,
+    ),
 )
 
 
@@ -183,7 +275,10 @@ def test_kill_at_every_write_then_restart(op: Operation, tmp_path: Path) -> None
             assert points, "the operation wrote nothing"
             await prepare(w, op)
             await w.poll()
+            if op.down is not None:
+                await op.down(w)
             final = await converge(w)
+            assert await op.check(w) == [], "the uninterrupted run"
             outcomes: dict[str, str] = {}
             for at in range(1, len(points) + 1):
                 for after in (False, True):
@@ -196,25 +291,31 @@ def test_kill_at_every_write_then_restart(op: Operation, tmp_path: Path) -> None
                         continue
                     except Killed:
                         pass
+                    if op.down is not None:
+                        await op.down(w)
                     cancels = landed_cancels(switch)
                     state = await converge(w, cancels)
                     problems = []
                     if twice := [c for c, n in cancels.items() if n > 1]:
                         problems.append(f"cancelled twice: {twice}")
-                    if settled(state) != settled(final):
+                    if op.down is None and settled(state) != settled(final):
                         problems.append(f"ended elsewhere: {difference(state, final)}")
                     if any(n > 1 for k, n in state.events.items() if k[1] not in WAITING):
                         problems.append(f"an Event twice: {state.events}")
                     if over := await over_admitted(w):
                         problems.append(f"over-admitted: {over}")
+                    problems += await op.check(w)
                     outcomes[label] = "; ".join(problems) or "converged"
+                    if op.check is not no_check:
+                        outcomes[label] += f" ({lease_ends(w)})"
             return points, outcomes
 
     points, outcomes = asyncio.run(run())
     print(f"\n{op.name}: {len(points)} write points")
     for label, result in outcomes.items():
         print(f"  kill {label}: {result}")
-    assert {k: v for k, v in outcomes.items() if v not in ("converged", "not reached")} == {}
+    ok = ("converged", "not reached")
+    assert {k: v for k, v in outcomes.items() if v.split(" (")[0] not in ok} == {}
 
 
 def test_reference_names_are_stable() -> None:
