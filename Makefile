@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
 
-.PHONY: test sandbox bench bench-full fuzz lint lock tools clean
+.PHONY: test sandbox bench bench-full fuzz fuzz-atheris lint lock tools clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
@@ -48,6 +48,11 @@ bench-full: $(STAMP)
 # 8 fuzz targets x 13,000 examples = 104,000 inputs from outside (make test runs 60 each).
 fuzz: $(STAMP)
 	FUZZ_EXAMPLES=13000 $(BIN)/pytest tests/fuzz -q -p no:cacheprovider
+
+# Coverage-guided (atheris, the optional `fuzz` extra) over the AdmissionReview parser.
+fuzz-atheris: $(STAMP)
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,fuzz]'
+	ATHERIS_RUNS=$${ATHERIS_RUNS:-100000} $(BIN)/python -m tests.fuzz.atheris_review
 
 lock:
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^gpu-reservation' > requirements.lock.new
