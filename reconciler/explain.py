@@ -223,27 +223,6 @@ def _running(scene: Scene) -> Finding:
     )
 
 
-def _ordinary(scene: Scene) -> Finding:
-    pod = _pod(scene)
-    lines = [
-        "The scheduler placed it on a node outside the reserved pool before any booking "
-        "admitted it, so it runs without a reservation: it has no runtime guarantee from "
-        "the reservation system and is never moved onto a reserved node.",
-    ]
-    route = route_of(scene) if scene.reservations is not None else None
-    res = route.reservation if route is not None else None
-    if res is not None:
-        lines.append(
-            f"To run under your booking {res.name} instead, delete the pod and create it "
-            "again without a toleration for the ordinary pool's taint."
-        )
-    return Finding(
-        "running-outside-bookings",
-        f"running on node {pod.node} outside any booking ({pod.phase})",
-        tuple(lines),
-    )
-
-
 def _unknown(scene: Scene) -> Finding:
     return Finding(
         "reservations-unreadable",
@@ -385,7 +364,6 @@ STATES: tuple[State, ...] = (
         _admitted_waiting,
     ),
     State("admitted", _admitted, _running),
-    State("running-outside-bookings", lambda s: _pod(s).node is not None, _ordinary),
     State("reservations-unreadable", lambda s: s.reservations is None, _unknown),
     State("admittable-now", lambda s: _on_path(s, Path.ADMIT), _admit_now),
     State("queued-for-window", lambda s: _waiting(s, Wait.OPENS_LATER), _queued_window),

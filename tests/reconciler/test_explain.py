@@ -145,18 +145,6 @@ def test_admitted_but_unscheduled_quotes_the_scheduler() -> None:
     assert found.estimate == NOW + HOUR
 
 
-def test_a_pod_already_running_in_the_ordinary_pool_is_not_called_waiting() -> None:
-    later = reservation(2, gpus=1, start=NOW + timedelta(minutes=10), end=NOW + 2 * HOUR)
-    found = explain.explain(scene(running(gpu_pod(), node="h100-o1"), (later,)))
-    assert found.state == "running-outside-bookings"
-    assert found.headline == "running on node h100-o1 outside any booking (Running)"
-    assert found.estimate is None
-    assert any("your booking res-2 instead" in line for line in found.lines)
-    alone = explain.explain(scene(running(gpu_pod(), node="h100-o1")))
-    assert alone.state == "running-outside-bookings"
-    assert not any("instead" in line for line in alone.lines)
-
-
 def test_running_past_its_guarantee_is_overstay() -> None:
     raw = running(
         admitted(gpu_pod(), until=format_utc(NOW - HOUR)).annotate(
