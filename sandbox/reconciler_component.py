@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ import httpx
 
 from sandbox import chart
 from sandbox.install import account_kubeconfig, install_base
+from sandbox.ports import free_port
 from sandbox.runner import SandboxContext, clock_env
 from shared.gateway import Gateway
 
@@ -47,14 +47,6 @@ SANDBOX_ENV = {
     "HTTP_HOST": "127.0.0.1",
 }
 START_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    """A currently free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def install(kubeconfig: Path, namespace: str) -> None:

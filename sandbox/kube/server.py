@@ -12,7 +12,6 @@ import asyncio
 import base64
 import contextlib
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from sandbox.kube.rbac import RBAC_GROUP, cluster_admin_role
 from sandbox.kube.routes import Api
 from sandbox.kube.store import Store
 from sandbox.kube.tls import ServingFiles, write_serving_files
+from sandbox.ports import free_port
 from shared.clock import Clock
 from shared.resources import Resource
 
@@ -36,10 +36,7 @@ HOST = "127.0.0.1"
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return free_port(HOST)
 
 
 class KubeServer:

@@ -106,11 +106,15 @@ async def test_an_untolerating_pod_stays_unschedulable_naming_the_taint(gateway:
 async def test_a_tolerating_pod_is_bound_runs_and_finishes(gateway: Gateway) -> None:
     run = {vocab.SANDBOX_RUN_SECONDS: "1"}
     await gateway.create(PODS, gpu_pod("reserved", 4, [reservation_toleration()], **run), NS)
-    pod = await eventually(gateway, "reserved", lambda p: p["status"].get("phase") == "Running")
+    # It runs for one second: a poll slowed by a loaded machine may first see it done.
+    pod = await eventually(
+        gateway, "reserved", lambda p: p["status"].get("phase") in ("Running", "Succeeded")
+    )
     assert pod["spec"]["nodeName"] == "h100-1"
     assert condition(pod, "PodScheduled")["status"] == "True"
-    assert condition(pod, "Ready")["status"] == "True"
-    assert pod["status"]["podIP"].startswith("127.")
+    if pod["status"]["phase"] == "Running":
+        assert condition(pod, "Ready")["status"] == "True"
+        assert pod["status"]["podIP"].startswith("127.")
     done = await eventually(gateway, "reserved", lambda p: p["status"].get("phase") == "Succeeded")
     assert condition(done, "Ready")["reason"] == "PodCompleted"
 
