@@ -48,7 +48,8 @@ import httpx
 
 from bench import loadgen
 from bench.loadgen import Load, Outcome, Target
-from sandbox.reconciler_component import ROOT, free_port
+from sandbox.ports import free_port
+from sandbox.reconciler_component import ROOT
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.webhook_component import WebhookComponent
 from shared import ledger, model, vocab

@@ -50,7 +50,8 @@ from sandbox.install import (
     write_private,
 )
 from sandbox.kube.admission.install import install as install_dispatch
-from sandbox.reconciler_component import ROOT, free_port
+from sandbox.ports import free_port
+from sandbox.reconciler_component import ROOT
 from sandbox.runner import SandboxContext, clock_env
 from shared.clock import SystemClock
 from shared.gateway import Gateway
