@@ -50,6 +50,9 @@ def test_the_pod_cache_converges_through_every_watch_fault(tmp_path: Path) -> No
                 pods = w.reconciler.caches.pods
                 task = asyncio.create_task(pods.run())
                 try:
+                    # "before" is created after the first LIST, so it arrives by the WATCH:
+                    # the stream is registered before the fault is injected and it is closed
+                    await until(w, pods.synced.is_set)
                     await w.pod("before", None, tolerated=False)
                     await until(w, lambda c=pods: "alice/before" in c.items)
                     relists = pods.relists
