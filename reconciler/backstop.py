@@ -41,14 +41,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from reconciler.caches import Caches
-from reconciler.evict import EvictingPass, eviction_reason, remove
+from reconciler.evict import EvictingPass, PassContext, eviction_reason, remove
 from reconciler.pods import PodView, project_pod
-from reconciler.relink import Emit, Relinker
 from shared import model, vocab
-from shared.clock import Clock
 from shared.errors import KubeError, NotFound
 from shared.logs import log
 from shared.model import GPUReservation
@@ -198,53 +195,30 @@ def message(finding: Finding) -> str:
     )
 
 
-class Backstop(EvictingPass):
+class Backstop(EvictingPass[Finding]):
     """Runs the rule over the leader's caches; evicts what it finds."""
 
     def __init__(
         self,
-        gateway: Any,
+        ctx: PassContext,
         namespace: str,
-        clock: Clock,
-        emit: Emit,
-        relinker: Relinker,
-        pods: Callable[[], Mapping[str, PodView]],
-        reservations: Callable[[], Mapping[str, GPUReservation]],
-        ready: Callable[[], bool],
         *,
         scope: Scope,
         mirror_current: Callable[[], bool],
         on_evicted: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(gateway, clock, emit, relinker, pods, reservations, ready, on_evicted)
+        super().__init__(ctx, on_evicted=on_evicted)
         self._ns = namespace
         self.scope = scope
         self._mirror_current = mirror_current
 
-    async def once(self) -> int:
-        """One pass; the number of pods evicted."""
-        if not self._ready():
-            return 0
-        now = self._clock.now()
-        pods = self._pods()
-        self._forget_gone(pods)
-        found = findings(
-            pods.values(),
-            self._reservations(),
-            self.scope,
-            now,
-            mirror_current=self._mirror_current(),
+    def _due(self, pods: Mapping[str, PodView], now: datetime) -> list[Finding]:
+        current = self._mirror_current()
+        return findings(
+            pods.values(), self._reservations(), self.scope, now, mirror_current=current
         )
-        done = 0
-        for finding in found:
-            if finding.pod.uid in self._handled:
-                continue
-            if await self._handle(finding, now):
-                self._handled.add(finding.pod.uid)
-                done += 1
-        return done
 
-    async def _handle(self, finding: Finding, now: datetime) -> bool:
+    async def _handle(self, finding: Finding, now: datetime, taken: dict[str, int]) -> bool:
         async with self._relinker.lock:
             fresh = await self._still_due(finding, now)
             if fresh is None:

@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 from reconciler.caches import Caches
@@ -110,29 +111,48 @@ def event_selector(pod: PodView, reason: str) -> str:
     return f"involvedObject.uid={pod.uid},reason={reason}"
 
 
-class EvictingPass:
+class Due(Protocol):
+    """A decision about one pod (an ``Eviction``, a backstop ``Finding``)."""
+
+    @property
+    def pod(self) -> PodView: ...
+
+
+D = TypeVar("D", bound=Due)
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What an evicting pass reads and acts through: the leader's caches and the
+    re-linker whose lock it holds while it decides on one pod and acts."""
+
+    gateway: Any
+    clock: Clock
+    emit: Emit
+    relinker: Relinker
+    pods: Callable[[], Mapping[str, PodView]]
+    reservations: Callable[[], Mapping[str, GPUReservation]]
+    ready: Callable[[], bool]
+
+
+class EvictingPass(ABC, Generic[D]):
     """What the evictor (R27/R28) and the admission backstop share: the leader's
-    caches, a wake-up on changes, the pass loop, the uids already handled and the
-    count of evictions by reason."""
+    caches, a wake-up on changes, the uids already handled, the count of evictions by
+    reason, and the pass itself (a template): once the caches are ready, the subclass's
+    pure decision ``_due`` over the pods at one instant, then ``_handle`` for each pod
+    not already handled (a pod stays marked as handled while its deletion has not shown
+    in the cache; a failed one is tried again on the next pass)."""
 
     def __init__(
-        self,
-        gateway: Any,
-        clock: Clock,
-        emit: Emit,
-        relinker: Relinker,
-        pods: Callable[[], Mapping[str, PodView]],
-        reservations: Callable[[], Mapping[str, GPUReservation]],
-        ready: Callable[[], bool],
-        on_evicted: Callable[[str], None] | None,
+        self, ctx: PassContext, *, on_evicted: Callable[[str], None] | None = None
     ) -> None:
-        self._gateway = gateway
-        self._clock = clock
-        self._emit = emit
-        self._relinker = relinker
-        self._pods = pods
-        self._reservations = reservations
-        self._ready = ready
+        self._gateway = ctx.gateway
+        self._clock = ctx.clock
+        self._emit = ctx.emit
+        self._relinker = ctx.relinker
+        self._pods = ctx.pods
+        self._reservations = ctx.reservations
+        self._ready = ctx.ready
         self._on_evicted = on_evicted
         self._wake = asyncio.Event()
         #: uids handled by this process whose deletion the cache has not shown yet.
@@ -149,7 +169,32 @@ class EvictingPass:
 
     async def once(self) -> int:
         """One pass; the number of pods acted on."""
-        raise NotImplementedError
+        if not self._ready():
+            return 0
+        now = self._clock.now()
+        pods = self._pods()
+        self._forget_gone(pods)
+        # GPUs this pass moved onto each reservation (the cache does not show them yet).
+        taken: dict[str, int] = {}
+        done = 0
+        for item in self._due(pods, now):
+            uid = item.pod.uid
+            if uid in self._handled:
+                continue
+            self._handled.add(uid)
+            if await self._handle(item, now, taken):
+                done += 1
+            else:
+                self._handled.discard(uid)  # retried on the next pass
+        return done
+
+    @abstractmethod
+    def _due(self, pods: Mapping[str, PodView], now: datetime) -> list[D]:
+        """The decision: every pod to act on, in a stable order (no side effects)."""
+
+    @abstractmethod
+    async def _handle(self, item: D, now: datetime, taken: dict[str, int]) -> bool:
+        """Act on one pod; True when it was evicted (or moved away)."""
 
     def _forget_gone(self, pods: Mapping[str, PodView]) -> None:
         """Drop handled uids the cache no longer shows alive."""
@@ -162,43 +207,21 @@ class EvictingPass:
             self._on_evicted(reason)
 
 
-class Evictor(EvictingPass):
+class Evictor(EvictingPass[Eviction]):
     """Runs R27/R28 over the leader's caches."""
 
     def __init__(
         self,
-        gateway: Any,
-        clock: Clock,
-        emit: Emit,
-        relinker: Relinker,
-        pods: Callable[[], Mapping[str, PodView]],
-        reservations: Callable[[], Mapping[str, GPUReservation]],
-        ready: Callable[[], bool],
+        ctx: PassContext,
         *,
         zone: ZoneInfo | None,
         on_evicted: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(gateway, clock, emit, relinker, pods, reservations, ready, on_evicted)
+        super().__init__(ctx, on_evicted=on_evicted)
         self._zone = zone
 
-    async def once(self) -> int:
-        """One pass; the number of pods evicted or re-linked away."""
-        if not self._ready():
-            return 0
-        now = self._clock.now()
-        pods = self._pods()
-        self._forget_gone(pods)
-        taken: dict[str, int] = {}
-        done = 0
-        for ev in evictions(pods.values(), self._reservations(), now):
-            if ev.pod.uid in self._handled:
-                continue
-            self._handled.add(ev.pod.uid)
-            if await self._handle(ev, now, taken):
-                done += 1
-            else:
-                self._handled.discard(ev.pod.uid)  # retried on the next pass
-        return done
+    def _due(self, pods: Mapping[str, PodView], now: datetime) -> list[Eviction]:
+        return evictions(pods.values(), self._reservations(), now)
 
     async def _handle(self, ev: Eviction, now: datetime, taken: dict[str, int]) -> bool:
         async with self._relinker.lock:
@@ -322,17 +345,9 @@ class Upholders:
             zone=zone,
             retry_s=float(settings.queue_interval_s),
         )
-        self.evictor = Evictor(
-            gateway,
-            clock,
-            emit,
-            self.relinker,
-            pods,
-            by_name,
-            ready,
-            zone=zone,
-            on_evicted=on_evicted,
-        )
+        #: What the evictor and the admission backstop read and act through.
+        self.context = PassContext(gateway, clock, emit, self.relinker, pods, by_name, ready)
+        self.evictor = Evictor(self.context, zone=zone, on_evicted=on_evicted)
         self._tick_s = float(settings.queue_interval_s)
         caches.pods.listeners.append(self._pod_changed)
         caches.reservations.listeners.append(self._reservation_changed)

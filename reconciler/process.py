@@ -98,14 +98,8 @@ class Reconciler:
             on_evicted=lambda reason: queue_metrics.evictions.labels(reason).inc(),
         )
         self.backstop = backstop.Backstop(
-            gateway,
+            self.upholders.context,
             ns,
-            clock,
-            functools.partial(events.emit, on_sent=counted),
-            self.upholders.relinker,
-            lambda: self.caches.pods.items,
-            self.caches.by_name,
-            self.caches.ready,
             scope=backstop.Scope(ns, settings.exempt_namespaces),
             mirror_current=lambda: self.syncer.fetched,
             on_evicted=lambda reason: self.metrics.unadmitted.labels(reason).inc(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -28,14 +29,8 @@ def backstop(
     counted: list[str] | None = None,
 ) -> Backstop:
     return Backstop(
-        w.kube,
+        replace(w.context, reservations=reservations or w.reservations),
         NS,
-        w.clock,
-        w.emit,
-        w.relinker,
-        w.pods,
-        reservations or w.reservations,
-        lambda: True,
         scope=SCOPE,
         mirror_current=lambda: mirror_current,
         on_evicted=None if counted is None else counted.append,

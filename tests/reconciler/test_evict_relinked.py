@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -30,10 +31,7 @@ def test_a_pod_relinked_before_the_cache_shows_it_is_not_evicted() -> None:
         stale = w.pods()  # the second evictor's cache still shows the pod under res-1
         assert await w.evictor.once() == 1  # re-linked onto res-2
         assert w.notes("job")[vocab.BOOKING_REFERENCE] == "res-2"
-        evictor = Evictor(
-            w.kube, w.clock, w.emit, w.relinker, lambda: stale, w.reservations,
-            lambda: True, zone=None,
-        )  # fmt: skip
+        evictor = Evictor(replace(w.context, pods=lambda: stale), zone=None)
         await evictor.once()
         assert w.exists("job")
         assert w.notes("job")[vocab.BOOKING_REFERENCE] == "res-2"

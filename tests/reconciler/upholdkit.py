@@ -12,7 +12,7 @@ import itertools
 from datetime import datetime, timedelta
 from typing import Any
 
-from reconciler.evict import Evictor
+from reconciler.evict import Evictor, PassContext
 from reconciler.guarantees import GuaranteeKeeper
 from reconciler.pods import PodView, project_pod
 from reconciler.relink import Relinker
@@ -146,15 +146,8 @@ class World:
         )
         #: Reasons reported to the evictions metric.
         self.counted: list[str] = []
-        self.evictor = Evictor(
-            self.kube,
-            self.clock,
-            self.emit,
-            self.relinker,
-            *args,
-            zone=None,
-            on_evicted=self.counted.append,
-        )
+        self.context = PassContext(self.kube, self.clock, self.emit, self.relinker, *args)
+        self.evictor = Evictor(self.context, zone=None, on_evicted=self.counted.append)
 
     def book(self, f: model.ReservationFacts, holds: tuple[Hold, ...] = ()) -> None:
         res = model.GPUReservation(f, holds)
