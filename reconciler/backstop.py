@@ -44,13 +44,13 @@ from enum import StrEnum
 
 from reconciler.caches import Caches
 from reconciler.evict import EvictingPass, PassContext, eviction_reason, remove
-from reconciler.pods import PodView, project_pod
+from reconciler.pods import PodView
 from shared import model, vocab
 from shared.errors import KubeError, NotFound
 from shared.logs import log
 from shared.model import GPUReservation
 from shared.policy.wording import clip
-from shared.resources import GPU_RESERVATIONS, PODS
+from shared.resources import GPU_RESERVATIONS
 
 _log = logging.getLogger(__name__)
 BACKSTOP_TASK = "admission-backstop"
@@ -218,24 +218,20 @@ class Backstop(EvictingPass[Finding]):
             pods.values(), self._reservations(), self.scope, now, mirror_current=current
         )
 
-    async def _handle(self, finding: Finding, now: datetime, taken: dict[str, int]) -> bool:
-        async with self._relinker.lock:
-            fresh = await self._still_due(finding, now)
-            if fresh is None:
-                return False
-            text = message(fresh)
-            reason = vocab.REASON_UNADMITTED_TOLERATION
-            if not await remove(self._gateway, self._emit, fresh.pod, reason, text, now):
-                return False
-        self._count(fresh.breach)
+    async def _act(self, finding: Finding, now: datetime, taken: dict[str, int]) -> bool:
+        text = message(finding)
+        reason = vocab.REASON_UNADMITTED_TOLERATION
+        if not await remove(self._gateway, self._emit, finding.pod, reason, text, now):
+            return False
+        self._count(finding.breach)
         log(
             _log,
             logging.WARNING,
             "backstop.evicted",
-            pod=fresh.pod.key,
-            breach=str(fresh.breach),
-            reservation=fresh.reference,
-            holder=fresh.holder,
+            pod=finding.pod.key,
+            breach=str(finding.breach),
+            reservation=finding.reference,
+            holder=finding.holder,
         )
         return True
 
@@ -244,14 +240,14 @@ class Backstop(EvictingPass[Finding]):
         claim's earlier holder; None when it no longer holds or a read failed (an
         unreadable reservation object is unknown state, never a reason to evict)."""
         try:
-            pod = await self._read_pod(finding.pod.namespace, finding.pod.name)
+            pod = await self._reread(finding.pod.namespace, finding.pod.name)
             if pod is None or pod.uid != finding.pod.uid or not in_scope(pod, self.scope):
                 return None
             reservations = await self._read_reservation(pod.reference)
             holders: dict[str, list[PodView]] = {}
             if finding.holder is not None and pod.claim:
                 ns, _, name = finding.holder.partition("/")
-                first = await self._read_pod(ns, name)
+                first = await self._reread(ns, name)
                 holders[pod.claim] = [pod] if first is None else [first, pod]
         except (KubeError, ValueError) as exc:
             log(_log, logging.WARNING, "backstop.read_failed", pod=finding.pod.key, error=str(exc))
@@ -259,13 +255,6 @@ class Backstop(EvictingPass[Finding]):
         current = self._mirror_current()
         fresh = breach_of(pod, reservations, holders, now, mirror_current=current)
         return fresh if fresh is not None and fresh.breach == finding.breach else None
-
-    async def _read_pod(self, namespace: str, name: str) -> PodView | None:
-        try:
-            raw = await self._gateway.get(PODS, name, namespace)
-        except NotFound:
-            return None
-        return project_pod(raw, self._relinker.rules)
 
     async def _read_reservation(self, ref: str | None) -> dict[str, GPUReservation]:
         """``{ref: reservation}``, or empty when it does not exist; ``ValueError`` when

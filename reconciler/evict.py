@@ -50,6 +50,7 @@ from shared.clock import Clock
 from shared.errors import Conflict, KubeError, NotFound
 from shared.logs import log
 from shared.model import GPUReservation, State
+from shared.policy.matching import MatchRules
 from shared.policy.wording import clip, quoted, window
 from shared.resources import EVENTS, PODS
 
@@ -192,9 +193,29 @@ class EvictingPass(ABC, Generic[D]):
     def _due(self, pods: Mapping[str, PodView], now: datetime) -> list[D]:
         """The decision: every pod to act on, in a stable order (no side effects)."""
 
-    @abstractmethod
     async def _handle(self, item: D, now: datetime, taken: dict[str, int]) -> bool:
-        """Act on one pod; True when it was evicted (or moved away)."""
+        """Decide on ``item`` again from fresh reads and act on what still holds, under
+        the re-linker's lock (a lagging cache must never evict: the pod may have been
+        re-linked, its reservation changed; a re-link and an eviction never act on one
+        pod at once). True when the pod was evicted (or moved away)."""
+        async with self._relinker.lock:
+            fresh = await self._still_due(item, now)
+            if fresh is None:
+                return False  # moved, gone or changed since the cache saw it
+            return await self._act(fresh, now, taken)
+
+    async def _reread(self, namespace: str, name: str) -> PodView | None:
+        """``reread`` with this pass's gateway and matching rules."""
+        return await reread(self._gateway, namespace, name, self._relinker.rules)
+
+    @abstractmethod
+    async def _still_due(self, item: D, now: datetime) -> D | None:
+        """``item`` decided again on fresh reads; None when it no longer holds or a
+        read failed."""
+
+    @abstractmethod
+    async def _act(self, item: D, now: datetime, taken: dict[str, int]) -> bool:
+        """Act on one pod the fresh reads confirmed (the lock is held)."""
 
     def _forget_gone(self, pods: Mapping[str, PodView]) -> None:
         """Drop handled uids the cache no longer shows alive."""
@@ -223,24 +244,14 @@ class Evictor(EvictingPass[Eviction]):
     def _due(self, pods: Mapping[str, PodView], now: datetime) -> list[Eviction]:
         return evictions(pods.values(), self._reservations(), now)
 
-    async def _handle(self, ev: Eviction, now: datetime, taken: dict[str, int]) -> bool:
-        async with self._relinker.lock:
-            fresh = await self._still_due(ev, now)
-            if fresh is None:
-                return False  # moved, gone or changed since the cache saw it
-            return await self._act(fresh, now, taken)
-
     async def _still_due(self, ev: Eviction, now: datetime) -> Eviction | None:
         """``ev`` for the pod as it is now (re-read), or None when it no longer applies:
         the cache may lag behind a re-link that just moved the pod elsewhere."""
         try:
-            raw = await self._gateway.get(PODS, ev.pod.name, ev.pod.namespace)
-        except NotFound:
-            return None
+            pod = await self._reread(ev.pod.namespace, ev.pod.name)
         except KubeError as exc:
             log(_log, logging.WARNING, "evict.read_failed", pod=ev.pod.key, error=str(exc))
             return None
-        pod = project_pod(raw, self._relinker.rules)
         if pod is None or pod.uid != ev.pod.uid or pod.reference != ev.reservation.name:
             return None
         if eviction_reason(pod, ev.reservation, now) != ev.reason:
@@ -292,6 +303,16 @@ async def remove(
         log(_log, logging.WARNING, "evict.delete_failed", pod=pod.key, error=str(exc))
         return False
     return True
+
+
+async def reread(gateway: Any, namespace: str, name: str, rules: MatchRules) -> PodView | None:
+    """The pod as the API holds it now (the fresh read a pass decides on again before
+    acting); None when it is gone or no longer a GPU pod. Other read failures raise."""
+    try:
+        raw = await gateway.get(PODS, name, namespace)
+    except NotFound:
+        return None
+    return project_pod(raw, rules)
 
 
 async def told(gateway: Any, pod: PodView, reason: str) -> bool:
