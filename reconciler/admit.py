@@ -2,9 +2,10 @@
 
 Each *pass* routes every GPU pod that is not yet admitted (``reconciler.queue``) over
 the reservation cache:
-- ADMIT: the pod is re-read (R11: a finished, deleted or already admitted pod is left
-  alone), the budget claimed through the ledger (the cache's copy first, a fresh GET
-  after a conflict), then the pod patched once (``queue.admission_patch``). If the
+- ADMIT: the budget claimed through the ledger (the cache's copy first, a fresh GET
+  after a conflict), then the pod patched once (``queue.admission_patch``), the patch
+  built from the cache's view and testing its resourceVersion: a pod that changed since
+  — finished, deleted, admitted meanwhile — refuses it (R11 without a re-read). If the
   patch is refused the hold is dropped again (``ledger.amend``). The pods routed to one
   reservation claim together — one ``ledger.claim_group`` write for all that fit — and
   are then patched concurrently (bounded); reservations are admitted concurrently. A
@@ -268,38 +269,35 @@ class Admitter:
     ) -> list[Admitted]:
         """Admit the pods routed to one reservation: one ledger write, then the patches.
 
-        Every pod is re-read (R11); those still waiting claim their first candidate
-        together (``ledger.claim_group``: one status write for all that fit, in queue
-        order) and the admitted ones are patched concurrently, at most
-        ``PATCH_CONCURRENCY`` at once. A pod the group claim refused (full) tries its
-        other candidates one by one, as a single admission does.
+        The pods claim their first candidate together (``ledger.claim_group``: one
+        status write for all that fit, in queue order) and the admitted ones are patched
+        concurrently, at most ``PATCH_CONCURRENCY`` at once, each patch built from the
+        cache's view with a ``test`` on its resourceVersion (R11 without a re-read). A
+        pod the group claim refused (full) tries its other candidates one by one, as a
+        single admission does.
         """
-        raws = await bounded([self._reread(pod) for pod, _ in items], PATCH_CONCURRENCY)
-        live = [(pod, found, raw) for (pod, found), raw in zip(items, raws, strict=True) if raw]
-        if not live:
-            return []
-        first = live[0][1].candidates[0]
+        first = items[0][1].candidates[0]
         got = await ledger.claim_group(
             self._gateway,
             self._ns,
             first.name,
-            [ledger.Ask(pod.gpus, pod.name, now) for pod, _, _ in live],
+            [ledger.Ask(pod.gpus, pod.name, now) for pod, _ in items],
             deadline=time.monotonic() + ADMIT_DEADLINE_S,
             cached=model.to_object(first, self._ns, now),
         )
         latest: dict[str, GPUReservation] = {}
         stamps: list[Awaitable[Admitted | None]] = []
-        others: list[tuple[PodView, Route, dict[str, Any]]] = []
-        for (pod, found, raw), result in zip(live, got, strict=True):
+        others: list[tuple[PodView, Route]] = []
+        for (pod, found), result in zip(items, got, strict=True):
             if result.reservation is not None:
                 latest[first.name] = result.reservation
             if result.admitted and result.claim is not None and result.reservation is not None:
-                stamps.append(self._stamp(pod, raw, result.reservation, result.claim, pool, now))
+                stamps.append(self._stamp(pod, result.reservation, result.claim, pool, now))
             elif result.reason not in {"error", "deadline"} and len(found.candidates) > 1:
-                others.append((pod, replace(found, candidates=found.candidates[1:]), raw))
+                others.append((pod, replace(found, candidates=found.candidates[1:])))
         done = [a for a in await bounded(stamps, PATCH_CONCURRENCY) if a is not None]
-        for pod, found, raw in others:
-            one = await self._claim_and_stamp(pod, raw, found, pool, latest, now)
+        for pod, found in others:
+            one = await self._admit(pod, found, pool, latest, now)
             if one is not None:
                 done.append(one)
         return done
@@ -307,21 +305,6 @@ class Admitter:
     async def _admit(
         self,
         pod: PodView,
-        found: Route,
-        pool: list[GPUReservation],
-        latest: dict[str, GPUReservation],
-        now: datetime,
-        path: str = "reserved",
-    ) -> Admitted | None:
-        raw = await self._reread(pod)
-        if raw is None:
-            return None
-        return await self._claim_and_stamp(pod, raw, found, pool, latest, now, path)
-
-    async def _claim_and_stamp(
-        self,
-        pod: PodView,
-        raw: dict[str, Any],
         found: Route,
         pool: list[GPUReservation],
         latest: dict[str, GPUReservation],
@@ -345,7 +328,7 @@ class Admitter:
             if got.reservation is not None:
                 latest[cand.name] = got.reservation
             if got.admitted and got.claim is not None and got.reservation is not None:
-                return await self._stamp(pod, raw, got.reservation, got.claim, pool, now, path)
+                return await self._stamp(pod, got.reservation, got.claim, pool, now, path)
             if got.reason in {"error", "deadline"}:
                 return None
         return None
@@ -359,8 +342,11 @@ class Admitter:
         pod; None when the pod no longer waits or the claim or the patch failed (the
         caller cancels the lease then)."""
         pool = [*self._caches.reservations.items.values(), res]
+        fresh = await self._reread(pod)
+        if fresh is None:
+            return None
         found = Route(Path.ADMIT, (res,))
-        got = await self._admit(pod, found, pool, {}, now, path="on_demand")
+        got = await self._admit(fresh, found, pool, {}, now, path="on_demand")
         if got is not None and announce:
             await self.announce([got], now)
         return got
@@ -374,8 +360,10 @@ class Admitter:
         """Tell ``pod`` a waiting status on the shared throttle (one story per pod)."""
         await self._say(pod, HOLD, status, now)
 
-    async def _reread(self, pod: PodView) -> dict[str, Any] | None:
-        """The pod as it is now, when it still waits (R11 step 3); else None."""
+    async def _reread(self, pod: PodView) -> PodView | None:
+        """The pod as it is now, when it still waits (R11 step 3); else None. The
+        on-demand path's view was taken before a lease round trip: read it again rather
+        than let a since-changed pod fail the patch and cost the lease."""
         try:
             raw: dict[str, Any] = await self._gateway.get(PODS, pod.name, pod.namespace)
         except NotFound:
@@ -386,12 +374,11 @@ class Admitter:
         fresh = project_pod(raw, self._settings.rules)
         if fresh is None or fresh.uid != pod.uid or not queue.waiting([fresh]):
             return None
-        return raw
+        return fresh
 
     async def _stamp(
         self,
         pod: PodView,
-        raw: dict[str, Any],
         res: GPUReservation,
         claim: str,
         pool: list[GPUReservation],
@@ -400,16 +387,15 @@ class Admitter:
     ) -> Admitted | None:
         """Patch the pod after a successful claim; drop the hold again if that fails."""
         until = self._until(res, pool, now)
-        patch = queue.admission_patch(raw, res, claim, until, now, self._settings.queue.gate_name)
+        patch = queue.admission_patch(pod, res, claim, until, now, self._settings.queue.gate_name)
         try:
             await self._gateway.patch(PODS, pod.name, patch, pod.namespace)
         except KubeError as exc:
             log(_log, logging.WARNING, "queue.patch_failed", pod=pod.key, error=str(exc))
-            landed = await self._landed(pod, raw, claim) if isinstance(exc, ServerError) else False
+            landed = await self._landed(pod, claim) if isinstance(exc, ServerError) else False
             if not landed:
-                version = str((raw.get("metadata") or {}).get("resourceVersion", ""))
                 retry_at = now + timedelta(seconds=self._settings.queue_interval_s)
-                self._refused[pod.uid] = (version, retry_at)
+                self._refused[pod.uid] = (pod.resource_version, retry_at)
             if landed is None:
                 # The answer was lost and the patch may still land: keep the hold; upkeep
                 # binds it if it does, and expires it after the claim TTL if not.
@@ -441,10 +427,10 @@ class Admitter:
         )
         return Admitted(pod, res, claim)
 
-    async def _landed(self, pod: PodView, raw: dict[str, Any], claim: str) -> bool | None:
+    async def _landed(self, pod: PodView, claim: str) -> bool | None:
         """After a patch whose answer was lost: whether it was applied (the pod carries
-        ``claim``), not and never will be (the pod changed since ``raw``, so the patch's
-        ``test`` fails), or unknown (None)."""
+        ``claim``), not and never will be (the pod changed since the view the patch was
+        built from, so its ``test`` fails), or unknown (None)."""
         try:
             now_raw: dict[str, Any] = await self._gateway.get(PODS, pod.name, pod.namespace)
         except NotFound:
@@ -456,8 +442,7 @@ class Admitter:
             return False
         if (meta.get("annotations") or {}).get(vocab.ADMISSION_CLAIM) == claim:
             return True
-        read_version = (raw.get("metadata") or {}).get("resourceVersion")
-        return False if meta.get("resourceVersion") != read_version else None
+        return False if meta.get("resourceVersion") != pod.resource_version else None
 
     def _until(self, res: GPUReservation, pool: list[GPUReservation], now: datetime) -> datetime:
         facts = [r.facts for r in pool]

@@ -54,6 +54,12 @@ class PodView:
     declared: bool = False
     #: Controlled by a DaemonSet (``ownerReferences`` with ``controller: true``).
     daemon: bool = False
+    #: ``metadata.annotations`` is a map and ``spec.tolerations`` a list: the admission
+    #: patch adds into them, or creates them (``queue.admission_patch``). True by
+    #: default, the safe guess: a wrong "present" fails the patch, a wrong "absent"
+    #: would replace what is there.
+    annotation_map: bool = True
+    toleration_list: bool = True
 
     @property
     def key(self) -> str:
@@ -117,10 +123,11 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
     gpu_class = prof.gpu_class
     tolerations = tolerations_of(pod)
     listed = spec.get("schedulingGates")
+    # Positional (a malformed entry reads as ""), so a gate's index is its index in
+    # the pod: the admission patch removes gates by index.
     gates = tuple(
-        str(g.get("name"))
+        str(g.get("name")) if isinstance(g, dict) else ""
         for g in (listed if isinstance(listed, list) else [])
-        if isinstance(g, dict)
     )
     return PodView(
         namespace=str(meta.get("namespace", "")),
@@ -139,6 +146,8 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
         constraint=constraint_of(spec),
         declared=any(tolerates_reservation(t, gpu_class) for t in tolerations),
         daemon=_controlled_by(meta, _DAEMON_SET),
+        annotation_map=isinstance(meta.get("annotations"), Mapping),
+        toleration_list=isinstance(spec.get("tolerations"), list),
     )
 
 

@@ -14,7 +14,7 @@ toleration, every admission annotation, and removal of the scheduling gate.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -67,48 +67,42 @@ def pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = pod.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = pod.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
-
-
 def admission_patch(
-    pod: Mapping[str, Any],
+    pod: PodView,
     res: GPUReservation,
     claim: str,
     until: datetime,
     now: datetime,
     gate: str | None,
 ) -> list[dict[str, Any]]:
-    """The JSON Patch admitting ``pod`` (as read) under ``res`` with ``claim``."""
-    meta, spec = _meta(pod), _spec(pod)
+    """The JSON Patch admitting ``pod`` (the watch cache's view) under ``res`` with
+    ``claim``.
+
+    Built from the view, not a fresh read: the ``test`` on the view's resourceVersion
+    makes the apiserver refuse the whole patch when the pod changed since (R11: a pod
+    that finished, was admitted or tolerated meanwhile is never patched), so the view's
+    paths (annotations map, tolerations list, gate positions) are the pod's."""
     ops: list[dict[str, Any]] = [
-        {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
-        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+        {"op": "test", "path": "/metadata/uid", "value": pod.uid},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": pod.resource_version},
     ]
     toleration = granted_toleration(res.facts.gpu_class)
-    if isinstance(spec.get("tolerations"), list):
+    if pod.toleration_list:
         ops.append({"op": "add", "path": "/spec/tolerations/-", "value": toleration})
     else:
         ops.append({"op": "add", "path": "/spec/tolerations", "value": [toleration]})
     notes = admission_annotations(
         res.facts, claim=claim, guaranteed_until=until, now=now, admitted_at=now
     )
-    if isinstance(meta.get("annotations"), Mapping):
+    if pod.annotation_map:
         for key, value in sorted(notes.items()):
             path = f"/metadata/annotations/{pointer(key)}"
             ops.append({"op": "add", "path": path, "value": value})
     else:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": notes})
-    gates = spec.get("schedulingGates")
-    if gate and isinstance(gates, list):
+    if gate:
         # Highest index first, so earlier removals do not shift later ones.
-        found = [i for i, g in enumerate(gates) if isinstance(g, Mapping) and g.get("name") == gate]
+        found = [i for i, name in enumerate(pod.gates) if name == gate]
         ops.extend({"op": "remove", "path": f"/spec/schedulingGates/{i}"} for i in reversed(found))
     return ops
 

@@ -12,11 +12,13 @@ from prometheus_client import CollectorRegistry
 
 from reconciler.admit import Admitter, Knowledge
 from reconciler.caches import Caches
+from reconciler.pods import PodView, project_pod
 from reconciler.queue import QueueMetrics, admission_patch, next_start
 from reconciler.settings import load
 from shared import ledger, model, vocab
 from shared.clock import ManualClock, format_utc
 from shared.errors import Invalid
+from shared.policy.matching import MatchRules
 from shared.policy.tolerations import granted_toleration
 from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
@@ -108,11 +110,17 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+def view(raw: dict[str, Any]) -> PodView:
+    got = project_pod(raw, MatchRules())
+    assert got is not None
+    return got
+
+
 def test_patch_applies_to_the_original_pod() -> None:
     res = model.GPUReservation(facts())
     raw = gpu_pod("p", gated=True)
     raw["metadata"]["resourceVersion"] = "7"
-    ops = admission_patch(raw, res, "c-1", END, START, GATE)
+    ops = admission_patch(view(raw), res, "c-1", END, START, GATE)
     assert ops[:2] == [
         {"op": "test", "path": "/metadata/uid", "value": "uid-p"},
         {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
@@ -128,13 +136,23 @@ def test_patch_applies_to_the_original_pod() -> None:
     # Existing tolerations and annotations are kept (appended / added key by key).
     raw["spec"]["tolerations"] = [{"key": "x", "operator": "Exists"}]
     raw["metadata"]["annotations"] = {"keep": "me", "a/b~c": "1"}
-    out = jsonpatch.apply_patch(raw, admission_patch(raw, res, "c-1", END, START, None))
+    out = jsonpatch.apply_patch(raw, admission_patch(view(raw), res, "c-1", END, START, None))
     assert out["spec"]["tolerations"][0] == {"key": "x", "operator": "Exists"}
     assert out["metadata"]["annotations"]["keep"] == "me"
     assert out["spec"]["schedulingGates"] == raw["spec"]["schedulingGates"]
     raw["metadata"]["resourceVersion"] = "8"
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
-        jsonpatch.apply_patch(raw, ops)  # the pod changed since it was read
+        jsonpatch.apply_patch(raw, ops)  # the pod changed since the view was taken
+
+
+def test_the_patch_removes_our_gate_by_its_position_among_all_gates() -> None:
+    """The view keeps every gate's position, so the remove hits ours, not a neighbour."""
+    res = model.GPUReservation(facts())
+    raw = gpu_pod("p", gated=True)
+    raw["metadata"]["resourceVersion"] = "7"
+    raw["spec"]["schedulingGates"] = [{"name": "a"}, "junk", {"name": GATE}, {"name": "b"}]
+    out = jsonpatch.apply_patch(raw, admission_patch(view(raw), res, "c-1", END, START, GATE))
+    assert out["spec"]["schedulingGates"] == [{"name": "a"}, "junk", {"name": "b"}]
 
 
 def test_queued_pod_waits_then_is_admitted_at_window_open_by_the_timer() -> None:
@@ -307,5 +325,36 @@ def test_a_booking_declared_a_no_show_admits_no_queued_pod() -> None:
         await w.step()
         assert vocab.BOOKING_REFERENCE not in (w.pod("late")["metadata"].get("annotations") or {})
         assert not w.ledger_of().holds
+
+    run(scenario())
+
+
+def test_a_pod_changed_since_the_caches_view_is_not_patched_and_decided_again() -> None:
+    """R11 without a re-read: the patch is built from the cache's view and tests its
+    resourceVersion, so a pod that finished after the cache saw it is never admitted
+    (its claim is dropped again), and a pod changed in some other way is admitted as
+    soon as the cache shows the change."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(gpus=2))
+        w.kube.add(PODS, gpu_pod("done"))
+        w.kube.add(PODS, gpu_pod("edited"))
+        await w.sync()
+        finished = w.pod("done")
+        finished["status"] = {"phase": "Succeeded"}
+        w.kube.add(PODS, finished)  # the cache has not seen either change yet
+        edited = w.pod("edited")
+        edited["metadata"]["labels"]["team"] = "vision"
+        w.kube.add(PODS, edited)
+        assert await w.admitter.once() == []
+        assert w.ledger_of().holds == ()
+        for name in ("done", "edited"):
+            assert vocab.BOOKING_REFERENCE not in (w.pod(name)["metadata"].get("annotations") or {})
+        await w.step()  # the cache shows both changes: only the live pod is admitted
+        notes = w.pod("edited")["metadata"]["annotations"]
+        assert notes[vocab.BOOKING_REFERENCE] == "res-1"
+        assert [h.pod for h in w.ledger_of().holds] == ["edited"]
+        assert "annotations" not in w.pod("done")["metadata"]
 
     run(scenario())
