@@ -21,10 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
-import os
-import shutil
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -40,6 +36,7 @@ from bench.bench_window_open import (
     rank,
     tolerated,
 )
+from bench.sandboxed import measured
 from sandbox.kube.server import KubeServer
 from sandbox.kube.store import Change
 from sandbox.reconciler_component import ReconcilerProcess
@@ -49,7 +46,6 @@ from shared.clock import ScaledClock
 from shared.gateway import Gateway
 from shared.resources import PODS
 
-ROOT = Path(__file__).resolve().parent.parent
 USERS = 50
 PODS_PER_USER = 4
 NODES = 25
@@ -217,15 +213,7 @@ async def measure(state: Path) -> dict[str, Any]:
 
 
 def run() -> list[str]:
-    state = Path(tempfile.mkdtemp(prefix="bench-ondemand-"))
-    try:
-        found = asyncio.run(measure(state))
-    finally:
-        if not os.environ.get("BENCH_KEEP"):
-            shutil.rmtree(state, ignore_errors=True)
-    folder = Path(os.environ.get("BENCH_OUT", ROOT / ".bench"))
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "ondemand.json").write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
+    found = measured("ondemand", measure)
     total = found["candidates"]
     return [
         f"{total} one-GPU JIT pods of {USERS} users created at once "

