@@ -12,7 +12,6 @@ import asyncio
 import functools
 import json
 import signal
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -109,9 +108,7 @@ async def overcommit(tmp_path: Path) -> None:
             config, "patch", "node", "h100-r2", "--subresource=status", "--type=merge",
             "-p", json.dumps(ready_false),
         )  # fmt: skip
-        began = time.monotonic()
         await eventually(lambda: _equals(lambda: total("h100"), 8.0), 2)
-        assert time.monotonic() - began < 2
         # Cordoning and an allocatable change count too.
         await run(config, "cordon", "h100-r3")
         await eventually(lambda: _equals(lambda: total("h100"), 4.0), 2)
@@ -142,6 +139,12 @@ async def _equals(read: Any, want: float) -> bool:
 
 NOSHOW_ENV = {"NOSHOW_TIMEOUT_MINUTES": "1", "RESERVATION_FETCH_INTERVAL": "3600"}
 SCALE = 3.0
+#: Sandbox seconds before the deadline at which the late pod is created (5 wall s).
+LATE = timedelta(seconds=5 * SCALE)
+#: How late (sandbox seconds: 10 wall s) the cancel may be stamped after the deadline:
+#: a liveness bound, a tenth of the acceptance's "one tick" (QUEUE_PROCESSOR_INTERVAL,
+#: 300 s here).
+LATE_CANCEL_S = 30
 
 
 async def cancels(w: World, rid: int) -> list[dict[str, Any]]:
@@ -194,8 +197,11 @@ async def no_show(tmp_path: Path) -> None:
         names = [f"{vocab.RESERVATION_REF_PREFIX}{rid}" for rid in (unused, used)]
         facts = [await eventually(functools.partial(w.get, n), 10) for n in names]
         deadline = parse_utc(facts[1]["spec"]["start"]) + timedelta(minutes=1)
-        # One second (sandbox) before the deadline, alice's pod arrives for `used`.
-        await clock.sleep((deadline - timedelta(seconds=1) - clock.now()).total_seconds())
+        # Late, but before the deadline, alice's pod arrives for `used`. One sandbox second
+        # before it would be a third of a wall second here, which a loaded machine can
+        # miss (the create goes through the webhook): the exact edge is checked on a
+        # manual clock (tests/reconciler/test_noshow.py, one second before).
+        await clock.sleep((deadline - LATE - clock.now()).total_seconds())
         await w.gateway.create(PODS, gpu_pod("late", "a100"), "alice")
         created = await w.gateway.get(PODS, "late", "alice")
         assert parse_utc(created["metadata"]["creationTimestamp"]) < deadline
@@ -206,11 +212,14 @@ async def no_show(tmp_path: Path) -> None:
         calls = await eventually(lambda: cancels(w, unused), 15)
         assert [c["reason"] for c in calls] == ["no-show"]
         due = parse_utc(facts[0]["spec"]["start"]) + timedelta(minutes=1)
-        # The app's clock has whole seconds: the call is stamped at most 1 s early.
-        assert -1 <= (parse_utc(calls[0]["at"]) - due).total_seconds() <= 5
+        # The app's clock has whole seconds: the call is stamped at most 1 s early. The
+        # timer fires at the deadline itself (exactly so on a manual clock in
+        # tests/reconciler/test_noshow.py); here the bound is a liveness one, well within
+        # the acceptance's one tick (QUEUE_PROCESSOR_INTERVAL).
+        assert -1 <= (parse_utc(calls[0]["at"]) - due).total_seconds() <= LATE_CANCEL_S
         got = await eventually(lambda: record(w, unused), 5)
         assert got["attempts"] == 1
-        assert 0 <= (parse_utc(got["declaredAt"]) - due).total_seconds() <= 5
+        assert 0 <= (parse_utc(got["declaredAt"]) - due).total_seconds() <= LATE_CANCEL_S
         await eventually(lambda: _has(lambda: record(w, unused), "cancelledAt"), 5)
         await eventually(lambda: _cancelled(config, names[0]), 10)
         wide = await run(config, "get", vocab.CRD_SHORT_NAME, "-n", NS, names[0], "-o", "wide")

@@ -120,6 +120,24 @@ def test_a_held_booking_is_never_declared() -> None:
     asyncio.run(scenario())
 
 
+def test_a_pod_created_one_second_before_the_deadline_keeps_the_booking() -> None:
+    """Issue 11 acceptance 3's edge, on the manual clock (the sandbox scenario creates
+    its late pod seconds earlier: a loaded machine cannot promise one second there)."""
+
+    async def scenario() -> None:
+        w = World()
+        w.book(booking())
+        assert await advance_to(w, w.clock.now()) == []
+        assert await advance_to(w, DUE - timedelta(seconds=1)) == []
+        w.kube.add(PODS, pod("late", "res-1"), "alice")
+        assert await advance_to(w, DUE) == []
+        assert await advance_to(w, DUE + timedelta(hours=1)) == []
+        assert w.app.calls == []
+        assert w.record() is None
+
+    asyncio.run(scenario())
+
+
 def test_a_pod_that_raced_in_wins_and_the_declaration_is_withdrawn() -> None:
     async def scenario() -> None:
         w = World()

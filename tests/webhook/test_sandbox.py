@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 
 from shared import model, vocab
@@ -22,6 +23,7 @@ from shared.clock import utc
 from shared.policy.tolerations import tolerates_reservation
 from tests.policy.builders import PodBuilder
 from tests.tlskit import presented
+from tests.webhook.helpers import patch_of, review
 from tests.webhook.sandbox_thread import SandboxThread
 
 pytestmark = [
@@ -58,8 +60,25 @@ def booking(
     )
     res = model.GPUReservation(facts)
     sb.put_reservation(res)
-    time.sleep(0.3)  # let the replicas' watches deliver it
+    seen_by_every_replica(sb, res)
     return res
+
+
+def seen_by_every_replica(sb: SandboxThread, res: model.GPUReservation) -> None:
+    """Wait until every running replica's cache holds ``res`` (a pod created next may
+    meet any of them): a dry-run review of a pod of its owner, which claims nothing,
+    is answered naming it."""
+    probe = review(gpu_pod("probe", res.facts.owner).build(), dry_run=True)
+    deadline = time.monotonic() + 30
+    with httpx.Client(verify=False, timeout=10) as http:  # loopback, a test certificate
+        for replica in sb.webhook.replicas:
+            while replica.running:
+                answer = http.post(f"https://127.0.0.1:{replica.port}/mutate", json=probe)
+                doc = answer.json()
+                if res.name in json.dumps([doc["response"], patch_of(doc)]):
+                    break
+                assert time.monotonic() < deadline, f"{replica.name} never saw {res.name}"
+                time.sleep(0.05)
 
 
 def gpu_pod(name: str, namespace: str = "alice", gpus: int = 1) -> PodBuilder:
