@@ -6,7 +6,8 @@ GPU pods are kept); nodes tainted for the reservation system with
 GPUReservations in the controller namespace as ``shared.model.GPUReservation`` (a
 malformed object is skipped). A pod change that can alter a ledger — a pod under a
 reservation appearing, finishing, leaving, or changing its claim — touches that
-reservation's upkeep at once. ``Caches.inventory()`` is the node inventory of these
+reservation's upkeep at once; ``ByReference`` indexes the live admitted pods by that
+reservation for upkeep. ``Caches.inventory()`` is the node inventory of these
 caches (``reconciler.inventory``).
 """
 
@@ -19,10 +20,10 @@ from typing import Any
 from reconciler.inventory import InventoryCache
 from reconciler.pods import PodView, project_pod
 from reconciler.settings import ReconcilerSettings
-from reconciler.upkeep import Keeper
+from reconciler.upkeep import Keeper, charged_to
 from shared import model
 from shared.clock import Clock
-from shared.ledger import LedgerGateway
+from shared.ledger import LedgerGateway, PodUse
 from shared.logs import log
 from shared.policy.inventory import Inventory, NodeFacts, project_node_facts
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
@@ -68,6 +69,37 @@ def touched_reservations(old: PodView | None, new: PodView | None) -> set[str]:
     return names
 
 
+class ByReference:
+    """The pod cache's live admitted pods by the reservation they count in
+    (``upkeep.charged_to``), kept by a listener on every change the cache tells —
+    watch events and a relist's differences alike — so upkeep reads one reservation's
+    pods without scanning the cache. A pod keeps its place while it stays under the
+    same reservation (the order holds are rebuilt in)."""
+
+    def __init__(self) -> None:
+        self._groups: dict[str, dict[str, PodView]] = {}
+
+    def changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
+        """The cache's listener: ``key`` went from ``old`` to ``new`` (None: absent)."""
+        ref = charged_to(new) if new is not None else None
+        was = charged_to(old) if old is not None else None
+        if was is not None and was != ref:
+            group = self._groups.get(was, {})
+            group.pop(key, None)
+            if not group:
+                self._groups.pop(was, None)
+        if new is not None and ref is not None:
+            self._groups.setdefault(ref, {})[key] = new
+
+    def uses(self, name: str) -> list[PodUse]:
+        """What those pods use (``shared.ledger.rebuild``'s input)."""
+        return [pod.use() for pod in self._groups.get(name, {}).values()]
+
+    def clear(self) -> None:
+        """Forget everything (the cache was emptied without telling its listeners)."""
+        self._groups.clear()
+
+
 class Caches:
     """The three caches and the ledger keeper of one leader term."""
 
@@ -97,12 +129,15 @@ class Caches:
             namespace=ns,
             resync_s=resync,
         )
+        #: Listens first, so every other listener reads it already updated.
+        self.by_reference = ByReference()
+        self.pods.listeners.append(self.by_reference.changed)
         self.keeper = Keeper(
             ledger_gw,
             ns,
             clock,
             settings.ledger_claim_ttl_s,
-            lambda: self.pods.items.values(),
+            self.by_reference.uses,
             self.by_name,
             self.ready,
         )
@@ -132,6 +167,7 @@ class Caches:
             cache.items = {}
             cache.synced.clear()
             cache.failing_since = None
+        self.by_reference.clear()
         self._inventory.invalidate()
 
     def stalled(self, grace_s: float) -> list[str]:

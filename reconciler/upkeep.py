@@ -32,13 +32,21 @@ _log = logging.getLogger(__name__)
 UPKEEP_DEADLINE_S = 10.0
 
 
+def charged_to(pod: PodView) -> str | None:
+    """The reservation whose ledger ``pod`` counts in: the one it references, while it
+    is live (not finished) and has a uid; None when it counts in none."""
+    if pod.finished or not pod.uid:
+        return None
+    return pod.reference
+
+
 def uses_by_reservation(pods: Iterable[PodView]) -> dict[str, list[PodUse]]:
     """Live admitted pods, grouped by the reservation they reference."""
     grouped: dict[str, list[PodUse]] = {}
     for pod in pods:
-        if pod.finished or pod.reference is None or not pod.uid:
-            continue
-        grouped.setdefault(pod.reference, []).append(pod.use())
+        ref = charged_to(pod)
+        if ref is not None:
+            grouped.setdefault(ref, []).append(pod.use())
     return grouped
 
 
@@ -100,7 +108,11 @@ async def passes(
 
 
 class Keeper:
-    """Runs upkeep over the caches; ``touch`` asks for one reservation at once."""
+    """Runs upkeep over the caches; ``touch`` asks for one reservation at once.
+
+    ``uses(name)`` gives the live pods charged to reservation ``name`` as the pod cache
+    holds them at the call (``reconciler.caches.ByReference``: an index, so a write
+    attempt costs the pods of its reservation, not a scan of every pod)."""
 
     def __init__(
         self,
@@ -108,7 +120,7 @@ class Keeper:
         namespace: str,
         clock: Clock,
         ttl_s: float,
-        pods: Callable[[], Iterable[PodView]],
+        uses: Callable[[str], list[PodUse]],
         reservations: Callable[[], Mapping[str, GPUReservation]],
         ready: Callable[[], bool],
     ) -> None:
@@ -116,7 +128,7 @@ class Keeper:
         self._ns = namespace
         self._clock = clock
         self._ttl_s = ttl_s
-        self._pods = pods
+        self._uses = uses
         self._reservations = reservations
         self._ready = ready
         self._dirty: set[str] = set()
@@ -165,7 +177,7 @@ class Keeper:
         reservations = dict(self._reservations())
         if names is not None:
             reservations = {n: r for n, r in reservations.items() if n in names}
-        uses = uses_by_reservation(self._pods())
+        uses = {name: self._uses(name) for name in reservations}
         ttl_s = self._ttl_s
         written = []
         for name in stale(reservations, uses, now, ttl_s):
@@ -177,7 +189,7 @@ class Keeper:
                 # be judged against a cache at least that new, or its pod would look
                 # gone and the hold be dropped while the pod runs — freeing its GPUs
                 # for one admission too many.
-                return wanted(cur, uses_by_reservation(self._pods()).get(name, []), now, ttl_s)
+                return wanted(cur, self._uses(name), now, ttl_s)
 
             deadline = time.monotonic() + UPKEEP_DEADLINE_S
             got = await ledger.amend(

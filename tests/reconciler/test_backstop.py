@@ -9,10 +9,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from reconciler.backstop import Backstop, Breach, Scope, findings, message, wire
-from reconciler.upkeep import Keeper
+from reconciler.upkeep import Keeper, uses_by_reservation
 from shared import model, vocab
 from shared.clock import format_utc
 from shared.errors import ServerError
+from shared.ledger import PodUse
 from shared.resources import GPU_RESERVATIONS
 from tests.reconciler.builders import NS, START
 from tests.reconciler.upholdkit import H, World, facts, raw_pod, run
@@ -218,9 +219,11 @@ def test_a_wiped_ledger_is_rebuilt_not_evicted() -> None:
         w.add_pod(created(raw_pod(f"job-{i}", "res-1"), NOW), "res-1")
     obj = w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]
     obj["status"] = {}
-    keeper = Keeper(
-        w.kube, NS, w.clock, 120, lambda: w.pods().values(), w.reservations, lambda: True
-    )
+
+    def uses(name: str) -> list[PodUse]:
+        return uses_by_reservation(w.pods().values()).get(name, [])
+
+    keeper = Keeper(w.kube, NS, w.clock, 120, uses, w.reservations, lambda: True)
     assert run(keeper.once()) == ["res-1"]
     assert len(w.reservations()["res-1"].holds) == 2
     assert run(backstop(w).once()) == 0

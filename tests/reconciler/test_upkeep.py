@@ -12,6 +12,7 @@ from reconciler.settings import load
 from reconciler.upkeep import Keeper, stale, uses_by_reservation
 from shared import ledger, model, vocab
 from shared.clock import ManualClock
+from shared.ledger import PodUse
 from shared.model import Hold
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS
@@ -66,9 +67,10 @@ class World:
         self.pods: list[PodView] = []
         res = model.GPUReservation(facts(), holds)
         self.kube.add(GPU_RESERVATIONS, model.to_object(res, NS, NOW), NS)
-        self.keeper = Keeper(
-            self.kube, NS, self.clock, TTL, lambda: self.pods, self.cached, lambda: True
-        )
+        self.keeper = Keeper(self.kube, NS, self.clock, TTL, self.uses, self.cached, lambda: True)
+
+    def uses(self, name: str) -> list[PodUse]:
+        return uses_by_reservation(self.pods).get(name, [])
 
     def cached(self) -> dict[str, model.GPUReservation]:
         return {

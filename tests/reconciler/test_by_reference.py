@@ -1,0 +1,118 @@
+"""The pod cache's index by booking reference (``reconciler.caches.ByReference``): upkeep
+reads one reservation's pods from it, so it must equal a full scan of the cache after
+every change — watch events, a relist's differences, a reset."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconciler.caches import Caches
+from reconciler.settings import load
+from reconciler.upkeep import uses_by_reservation
+from shared.clock import ManualClock
+from shared.gateway import ListResult, WatchEvent
+from tests.reconciler.builders import START
+from tests.reconciler.upholdkit import raw_pod
+
+NAMES = ("a", "b", "c")
+REFS = (None, "res-1", "res-2")
+PHASES = ("Pending", "Running", "Succeeded")
+
+
+class Listed:
+    """A gateway whose LIST answers ``items`` (the pods a relist finds)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    async def list_all(self, *args: Any, **kwargs: Any) -> ListResult:
+        return ListResult([dict(o) for o in self.items], "1")
+
+
+def pod(name: str, ref: str | None, phase: str = "Running", uid: str = "") -> dict[str, Any]:
+    raw = raw_pod(name, ref)
+    raw["metadata"]["uid"] = uid or f"uid-{name}"
+    raw["status"]["phase"] = phase
+    return raw
+
+
+def caches() -> tuple[Caches, Listed]:
+    listed = Listed()
+    env = {"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k"}
+    built = Caches(listed, load(env)[0], ManualClock(START))
+    return built, listed
+
+
+def by_index(c: Caches) -> dict[str, list[Any]]:
+    found = {name: c.by_reference.uses(name) for name in ("res-1", "res-2")}
+    return {name: sorted(uses, key=lambda u: u.uid) for name, uses in found.items() if uses}
+
+
+def by_scan(c: Caches) -> dict[str, list[Any]]:
+    grouped = uses_by_reservation(c.pods.items.values())
+    return {name: sorted(uses, key=lambda u: u.uid) for name, uses in grouped.items()}
+
+
+def test_index_follows_add_update_delete_relist_and_reset() -> None:
+    c, listed = caches()
+    c.pods.apply(WatchEvent("ADDED", pod("a", "res-1")))
+    c.pods.apply(WatchEvent("ADDED", pod("b", "res-1")))
+    c.pods.apply(WatchEvent("ADDED", pod("c", None)))
+    assert [u.name for u in c.by_reference.uses("res-1")] == ["a", "b"]
+    c.pods.apply(WatchEvent("MODIFIED", pod("a", "res-2")))  # re-linked
+    assert [u.name for u in c.by_reference.uses("res-1")] == ["b"]
+    assert [u.name for u in c.by_reference.uses("res-2")] == ["a"]
+    c.pods.apply(WatchEvent("MODIFIED", pod("b", "res-1", "Succeeded")))  # finished
+    assert c.by_reference.uses("res-1") == []
+    c.pods.apply(WatchEvent("DELETED", pod("a", "res-2")))
+    assert by_index(c) == {}
+    # Missed while away: the relist's differences keep the index right.
+    listed.items = [pod("a", "res-1", uid="uid-a2"), pod("c", "res-2")]
+    asyncio.run(c.pods.relist())
+    assert by_index(c) == by_scan(c)
+    assert [u.uid for u in c.by_reference.uses("res-1")] == ["uid-a2"]
+    c.reset()
+    assert by_index(c) == {}
+    asyncio.run(c.pods.relist())
+    assert by_index(c) == by_scan(c) != {}
+
+
+def test_a_pod_keeps_its_place_while_it_stays_under_its_reservation() -> None:
+    """Holds are rebuilt in the index's order: an update must not reorder them (a
+    reordered ledger would read as stale and be written again)."""
+    c, _ = caches()
+    for name in NAMES:
+        c.pods.apply(WatchEvent("ADDED", pod(name, "res-1")))
+    c.pods.apply(WatchEvent("MODIFIED", pod("a", "res-1", "Pending")))
+    assert [u.name for u in c.by_reference.uses("res-1")] == ["a", "b", "c"]
+
+
+EVENT = st.tuples(
+    st.sampled_from(("ADDED", "MODIFIED", "DELETED")),
+    st.sampled_from(NAMES),
+    st.sampled_from(REFS),
+    st.sampled_from(PHASES),
+    st.sampled_from(("", "uid-other")),
+)
+RELIST = st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(REFS)), max_size=3)
+STEP = st.one_of(EVENT, RELIST.map(lambda pods: ("relist", pods)), st.just(("reset",)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(STEP, max_size=25))
+def test_index_equals_a_full_scan_after_every_change(steps: list[Any]) -> None:
+    c, listed = caches()
+    for step in steps:
+        if step[0] == "relist":
+            listed.items = [pod(name, ref) for name, ref in dict(step[1]).items()]
+            asyncio.run(c.pods.relist())
+        elif step[0] == "reset":
+            c.reset()
+        else:
+            kind, name, ref, phase, uid = step
+            c.pods.apply(WatchEvent(kind, pod(name, ref, phase, uid)))
+        assert by_index(c) == by_scan(c)
