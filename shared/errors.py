@@ -57,6 +57,10 @@ class Invalid(KubeError):
 class TooManyRequests(KubeError):
     """429: throttled; retry later."""
 
+    #: The answer's ``Retry-After`` in seconds, when it had a readable one (the gateway
+    #: has already waited and retried it as far as ``shared.gateway`` allows).
+    retry_after_s: float | None = None
+
 
 class ServerError(KubeError):
     """5xx, an unreadable answer, a timeout or a connection failure (code 0)."""

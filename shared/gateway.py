@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,7 +23,7 @@ import kubernetes.client
 import kubernetes.config
 import urllib3
 
-from shared.errors import Gone, KubeError, ServerError, from_status
+from shared.errors import Gone, KubeError, ServerError, TooManyRequests, from_status
 from shared.resources import Resource
 
 PatchType = Literal["json", "merge", "strategic"]
@@ -80,6 +80,44 @@ def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Confi
     return cfg
 
 
+#: Times one call the apiserver throttled (429 with a ``Retry-After``) is sent again.
+THROTTLE_RETRIES = 3
+#: The longest wait honoured from one ``Retry-After``, in seconds (a larger one is cut
+#: to it, so a throttled call gives up within a bounded time and its caller decides).
+THROTTLE_WAIT_CAP_S = 5.0
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """A ``Retry-After`` header's delay in seconds; None when absent or not a whole
+    non-negative number of seconds (the apiserver sends only that form; an HTTP date or
+    anything malformed is not honoured)."""
+    text = (value or "").strip()
+    return float(text) if text.isascii() and text.isdigit() else None
+
+
+def throttle_wait(error: KubeError, retries: int) -> float | None:
+    """Seconds to wait before sending a call again after ``error``, when ``retries``
+    retries were made already; None to give up and raise it (no side effects).
+
+    Only a 429 carrying a readable ``Retry-After`` is retried (the apiserver throttled
+    the request before doing anything, so any verb may be sent again; client-go does
+    the same), at most ``THROTTLE_RETRIES`` times, each wait capped at
+    ``THROTTLE_WAIT_CAP_S``."""
+    if not isinstance(error, TooManyRequests) or error.retry_after_s is None:
+        return None
+    if retries >= THROTTLE_RETRIES:
+        return None
+    return min(error.retry_after_s, THROTTLE_WAIT_CAP_S)
+
+
+def failure(status: int, body: bytes, headers: Any) -> KubeError:
+    """Our error for an HTTP answer, a 429 with its ``Retry-After``."""
+    error = from_status(status, body)
+    if isinstance(error, TooManyRequests):
+        error.retry_after_s = retry_after_s(headers.get("Retry-After"))
+    return error
+
+
 #: Connections kept beyond the workers' for long-running watches.
 WATCH_CONNECTIONS = 8
 
@@ -92,6 +130,7 @@ class Gateway:
         configuration: kubernetes.client.Configuration,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_workers: int = 16,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         # urllib3 keeps cpu_count × 5 connections by default (10 on two cores): fewer
         # than the workers plus the open watches, so a burst kept discarding connections
@@ -101,6 +140,8 @@ class Gateway:
         )
         self._api = kubernetes.client.ApiClient(configuration)
         self._timeout_s = timeout_s
+        #: How a throttled call waits out its ``Retry-After`` (tests record it).
+        self._sleep = sleep
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube")
 
     @classmethod
@@ -280,15 +321,28 @@ class Gateway:
         body: Any = None,
         headers: dict[str, str] | None = None,
     ) -> Response:
-        """One HTTP call on a worker thread; JSON in and out."""
+        """One HTTP call on a worker thread; JSON in and out. A call the apiserver
+        throttled is sent again after its ``Retry-After`` (``throttle_wait``)."""
         loop = asyncio.get_running_loop()
-        try:
-            return await asyncio.wait_for(
-                loop.run_in_executor(self._pool, self._call, method, path, query, body, headers),
-                timeout=self._timeout_s + 1,
-            )
-        except TimeoutError as exc:
-            raise ServerError(0, f"{method} {path}: no answer within {self._timeout_s}s") from exc
+        retries = 0
+        while True:
+            try:
+                return await asyncio.wait_for(
+                    loop.run_in_executor(
+                        self._pool, self._call, method, path, query, body, headers
+                    ),
+                    timeout=self._timeout_s + 1,
+                )
+            except TimeoutError as exc:
+                raise ServerError(
+                    0, f"{method} {path}: no answer within {self._timeout_s}s"
+                ) from exc
+            except TooManyRequests as exc:
+                wait = throttle_wait(exc, retries)
+                if wait is None:
+                    raise
+            await self._sleep(wait)
+            retries += 1
 
     def _url_and_headers(
         self, method: str, path: str, query: dict[str, Any] | None, headers: dict[str, str] | None
@@ -321,7 +375,7 @@ class Gateway:
         except urllib3.exceptions.HTTPError as exc:
             raise ServerError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         if resp.status >= 300:
-            raise from_status(resp.status, resp.data)
+            raise failure(resp.status, resp.data, resp.headers)
         try:
             decoded = json.loads(resp.data) if resp.data else {}
         except ValueError as exc:
@@ -350,7 +404,7 @@ class Gateway:
             raise ServerError(0, f"watch {path}: {type(exc).__name__}: {exc}") from exc
         resp_box.append(resp)
         if resp.status >= 300:
-            raise from_status(resp.status, resp.read())
+            raise failure(resp.status, resp.read(), resp.headers)
         buffer = b""
         try:
             for chunk in resp.stream(64 * 1024, decode_content=True):

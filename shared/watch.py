@@ -5,8 +5,9 @@ One cycle: LIST (a consistent snapshot, diffed against the cache so listeners he
 about every change, including deletes missed while away), then WATCH from the list's
 resourceVersion, resuming from the last event or bookmark when the server closes the
 stream. A 410 Gone relists at once; any other error waits ``retry_s`` on the injected
-clock and relists. With ``resync_s`` set, the cycle ends that often and a fresh LIST
-heals any drift (periodic resync); with ``None`` the watch goes on until it fails.
+clock (or a 429's ``Retry-After`` when longer, capped) and relists. With ``resync_s``
+set, the cycle ends that often and a fresh LIST heals any drift (periodic resync); with
+``None`` the watch goes on until it fails.
 
 A projection function turns each raw object into the few fields its users need, or
 ``None`` to ignore the object (it then counts as absent). The key defaults to
@@ -28,8 +29,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from shared.clock import Clock
-from shared.errors import Gone, KubeError
-from shared.gateway import ListResult, WatchEvent
+from shared.errors import Gone, KubeError, TooManyRequests
+from shared.gateway import THROTTLE_WAIT_CAP_S, ListResult, WatchEvent
 from shared.logs import log
 from shared.resources import Resource
 
@@ -88,6 +89,13 @@ def not_older(candidate: str, current: str) -> bool:
     return True
 
 
+def relist_wait(error: KubeError, retry_s: float) -> float:
+    """Seconds before the next LIST after ``error``: ``retry_s``, or a throttled
+    answer's ``Retry-After`` when that is longer (capped as the gateway caps it)."""
+    after = error.retry_after_s if isinstance(error, TooManyRequests) else None
+    return retry_s if after is None else max(retry_s, min(after, THROTTLE_WAIT_CAP_S))
+
+
 class Watched(Generic[T]):
     """One resource's projections, kept current by LIST + WATCH."""
 
@@ -139,7 +147,7 @@ class Watched(Generic[T]):
                 log(_log, logging.WARNING, "watch.failed", resource=self.res.plural, error=str(exc))
                 if self.failing_since is None:
                     self.failing_since = self._monotonic()
-                await self._clock.sleep(self._retry_s)
+                await self._clock.sleep(relist_wait(exc, self._retry_s))
 
     def failing_for(self) -> float:
         """Seconds the LIST/WATCH has kept failing with no good LIST since (0: fine).

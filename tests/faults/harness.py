@@ -9,7 +9,10 @@ drives its passes itself (``FaultWorld.poll``) so every step is deterministic. F
   delay past the client's), a dropped connection, malformed JSON, a wrong schema, a
   slow but timely body — through the app emulator's control API;
 - kube (``KubeServer.faults``): 409 on GPUReservation writes, 500 on the pod list, 429
-  with ``Retry-After``, slow answers, 410 on a watch, a watch dropped mid-body.
+  with ``Retry-After``, slow answers, 410 on a watch, a watch dropped mid-body. The
+  gateway resends a throttled call after its ``Retry-After`` a bounded number of times;
+  here it does not wait the seconds out in wall time (``no_wait``: the cell's time is
+  the manual clock), so a lasting 429 fails each call at once as it did before.
 
 ``observe`` reads the state the invariants are about, normalised (claim ids, uids and
 timestamps dropped): GPUReservation specs and holds, pods, Events, app reservations.
@@ -360,6 +363,11 @@ def _spec(obj: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+async def no_wait(seconds: float) -> None:
+    """The harness gateway's wait for a ``Retry-After``: none (a turn of the loop)."""
+    await asyncio.sleep(0)
+
+
 @asynccontextmanager
 async def fault_world(tmp_path: Path, start: datetime = T0) -> AsyncIterator[FaultWorld]:
     """Kube + app emulators on a manual clock at ``start``; the CRD installed."""
@@ -372,7 +380,7 @@ async def fault_world(tmp_path: Path, start: datetime = T0) -> AsyncIterator[Fau
         kubeconfig = tmp_path / "admin.kubeconfig"
         kubeconfig.write_text(ctx.kubeconfig, encoding="utf-8")
         await install(kubeconfig, ctx.namespace)
-        gateway = Gateway.from_kubeconfig(str(kubeconfig))
+        gateway = Gateway.from_kubeconfig(str(kubeconfig), sleep=no_wait)
         async with httpx.AsyncClient(timeout=10) as http:
             world = FaultWorld(ctx, gateway, http)
             try:

@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import kubernetes.client
 import pytest
 
 from shared import errors
-from shared.gateway import Gateway
+from shared.gateway import THROTTLE_RETRIES, THROTTLE_WAIT_CAP_S, Gateway
 from shared.resources import CONFIGMAPS, PODS
 from tests.kube.conftest import Running, pod
 
 
-def _gateway(kube: Running, tmp_path: Path) -> Gateway:
+def _gateway(kube: Running, tmp_path: Path, **kwargs: Any) -> Gateway:
     """A gateway on the plain-HTTP listener (TLS is exercised by the kubectl tests)."""
     cfg = kubernetes.client.Configuration()
     cfg.host = kube.server.url
     cfg.api_key = {"authorization": f"Bearer {kube.server.admin_token}"}
     cfg.proxy = None
-    return Gateway(cfg)
+    return Gateway(cfg, **kwargs)
 
 
 def test_gateway_verbs_and_error_mapping(kube: Running, ns: str, tmp_path: Path) -> None:
@@ -82,6 +83,95 @@ def test_gateway_watch_and_gone(kube: Running, ns: str, tmp_path: Path) -> None:
             with pytest.raises(errors.Gone):
                 async for _ in gw.watch(CONFIGMAPS, start, ns, timeout_s=1):
                     pass
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+class Naps:
+    """The gateway's sleep, recorded instead of waited (no wall-clock time passes)."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+def _throttle(kube: Running, path: str, retry_after: str | None, count: int | None) -> Any:
+    """The emulator's injected 429 on ``path``, with that ``Retry-After`` if any."""
+    headers = {} if retry_after is None else {"Retry-After": retry_after}
+    return kube.server.faults.add(method="*", path=path, status=429, headers=headers, count=count)
+
+
+def test_a_throttled_call_is_sent_again_after_its_retry_after(
+    kube: Running, ns: str, tmp_path: Path
+) -> None:
+    """A 429 with ``Retry-After: 1`` twice: the call waits 1 s before each resend and
+    succeeds; a throttled create is sent again and creates the object once."""
+
+    async def scenario() -> None:
+        naps = Naps()
+        gw = _gateway(kube, tmp_path, sleep=naps)
+        try:
+            await gw.create(CONFIGMAPS, {"metadata": {"name": "c"}}, ns)
+            fault = _throttle(kube, f"/api/v1/namespaces/{ns}/configmaps/c", "1", 2)
+            got = await gw.get(CONFIGMAPS, "c", ns)
+            assert got["metadata"]["name"] == "c"
+            assert (fault.fired, naps.waits) == (2, [1.0, 1.0])
+            fault = _throttle(kube, f"/api/v1/namespaces/{ns}/configmaps", "0", 1)
+            await gw.create(CONFIGMAPS, {"metadata": {"name": "d"}}, ns)
+            assert fault.fired == 1
+            names = [o["metadata"]["name"] for o in (await gw.list_all(CONFIGMAPS, ns)).items]
+            assert sorted(names) == ["c", "d"]
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+def test_throttling_that_lasts_gives_up_after_bounded_waits(
+    kube: Running, ns: str, tmp_path: Path
+) -> None:
+    """Throttled on every try: THROTTLE_RETRIES resends, each wait capped, then the
+    caller gets TooManyRequests carrying the server's Retry-After."""
+
+    async def scenario() -> None:
+        naps = Naps()
+        gw = _gateway(kube, tmp_path, sleep=naps)
+        try:
+            fault = _throttle(kube, f"/api/v1/namespaces/{ns}/configmaps/c", "3600", None)
+            with pytest.raises(errors.TooManyRequests) as caught:
+                await gw.get(CONFIGMAPS, "c", ns)
+            assert caught.value.retry_after_s == 3600.0
+            assert fault.fired == THROTTLE_RETRIES + 1
+            assert naps.waits == [THROTTLE_WAIT_CAP_S] * THROTTLE_RETRIES
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "retry_after",
+    [None, "", "soon", "-1", "1.5", "Wed, 21 Oct 2015 07:28:00 GMT", "\u00b2"],
+    ids=["absent", "empty", "word", "negative", "fraction", "http-date", "non-ascii-digit"],
+)
+def test_a_429_without_a_readable_retry_after_is_not_retried(
+    kube: Running, ns: str, tmp_path: Path, retry_after: str | None
+) -> None:
+    """Nothing to honour: the caller gets TooManyRequests at once, as before."""
+
+    async def scenario() -> None:
+        naps = Naps()
+        gw = _gateway(kube, tmp_path, sleep=naps)
+        try:
+            fault = _throttle(kube, f"/api/v1/namespaces/{ns}/configmaps/c", retry_after, None)
+            with pytest.raises(errors.TooManyRequests) as caught:
+                await gw.get(CONFIGMAPS, "c", ns)
+            assert caught.value.retry_after_s is None
+            assert (fault.fired, naps.waits) == (1, [])
         finally:
             gw.close()
 
