@@ -4,8 +4,10 @@ The lease path (``reconciler.ondemand``) asks for leases; this keeper retires th
 Rules, all state-based over the caches so a restart finds what it missed:
 
 - **teardown**: an active, open ``on_demand`` lease that no live pod carries any more,
-  after a pod that used it finished or left, is cancelled ``pod-terminated``;
-- **orphan**: one no pod ever carried, with no ledger hold, older than
+  after a pod that used it finished or left, is cancelled ``pod-terminated`` (§2.9: the
+  lease's pod finished or was deleted) — also when the pod left while no reconciler ran:
+  its hold, bound to the pod, is then dropped by upkeep, and that tells;
+- **orphan**: one no pod is known to have carried, with no ledger hold, older than
   ``LEDGER_CLAIM_TTL_SECONDS`` and not just used by this process, is cancelled
   ``controller-revoked`` (a grant whose admission never happened — the reconciler died
   between the two, or the pod left first); a timer fires when the soonest unused lease
@@ -112,6 +114,21 @@ class LeaseKeeper:
             self._ended.add(old.reference)
             return True
         return False
+
+    def ledger_changed(self, old: GPUReservation | None, new: GPUReservation | None) -> bool:
+        """Note a lease whose ledger dropped the hold bound to a pod the pod cache no
+        longer holds: a pod admitted under it left, though no pod event may have said so
+        (it was deleted while no reconciler ran; after the restart only upkeep's drop of
+        its hold tells). A pod still cached (re-linked elsewhere, or finished: the pod
+        rules see those) is not. True when a batch should run."""
+        if old is None or new is None or old.facts.kind is not Kind.ON_DEMAND:
+            return False
+        kept = {h.pod_uid for h in new.holds}
+        dropped = {h.pod_uid for h in old.holds if h.bound and h.pod_uid not in kept}
+        if not dropped or dropped & {p.uid for p in self._caches.pods.items.values()}:
+            return False
+        self._ended.add(new.name)
+        return True
 
     @contextmanager
     def using(self, name: str) -> Iterator[None]:

@@ -213,7 +213,9 @@ class Leaser:
         self, _key: str, old: GPUReservation | None, new: GPUReservation | None
     ) -> None:
         """A booking that appears or changes may take a lease's pod now, or when it opens
-        (R25: the merge timer is re-armed)."""
+        (R25: the merge timer is re-armed). A lease's pod may have left unseen."""
+        if self.keeper.ledger_changed(old, new):
+            self._wake.set()
         if new is None or new.facts.kind is not Kind.BOOKING:
             return
         if old is None or old.facts != new.facts:

@@ -141,8 +141,9 @@ def jit_pod(name: str = "job", verdict: bool = True) -> dict[str, Any]:
 
 
 class World:
-    def __init__(self, **env: str) -> None:
-        self.kube = Kube()
+    def __init__(self, kube: Kube | None = None, **env: str) -> None:
+        """``kube``: the cluster of an earlier world (a restarted reconciler)."""
+        self.kube = kube or Kube()
         self.clock = ManualClock(START + timedelta(seconds=1))
         base = {
             "RESERVATION_API_URL": "http://app",
