@@ -111,7 +111,7 @@ async def lease_lifecycle(tmp_path: Path) -> None:
         await eventually(announced, 5)
         await watch_pod(w, "job", lambda p: p["status"].get("phase") == "Succeeded", 15)
 
-        async def cancelled() -> bool:
+        async def cancelled() -> bool:  # within 3 s: `python -m bench lease`'s figure
             return str(lease.status) == "cancelled"
 
         await eventually(cancelled, 3)
@@ -149,8 +149,8 @@ async def merge(tmp_path: Path) -> None:
             moved = reference(await pod_of(w, "job")) == booking
             return SystemClock().now() if moved else None
 
-        # Within 2 s of the opening on a quiet machine (issue 12 acceptance 6); here the
-        # check is that it never happened before the booking opened.
+        # Within 2 s of the opening on a quiet machine (issue 12 acceptance 6): the figure
+        # is `python -m bench lease`'s (opened → merged); here never before it opened.
         seen = await eventually(merged, 4 + 2)
         assert seen >= opens, f"merged {(opens - seen).total_seconds():.2f} s early"
 
