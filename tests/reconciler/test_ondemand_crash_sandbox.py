@@ -42,7 +42,7 @@ async def killed(tmp_path: Path) -> None:
         config = tmp_path / "kubeconfig"
         proc = await w.replica("r1", True, **CRASH_ENV)
         await asyncio.sleep(1.0)
-        fault = {"method": "POST", "path": "/api/reservations", "answer_after_s": 5, "count": 2}
+        fault = {"method": "POST", "path": "/api/reservations", "answer_after_s": 12, "count": 2}
         assert (await w.http.post(f"{w.app}/_sandbox/faults", json=fault)).status_code == 201
         await create(config, jit_manifest("survivor"), jit_manifest("leaver"))
 
