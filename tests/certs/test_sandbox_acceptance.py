@@ -166,7 +166,7 @@ async def acceptance(w: World, webhook: WebhookComponent) -> None:
     assert renewed["data"][CA_CRT] == secret["data"][CA_CRT]  # same CA: caBundle kept
     assert (await w.versions())[1:] == first[1:]
     want = der(renewed["data"][TLS_CRT])
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # liveness: the replica rereads its files
     while await asyncio.to_thread(presented, replica.port) != want:
         assert time.monotonic() < deadline, "the webhook still presents the old certificate"
         await asyncio.sleep(0.1)
@@ -206,7 +206,7 @@ async def rotation_scenario(tmp_path: Path) -> None:
         overrides = renewal_overrides(before.not_after, datetime.now(UTC))
         replica = ReconcilerProcess(ctx, "r0", {**env, **overrides, "CERT_CHECK_INTERVAL": "1"})
         await replica.start()  # under the chart's reconciler account and its RBAC
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30  # liveness, both steps
         while webhook.serving_pair().certificate == before.certificate:
             assert time.monotonic() < deadline, "the reconciler did not renew the certificate"
             await asyncio.sleep(0.2)

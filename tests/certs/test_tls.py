@@ -6,6 +6,7 @@ import asyncio
 import socket
 import ssl
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -108,13 +109,12 @@ def presented(tls: ReloadingTLS) -> str | None:
     return tls.certificate.fingerprint if tls.certificate else None
 
 
-def wait_for(condition: Any, timeout_s: float = 5.0) -> None:
-    deadline = threading.Event()
-    for _ in range(int(timeout_s / POLL_S)):
-        if condition():
-            return
-        deadline.wait(POLL_S)
-    raise AssertionError("condition not reached")
+def wait_for(condition: Any, timeout_s: float = 30.0) -> None:
+    """Poll ``condition`` until it holds (a liveness bound: a loaded machine is slow)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(POLL_S)
 
 
 def test_uvicorn_serves_the_loaded_certificate_for_the_apiserver_name(served: Served) -> None:

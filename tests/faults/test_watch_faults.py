@@ -32,7 +32,7 @@ FAULTS = (
 )
 
 
-async def until(w: FaultWorld, check: object, within_s: float = 10.0) -> None:
+async def until(w: FaultWorld, check: object, within_s: float = 30.0) -> None:
     """Turn the manual clock (the cache's retry pause) until ``check()`` holds."""
     deadline = time.monotonic() + within_s
     while not check():  # type: ignore[operator]

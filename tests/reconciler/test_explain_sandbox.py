@@ -98,7 +98,7 @@ class User:
     def create(self, manifest: dict[str, Any]) -> None:
         self.ok("create", "-f", "-", stdin=json.dumps(manifest))
 
-    def until(self, *args: str, text: str, within_s: float = 20) -> str:
+    def until(self, *args: str, text: str, within_s: float = 30) -> str:
         """Run ``args`` until its output contains ``text``."""
         deadline = time.monotonic() + within_s
         while True:
