@@ -171,7 +171,7 @@ def test_a_push_does_not_wait_behind_a_poll_that_waits_on_the_app() -> None:
         h.syncer.source = SlowSource()
         poll = asyncio.create_task(h.syncer.sync_once())
         await asyncio.sleep(0)
-        got = await asyncio.wait_for(apply(h.syncer, [reservation(2)]), timeout=5)
+        got = await asyncio.wait_for(apply(h.syncer, [reservation(2)]), timeout=30)
         assert got.applied == 1
         assert h.names() == {"res-2"}
         h.syncer.source.release.set()

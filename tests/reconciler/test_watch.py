@@ -77,7 +77,7 @@ def test_list_then_watch_resumes_from_the_last_version_and_tells_listeners() -> 
         heard: list[tuple[str, bool, bool]] = []
         watched.listeners.append(lambda k, old, new: heard.append((k, old is None, new is None)))
         task = asyncio.create_task(watched.run())
-        await asyncio.wait_for(script.done.wait(), 2)
+        await asyncio.wait_for(script.done.wait(), 30)
         assert script.watched_from == ["10", "15", "16"]
         assert list(watched.items) == ["alice/b"]  # a deleted; the non-GPU pod never cached
         assert heard == [
@@ -100,7 +100,7 @@ def test_gone_relists_and_the_diff_reports_deletes_missed_meanwhile() -> None:
         heard: list[tuple[str, bool]] = []
         watched.listeners.append(lambda k, old, new: heard.append((k, new is None)))
         task = asyncio.create_task(watched.run())
-        await asyncio.wait_for(script.done.wait(), 2)
+        await asyncio.wait_for(script.done.wait(), 30)
         assert watched.relists == 2
         assert sorted(watched.items) == ["alice/b", "alice/c"]
         assert ("alice/a", True) in heard

@@ -194,7 +194,7 @@ def test_the_background_thread_calls_back_once(volume: Projected) -> None:
 
     w.start(callback)
     try:
-        assert called.wait(5)
+        assert called.wait(30)
         with pytest.raises(RuntimeError, match="already started"):
             w.start(callback)
     finally:
@@ -216,7 +216,7 @@ def test_a_failing_callback_does_not_kill_the_thread(
     with caplog.at_level(logging.ERROR, logger="galends_checkpoint"):
         w.start(broken)
         try:
-            assert done.wait(5)
+            assert done.wait(30)
         finally:
             w.stop()
     assert any("callback failed" in r.getMessage() for r in caplog.records)

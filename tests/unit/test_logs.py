@@ -91,6 +91,6 @@ def test_the_flusher_flushes_buffered_lines_without_further_logging() -> None:
     handler = BufferedHandler(stream, BATCHED, interval_s=0.01)
     try:
         handler.handle(info("webhook.admission"))
-        assert stream.flushed.wait(10)
+        assert stream.flushed.wait(30)
     finally:
         handler.close()
