@@ -36,7 +36,7 @@ def sandbox(tmp_path: Path):
     )
     try:
         assert process.stdout is not None
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # liveness: a loaded machine starts python slowly
         line = ""
         while time.monotonic() < deadline and "sandbox ready" not in line:
             line = process.stdout.readline()

@@ -29,7 +29,9 @@ async def scenario(tmp_path: Path) -> None:
         config = tmp_path / "kubeconfig"
         await w.replica("r1", LEADER_ELECTION_ENABLED="false", RESERVATION_FETCH_INTERVAL="3600")
         now = datetime.now(UTC).replace(microsecond=0)
-        first_end, second_end = now + timedelta(seconds=8), now + timedelta(seconds=16)
+        # The pod must be seen guaranteed before the second booking ends: 24 s leave a
+        # loaded machine room for the push, the kubectl apply and the annotation.
+        first_end, second_end = now + timedelta(seconds=12), now + timedelta(seconds=24)
         first = await w.book(
             gpus=2, start=format_utc(now - timedelta(minutes=1)), end=format_utc(first_end)
         )

@@ -26,7 +26,7 @@ def kubectl(config: Path, *args: str, stdin: str | None = None) -> str:
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=60,  # liveness: kubectl itself is slow to start on a loaded machine
         check=False,
     )
     assert done.returncode == 0, done.stderr
