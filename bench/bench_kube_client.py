@@ -17,8 +17,9 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 
@@ -30,6 +31,7 @@ from shared.gateway import Gateway, load_configuration
 from shared.resources import GPU_RESERVATIONS
 
 REQUESTS = 400
+T = TypeVar("T")
 
 
 async def _timed(call: Callable[[], Awaitable[object]], c: int) -> tuple[float, float]:
@@ -74,24 +76,47 @@ async def httpx_run(kubeconfig: Path, c: int) -> tuple[float, float]:
         return await _timed(get, c)
 
 
+class EmulatorThread:
+    """The sandbox's kube emulator served from its own thread and event loop (so a
+    client in the calling thread measures the emulator, not a shared loop)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.state = Path(tempfile.mkdtemp(prefix=prefix))
+        self.kubeconfig = self.state / "kubeconfig"
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.box = Sandbox(SandboxContext(state_dir=self.state, scenario=scenario()), ["kube"])
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        """Run ``coro`` on the emulator's loop and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def __enter__(self) -> EmulatorThread:
+        self.thread.start()
+        self.run(self.box.start())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        try:
+            self.run(self.box.stop(), 30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+            shutil.rmtree(self.state, ignore_errors=True)
+
+
 def run() -> list[str]:
-    state = Path(tempfile.mkdtemp(prefix="bench-client-"))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    box = Sandbox(SandboxContext(state_dir=state, scenario=scenario()), ["kube"])
-    kubeconfig = state / "kubeconfig"
-
-    async def setup() -> None:
-        await box.start()
-        gateway = Gateway.from_kubeconfig(str(kubeconfig))
-        await install_base(gateway, chart.objects(NS))
-        await gateway.create(GPU_RESERVATIONS, booking(1, "alice", 8), NS)
-        gateway.close()
-
     lines = []
-    try:
-        asyncio.run_coroutine_threadsafe(setup(), loop).result(60)
+    with EmulatorThread("bench-client-") as emulator:
+        kubeconfig = emulator.kubeconfig
+
+        async def setup() -> None:
+            gateway = Gateway.from_kubeconfig(str(kubeconfig))
+            await install_base(gateway, chart.objects(NS))
+            await gateway.create(GPU_RESERVATIONS, booking(1, "alice", 8), NS)
+            gateway.close()
+
+        emulator.run(setup())
         for c in (1, 10):
             for name, measure in (
                 ("thread-pool gateway", gateway_run),
@@ -99,11 +124,6 @@ def run() -> list[str]:
             ) * 2:
                 rps, p50 = asyncio.run(measure(kubeconfig, c))
                 lines.append(f"c={c} {name}: {rps:.0f} req/s, p50 {p50:.2f} ms")
-    finally:
-        asyncio.run_coroutine_threadsafe(box.stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        shutil.rmtree(state, ignore_errors=True)
     return lines
 
 

@@ -128,7 +128,11 @@ class Cluster:
     async def admit(
         self, call: Call, operation: str, obj: Obj | None, old: Obj | None, options: Obj | None
     ) -> Obj | None:
-        """Run every mutating admission plugin in order; returns the final object."""
+        """Run every mutating admission plugin in order; returns the final object.
+
+        Each plugin sees copies; when none changed the object, ``obj`` itself comes back
+        (callers skip re-pruning what they pruned already).
+        """
         if call.rtype.group in NO_ADMISSION_GROUPS:
             return obj
         for plugin in list(self.mutating_admission):
@@ -138,9 +142,12 @@ class Cluster:
             except AdmissionError as exc:
                 raise ApiError(exc.code, exc.status) from exc
             call.warnings.extend(result.warnings)
-            obj = clone(result.object) if operation != "DELETE" else obj
-            if operation != "DELETE" and not isinstance(obj, dict):
+            if operation == "DELETE":
+                continue
+            if not isinstance(result.object, dict):
                 raise bad_request("admission returned no object")
+            if result.object != obj:
+                obj = clone(result.object)
         return obj
 
     def _attributes(

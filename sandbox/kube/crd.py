@@ -152,12 +152,12 @@ class CustomStrategy(ConditionalStrategy):
         obj.pop("status", None)
 
     def status_only(self, new: Obj, old: Obj) -> Obj:
-        merged = clone(old)
+        """The stored object with ``new``'s status (``new`` is this write's own decoded
+        body, so its status is taken as it is; the stored status is not copied)."""
+        merged = {k: clone(v) for k, v in old.items() if k != "status"}
         merged["metadata"]["resourceVersion"] = (new.get("metadata") or {}).get("resourceVersion")
         if "status" in new:
-            merged["status"] = clone(new["status"])
-        else:
-            merged.pop("status", None)
+            merged["status"] = new["status"]
         return merged
 
     def validate_create(self, obj: Obj) -> list[FieldError]:

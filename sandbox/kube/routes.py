@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 import yaml
@@ -24,7 +25,7 @@ from sandbox.kube.deletes import delete
 from sandbox.kube.errors import ApiError, bad_request, error, method_not_allowed, too_large
 from sandbox.kube.patching import media_type, patch
 from sandbox.kube.rbac import Request as AuthzRequest
-from sandbox.kube.watch import WatchPlan, parse_bool
+from sandbox.kube.watch import EncodedLines, WatchPlan, encode_line, parse_bool
 from sandbox.kube.writes import create, update
 
 Obj = dict[str, Any]
@@ -88,6 +89,7 @@ class Api:
         self.cluster = cluster
         self.address = address
         self.bookmark_interval = 5.0
+        self._lines = EncodedLines()
 
     def app(self) -> Starlette:
         """The ASGI application."""
@@ -256,19 +258,23 @@ class Api:
         plan = WatchPlan(self.cluster, call, self.bookmark_interval)
         include = call.query.get("includeObject", "")
 
+        view = (call.rtype.api_version, call.rtype.kind)
+
         async def lines() -> AsyncIterator[bytes]:
             first = True
-            async for kind, obj in plan.events():
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    obj = present(call, obj)
-                    if as_table:
-                        obj = table.table(
-                            call.rtype, [obj], self.cluster.now(), include, headers=first
-                        )
-                        first = False
-                yield (
-                    json.dumps({"type": kind, "object": obj}, separators=(",", ":")) + "\n"
-                ).encode()
+            async for kind, obj, change in plan.events():
+                if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                    yield encode_line(kind, obj)
+                elif as_table:
+                    shown = table.table(
+                        call.rtype, [present(call, obj)], self.cluster.now(), include, headers=first
+                    )
+                    first = False
+                    yield encode_line(kind, shown)
+                elif change is not None:
+                    yield self._lines.line(change, kind, view, partial(present, call, obj))
+                else:
+                    yield encode_line(kind, present(call, obj))
 
         return StreamingResponse(lines(), media_type="application/json")
 

@@ -4,6 +4,12 @@
 ``x-kubernetes-preserve-unknown-fields``) and reports their paths; ``default`` fills
 ``default`` values; ``validate`` checks types, enums, bounds, lengths, patterns and
 ``required`` and returns one cause per violation.
+
+Array items that are flat objects (every value a scalar) are remembered per item schema
+once found clean (nothing to prune) or valid (no violation): a ledger write sends back
+every hold it did not change, and both answers are a pure function of the item's values
+and the schema, so a remembered item gets exactly the answer checking it again would
+give (``_Known``). Anything else is checked in full every time.
 """
 
 from __future__ import annotations
@@ -25,6 +31,45 @@ _DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+#: Items remembered per item schema before that memo is emptied (never grown past it).
+KNOWN_ITEMS = 4096
+Flat = tuple[tuple[tuple[str, Any], ...], tuple[type, ...]]
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def flat_key(item: Any) -> Flat | None:
+    """A hashable key standing for a flat object's exact values; ``None`` otherwise.
+
+    The value types are part of the key: ``1``, ``1.0`` and ``True`` are equal and hash
+    alike in Python but not in a schema (integer, number, boolean).
+    """
+    if type(item) is not dict:
+        return None
+    values = tuple(item.items())
+    types = tuple(map(type, item.values()))
+    return (values, types) if _SCALARS.issuperset(types) else None
+
+
+class _Known:
+    """Flat items found clean/valid, by item schema (schemas are parsed once per CRD
+    version and never mutated, so an answer stays true for the schema it was found on)."""
+
+    def __init__(self) -> None:
+        self._sets: dict[int, tuple[Schema, set[Flat]]] = {}
+
+    def of(self, schema: Schema) -> set[Flat]:
+        found = self._sets.get(id(schema))
+        if found is None or found[0] is not schema:
+            found = self._sets[id(schema)] = (schema, set())
+        if len(found[1]) >= KNOWN_ITEMS:
+            found[1].clear()
+        return found[1]
+
+
+_CLEAN = _Known()
+_VALID = _Known()
 
 
 def prune(value: Any, schema: Schema, path: str = "", root: bool = True) -> tuple[Any, list[str]]:
@@ -54,11 +99,19 @@ def prune(value: Any, schema: Schema, path: str = "", root: bool = True) -> tupl
                 dropped.append(_join(path, key))
         return out, dropped
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        items = schema["items"]
+        clean = _CLEAN.of(items)
         pruned = []
         for i, item in enumerate(value):
-            new, more = prune(item, schema["items"], f"{path}[{i}]", False)
+            key = flat_key(item)
+            if key is not None and key in clean:
+                pruned.append(dict(item))  # a copy, as pruning it again would give
+                continue
+            new, more = prune(item, items, f"{path}[{i}]", False)
             pruned.append(new)
             dropped += more
+            if key is not None and not more:
+                clean.add(key)
         return pruned, dropped
     return value, dropped
 
@@ -238,8 +291,15 @@ def _array_rules(value: list[Any], schema: Schema, path: str) -> list[FieldError
         )
     items = schema.get("items")
     if isinstance(items, dict):
+        valid = _VALID.of(items)
         for i, item in enumerate(value):
-            errors += validate(item, items, f"{path}[{i}]")
+            key = flat_key(item)
+            if key is not None and key in valid:
+                continue
+            found = validate(item, items, f"{path}[{i}]")
+            errors += found
+            if key is not None and not found:
+                valid.add(key)
     return errors
 
 

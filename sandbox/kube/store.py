@@ -108,6 +108,19 @@ class Store:
         self._record(Change(self._rv, "MODIFIED" if previous else "ADDED", key, stored, previous))
         return clone(stored)
 
+    def put_owned(self, key: Key, obj: Obj) -> Obj:
+        """``put`` without the copies: the store keeps ``obj`` itself and returns it.
+
+        For a write path that built ``obj`` for this write alone: the caller must not
+        change it afterwards, only show it (as every watcher of the change does).
+        """
+        previous = self._objects.get(key)
+        self._rv += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
+        self._objects[key] = obj
+        self._record(Change(self._rv, "MODIFIED" if previous else "ADDED", key, obj, previous))
+        return obj
+
     def remove(self, key: Key) -> Obj | None:
         """Delete ``key``; the DELETED change carries the last state with a new RV."""
         previous = self._objects.pop(key, None)

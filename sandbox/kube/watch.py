@@ -1,17 +1,21 @@
 """WATCH streams (facts §3.4): replay, live changes, selector transitions, bookmarks.
 
-``events`` yields ``(type, object)`` pairs: with ``resourceVersion`` unset or ``"0"``
+``events`` yields ``(type, object, change)``: with ``resourceVersion`` unset or ``"0"``
 the current matching objects first come as ADDED; then every change after the start
 point. An object entering the selectors is ADDED, one leaving is DELETED (its previous
 state with the new RV). A start point older than the kept history yields a single
 ERROR with a 410 Expired Status and ends. BOOKMARKs (only when asked) carry just the
 resourceVersion. The stream ends after ``timeoutSeconds`` (default: 30–60 minutes).
+``EncodedLines`` serialises the event of one change once for every watcher that shows
+it the same way (as a real apiserver's watch cache encodes each event once per format).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -21,7 +25,9 @@ from sandbox.kube.reads import matcher
 from sandbox.kube.store import Change, TooOld
 
 Obj = dict[str, Any]
-Event = tuple[str, Obj]
+#: ``(type, object, change)``: the change the event shows (``None`` for the replay of
+#: current objects and bookmarks), so every watcher of one change can share its encoding.
+Event = tuple[str, Obj, Change | None]
 
 #: Seconds between bookmarks (a real apiserver sends one about every minute).
 BOOKMARK_INTERVAL_S = 5.0
@@ -70,13 +76,13 @@ class WatchPlan:
         now = change.type != "DELETED" and self._visible(change.object)
         before = change.previous is not None and self._visible(change.previous)
         if change.type == "DELETED":
-            return ("DELETED", change.object) if before else None
+            return ("DELETED", change.object, change) if before else None
         if now:
-            return ("MODIFIED" if before else "ADDED", change.object)
+            return ("MODIFIED" if before else "ADDED", change.object, change)
         if before and change.previous is not None:
             gone_obj = dict(change.previous)
             gone_obj["metadata"] = dict(gone_obj["metadata"], resourceVersion=str(change.rv))
-            return ("DELETED", gone_obj)
+            return ("DELETED", gone_obj, change)
         return None
 
     def _bookmark(self, initial_end: bool = False) -> Event:
@@ -90,6 +96,7 @@ class WatchPlan:
                 "apiVersion": self.call.rtype.api_version,
                 "metadata": meta,
             },
+            None,
         )
 
     async def events(self) -> AsyncIterator[Event]:
@@ -101,13 +108,13 @@ class WatchPlan:
             backlog, watcher = store.subscribe(group, plural, start)
         except TooOld as exc:
             message = f"too old resource version: {self.since} ({exc.oldest})"
-            yield ("ERROR", status_body(410, "Expired", message))
+            yield ("ERROR", status_body(410, "Expired", message), None)
             return
         try:
             if self.replay:
                 for obj in store.list(group, plural, self.call.namespace or None):
                     if self._visible(obj):
-                        yield ("ADDED", obj)
+                        yield ("ADDED", obj, None)
                 if self.initial and self.bookmarks:
                     yield self._bookmark(initial_end=True)
             for change in backlog:
@@ -135,6 +142,43 @@ class WatchPlan:
                 return
             if (event := self._translate(change)) is not None:
                 yield event
+
+
+def encode_line(kind: str, obj: Obj) -> bytes:
+    """One line of a JSON watch stream."""
+    return (json.dumps({"type": kind, "object": obj}, separators=(",", ":")) + "\n").encode()
+
+
+#: Encoded events kept for watchers still to send them (the newest changes).
+LINES_KEPT = 256
+
+
+class EncodedLines:
+    """Watch lines by (change, event type, how the resource shows it), newest kept.
+
+    A change's event line depends only on the change, the event type (an object
+    leaving a watcher's selectors is a DELETED of its previous state) and the resource
+    version and kind the watcher asked for, so watchers alike share one encoding.
+    """
+
+    def __init__(self, kept: int = LINES_KEPT) -> None:
+        self._kept = kept
+        self._lines: OrderedDict[tuple[int, str, str, str], tuple[Change, bytes]] = OrderedDict()
+
+    def line(
+        self, change: Change, kind: str, view: tuple[str, str], shown: Callable[[], Obj]
+    ) -> bytes:
+        """The line for ``change`` as ``kind`` seen through ``view`` (apiVersion, kind);
+        ``shown()`` gives the object to encode the first time."""
+        key = (id(change), kind, *view)
+        found = self._lines.get(key)
+        if found is not None and found[0] is change:
+            return found[1]
+        encoded = encode_line(kind, shown())
+        self._lines[key] = (change, encoded)
+        while len(self._lines) > self._kept:
+            self._lines.popitem(last=False)
+        return encoded
 
 
 def _timeout(text: str | None) -> float:

@@ -78,11 +78,18 @@ async def create(cluster: Cluster, call: Call, body: Any) -> Obj:
     obj = call.strategy.prune(obj, ctx)
     names.require_namespace(cluster, call)
     call.strategy.admit_in_tree(obj, "CREATE")
-    admitted = await cluster.admit(
-        call, "CREATE", present(call, obj), None, options_body("CreateOptions", call)
-    )
-    obj = call.strategy.prune(call.strategy.to_storage(admitted or obj), ctx)
+    shown = present(call, obj)
+    admitted = await cluster.admit(call, "CREATE", shown, None, options_body("CreateOptions", call))
+    obj = _admitted(call, obj, shown, admitted, ctx)
     return store_new(cluster, call, obj)
+
+
+def _admitted(call: Call, obj: Obj, shown: Obj, admitted: Obj | None, ctx: Any) -> Obj:
+    """The object to store after admission: pruned and defaulted again only when a
+    webhook changed it (``obj`` was pruned already; pruning is idempotent)."""
+    if admitted is shown and shown is obj:
+        return obj
+    return call.strategy.prune(call.strategy.to_storage(admitted or obj), ctx)
 
 
 def store_new(cluster: Cluster, call: Call, obj: Obj) -> Obj:
@@ -120,7 +127,7 @@ def _commit_create(cluster: Cluster, call: Call, key: tuple[str, str, str, str],
     if call.dry_run:
         obj["metadata"]["resourceVersion"] = cluster.store.next_resource_version()
         return present(call, obj)
-    stored = cluster.store.put(key, obj)
+    stored = cluster.store.put_owned(key, obj)
     names.after_write(cluster, call, stored)
     return present(call, stored)
 
@@ -170,14 +177,11 @@ async def apply_update(cluster: Cluster, call: Call, new: Obj, old: Obj, options
     new = call.strategy.prune(new, ctx)
     if not call.subresource:
         call.strategy.admit_in_tree(new, "UPDATE")
+    shown = present(call, new)
     admitted = await cluster.admit(
-        call,
-        "UPDATE",
-        present(call, new),
-        present(call, old),
-        options_body("UpdateOptions", call, options),
+        call, "UPDATE", shown, present(call, old), options_body("UpdateOptions", call, options)
     )
-    new = call.strategy.prune(call.strategy.to_storage(admitted or new), ctx)
+    new = _admitted(call, new, shown, admitted, ctx)
     _keep_system_metadata(call, new, old)
     _bump_generation(call, new, old)
     _validate_update(call, new, old, ctx)
@@ -188,7 +192,7 @@ async def apply_update(cluster: Cluster, call: Call, new: Obj, old: Obj, options
     if names.finished_deleting(new):
         removed = cluster.store.remove(call.key)
         return present(call, removed or new)
-    stored = cluster.store.put(call.key, new)
+    stored = cluster.store.put_owned(call.key, new)
     names.after_write(cluster, call, stored)
     return present(call, stored)
 

@@ -148,12 +148,17 @@ def crd(printer: bool = True) -> dict[str, Any]:
 WIDGETS = "/apis/example.com/v1/namespaces/{ns}/widgets"
 
 
+def install_crd(kube: Running, definition: dict[str, Any]) -> None:
+    """Create a CRD (already there from an earlier test of the module is fine)."""
+    with kube.client() as client:
+        response = client.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=definition
+        )
+        assert response.status_code in (201, 409), response.text
+
+
 @pytest.fixture(scope="module")
 def widgets(kube: Running) -> str:
     """Install the Widget CRD once per module; returns the collection path template."""
-    with kube.client() as client:
-        response = client.post(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd()
-        )
-        assert response.status_code in (201, 409), response.text
+    install_crd(kube, crd())
     return WIDGETS

@@ -1,0 +1,311 @@
+"""The emulator's write path stays exact where it skips work (docs/performance.md).
+
+Array items already found clean or valid are remembered per item schema, an object no
+admission plugin changed is not pruned twice, a stored write is kept without copies,
+and a change's watch line is encoded once for all watchers alike: each test here would
+fail if one of those shortcuts gave a different answer than the full work.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from sandbox.kube import schema
+from sandbox.kube.admission_api import AdmissionAttributes, AdmissionResult, MutatingAdmission
+from tests.kube.conftest import Running, crd, install_crd
+
+ENTRY = {
+    "type": "object",
+    "required": ["id", "n"],
+    "properties": {"id": {"type": "string"}, "n": {"type": "integer", "minimum": 0}},
+}
+TALLIES = "/apis/example.com/v1/namespaces/{ns}/tallies"
+
+
+def _schema() -> dict[str, Any]:
+    """A fresh status schema (a new identity, as a new CRD version would have)."""
+    return {
+        "type": "object",
+        "properties": {"entries": {"type": "array", "items": json.loads(json.dumps(ENTRY))}},
+    }
+
+
+def _entries(count: int, start: int = 0) -> list[dict[str, Any]]:
+    return [{"id": f"e{i}", "n": i} for i in range(start, start + count)]
+
+
+def _causes(errors: list[Any]) -> set[str]:
+    return {e.field for e in errors}
+
+
+# --- the item memo, on the schema functions --------------------------------------------
+
+
+def test_a_remembered_item_does_not_hide_a_changed_one() -> None:
+    """An item valid once is skipped next time; an item differing in any value, or only in
+    its value's type (``true`` for ``1``, ``1.0`` for ``1``), is checked in full."""
+    status = _schema()
+    assert schema.validate({"entries": _entries(3)}, status) == []
+    bad = [*_entries(3), {"id": "e1", "n": True}, {"id": "e2", "n": -1}, {"id": "e3", "n": 1.5}]
+    assert _causes(schema.validate({"entries": bad}, status)) == {
+        "entries[3].n",
+        "entries[4].n",
+        "entries[5].n",
+    }
+    assert schema.validate({"entries": [{"id": "e1", "n": 1.0}]}, status) == []
+
+
+def test_memo_belongs_to_one_schema() -> None:
+    """What one schema accepted is judged afresh by another (a changed CRD version)."""
+    loose = _schema()
+    assert schema.validate({"entries": _entries(2)}, loose) == []
+    strict = _schema()
+    strict["properties"]["entries"]["items"]["properties"]["n"]["minimum"] = 5
+    assert _causes(schema.validate({"entries": _entries(2)}, strict)) == {
+        "entries[0].n",
+        "entries[1].n",
+    }
+
+
+def test_pruning_a_remembered_item_gives_a_copy_and_unknown_fields_still_drop() -> None:
+    status = _schema()
+    entries = _entries(2)
+    first, dropped = schema.prune({"entries": entries}, status)
+    assert (first, dropped) == ({"entries": entries}, [])
+    again, _ = schema.prune({"entries": entries}, status)
+    assert again["entries"] == entries
+    assert all(a is not b for a, b in zip(again["entries"], entries, strict=True))
+    extra = [*entries, {"id": "e0", "n": 0, "odd": 1}]
+    pruned, dropped = schema.prune({"entries": extra}, status)
+    assert pruned["entries"][2] == {"id": "e0", "n": 0}
+    assert dropped == ["entries[2].odd"]
+
+
+def test_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(schema, "KNOWN_ITEMS", 8)
+    status = _schema()
+    for start in range(0, 40, 4):
+        assert schema.validate({"entries": _entries(4, start)}, status) == []
+    known = schema._VALID.of(status["properties"]["entries"]["items"])
+    assert len(known) <= 8
+
+
+def test_nested_items_are_never_remembered() -> None:
+    """Only flat items are remembered: a nested value is validated every time."""
+    nested = {"type": "array", "items": {"type": "object", "properties": {"m": ENTRY}}}
+    good = [{"m": {"id": "a", "n": 1}}]
+    assert schema.validate(good, nested) == []
+    assert schema.flat_key(good[0]) is None
+    bad = [{"m": {"id": "a", "n": -1}}]
+    assert _causes(schema.validate(bad, nested)) == {"[0].m.n"}
+
+
+# --- through the API ---------------------------------------------------------------------
+
+
+def _tally_crd() -> dict[str, Any]:
+    """The Widget CRD of conftest renamed Tally, with entries in its status."""
+    definition = crd(printer=False)
+    definition["metadata"]["name"] = "tallies.example.com"
+    definition["spec"]["names"] = {"plural": "tallies", "singular": "tally", "kind": "Tally"}
+    [version] = definition["spec"]["versions"]
+    version["schema"]["openAPIV3Schema"]["properties"] = {
+        "spec": {"type": "object", "properties": {"size": {"type": "integer", "default": 1}}},
+        "status": _schema(),
+    }
+    return definition
+
+
+@pytest.fixture(scope="module")
+def tallies(kube: Running) -> str:
+    install_crd(kube, _tally_crd())
+    return TALLIES
+
+
+def _tally(api: httpx.Client, ns: str, path: str, name: str = "t") -> dict[str, Any]:
+    body = {"apiVersion": "example.com/v1", "kind": "Tally", "metadata": {"name": name}}
+    created = api.post(path.format(ns=ns), json={**body, "spec": {}})
+    assert created.status_code == 201, created.text
+    return created.json()  # type: ignore[no-any-return]
+
+
+def _put_status(api: httpx.Client, path: str, obj: dict[str, Any]) -> httpx.Response:
+    return api.put(f"{path}/{obj['metadata']['name']}/status", json=obj)
+
+
+def test_status_writes_keep_every_rule_for_items_seen_before(
+    api: httpx.Client, ns: str, tallies: str
+) -> None:
+    """Writes that send back the same entries each time (as a ledger does) still get a 422
+    for a bad new entry, and a pruned unknown field, however often the others were seen."""
+    path = tallies.format(ns=ns)
+    obj = _tally(api, ns, tallies)
+    for round_ in range(3):
+        obj["status"] = {"entries": _entries(3 + round_)}
+        written = _put_status(api, path, obj)
+        assert written.status_code == 200, written.text
+        obj = written.json()
+    refused = {**obj, "status": {"entries": [*_entries(5), {"id": "x", "n": -1}]}}
+    answer = _put_status(api, path, refused)
+    assert answer.status_code == 422
+    assert [c["field"] for c in answer.json()["details"]["causes"]] == ["status.entries[5].n"]
+    typed = {**obj, "status": {"entries": [*_entries(5), {"id": "e4", "n": True}]}}
+    assert _put_status(api, path, typed).status_code == 422
+    odd = {**obj, "status": {"entries": [*_entries(5), {"id": "y", "n": 1, "odd": 2}]}}
+    answer = _put_status(api, path, odd)
+    assert answer.status_code == 200
+    assert answer.json()["status"]["entries"][-1] == {"id": "y", "n": 1}
+    assert answer.headers.get_list("warning") == [
+        '299 - "unknown field \\"status.entries[5].odd\\""'
+    ]
+
+
+class AddsUnknownField:
+    """Puts an undeclared field and drops the defaulted one in Tally specs."""
+
+    async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
+        obj = attrs.object
+        if obj is not None and attrs.resource == "tallies" and not attrs.subresource:
+            obj["spec"] = {"extra": True}
+        return AdmissionResult(obj)
+
+
+class Unchanged:
+    """Returns what it was given; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
+        self.calls += 1
+        return AdmissionResult(attrs.object)
+
+
+@pytest.fixture
+def plugged(kube: Running) -> Iterator[Callable[[MutatingAdmission], None]]:
+    """Adds admission plugins for one test."""
+    added: list[MutatingAdmission] = []
+
+    def plug(plugin: MutatingAdmission) -> None:
+        kube.server.mutating_admission.append(plugin)
+        added.append(plugin)
+
+    yield plug
+    for plugin in added:
+        kube.server.mutating_admission.remove(plugin)
+
+
+def _stored(kube: Running, ns: str, name: str) -> dict[str, Any]:
+    found = kube.call(lambda: kube.server.store.get("example.com", "tallies", ns, name))
+    assert found is not None
+    return found
+
+
+def test_an_object_changed_by_admission_is_pruned_and_defaulted_again(
+    kube: Running,
+    plugged: Callable[[MutatingAdmission], None],
+    api: httpx.Client,
+    ns: str,
+    tallies: str,
+) -> None:
+    plugged(AddsUnknownField())
+    created = _tally(api, ns, tallies)
+    assert created["spec"] == {"size": 1}
+    updated = api.put(f"{tallies.format(ns=ns)}/t", json={**created, "spec": {"size": 4}})
+    assert updated.status_code == 200
+    assert updated.json()["spec"] == {"size": 1}
+    assert _stored(kube, ns, "t")["spec"] == {"size": 1}
+
+
+def test_an_object_admission_left_alone_is_stored_as_sent(
+    kube: Running,
+    plugged: Callable[[MutatingAdmission], None],
+    api: httpx.Client,
+    ns: str,
+    tallies: str,
+) -> None:
+    plugin = Unchanged()
+    plugged(plugin)
+    created = _tally(api, ns, tallies)
+    obj = {**created, "status": {"entries": _entries(2)}}
+    written = _put_status(api, tallies.format(ns=ns), obj)
+    assert written.status_code == 200
+    assert _stored(kube, ns, "t") == written.json()
+    assert written.json()["status"] == {"entries": _entries(2)}
+    assert plugin.calls == 2
+
+
+def test_a_stored_write_is_not_changed_by_the_next_one(
+    api: httpx.Client, ns: str, tallies: str
+) -> None:
+    """The store keeps each write's own object: a later write (status and main resource)
+    leaves the earlier state as it was, as a watch replaying both shows."""
+    created = _tally(api, ns, tallies)
+    path = tallies.format(ns=ns)
+    first = _put_status(api, path, {**created, "status": {"entries": _entries(2)}}).json()
+    second = _put_status(api, path, {**first, "status": {"entries": _entries(1, 5)}}).json()
+    third = api.put(f"{path}/t", json={**second, "spec": {"size": 3}}).json()
+    found: list[dict[str, Any]] = []
+    _watch(
+        api, path, found, resourceVersion=created["metadata"]["resourceVersion"], timeoutSeconds="1"
+    )
+    assert [e["object"] for e in found] == [first, second, third]
+    assert first["status"] == {"entries": _entries(2)}
+    assert third["status"] == {"entries": _entries(1, 5)}
+    assert third["spec"] == {"size": 3}
+
+
+# --- one encoding per change ---------------------------------------------------------------
+
+
+def _watch(api: httpx.Client, path: str, found: list[dict[str, Any]], **params: str) -> None:
+    with api.stream("GET", path, params={"watch": "true", **params}) as response:
+        for line in response.iter_lines():
+            if line:
+                found.append(json.loads(line))
+
+
+def test_watchers_of_one_change_each_get_their_own_event(
+    kube: Running, api: httpx.Client, ns: str
+) -> None:
+    """Two watchers share a MODIFIED encoding; one whose selector the object leaves gets a
+    DELETED of the previous state from the same change."""
+    cms = f"/api/v1/namespaces/{ns}/configmaps"
+    start = api.post(cms, json={"metadata": {"name": "a", "labels": {"w": "1"}}, "data": {}})
+    rv = start.json()["metadata"]["resourceVersion"]
+    api.patch(
+        f"{cms}/a",
+        json={"metadata": {"labels": {"w": "2"}}, "data": {"k": "v"}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    watches: dict[str, list[dict[str, Any]]] = {"all": [], "all2": [], "w1": []}
+    params = {"resourceVersion": rv, "timeoutSeconds": "1"}
+    threads = [
+        threading.Thread(target=_watch, args=(api, cms, watches["all"]), kwargs=params),
+        threading.Thread(target=_watch, args=(api, cms, watches["all2"]), kwargs=params),
+        threading.Thread(
+            target=_watch, args=(api, cms, watches["w1"]), kwargs={**params, "labelSelector": "w=1"}
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert watches["all"] == watches["all2"]
+    [modified] = watches["all"]
+    assert modified["type"] == "MODIFIED"
+    assert modified["object"]["data"] == {"k": "v"}
+    assert modified["object"]["kind"] == "ConfigMap"
+    [gone] = watches["w1"]
+    assert gone["type"] == "DELETED"
+    assert gone["object"]["metadata"]["labels"] == {"w": "1"}
+    assert (
+        gone["object"]["metadata"]["resourceVersion"]
+        == modified["object"]["metadata"]["resourceVersion"]
+    )
