@@ -18,8 +18,8 @@ scheduler and kubelet are not started ("tolerated" is the reconciler's work alon
    an HTTP watch* consumed on its own thread and event loop.
 
 Lags are in sandbox seconds; ``wall = sandbox / factor`` (``BENCH_CLOCK_FACTOR``,
-default 1, where the two are equal). The clock starts on a whole second (see
-``aligned_clock``). Afterwards the ledgers are checked: no booking may hold more GPUs
+default 1, where the two are equal). The HTTP watch client runs in a process of its
+own. Afterwards the ledgers are checked: no booking may hold more GPUs
 than it has. Gives up ``GIVE_UP_S`` wall seconds after the window opened and says so.
 """
 
@@ -29,16 +29,18 @@ import asyncio
 import contextlib
 import gc
 import math
+import multiprocessing
+import multiprocessing.process
 import os
+import queue
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -47,7 +49,7 @@ from sandbox.kube.store import Change
 from sandbox.reconciler_component import ReconcilerProcess, install
 from sandbox.runner import Sandbox, SandboxContext
 from shared import ledger, model, vocab
-from shared.clock import ScaledClock, format_utc
+from shared.clock import ScaledClock, format_utc, parse_utc
 from shared.errors import KubeError
 from shared.gateway import Gateway
 from shared.policy.tolerations import is_granted
@@ -168,33 +170,39 @@ class Committed(asyncio.Queue[Change | None]):
             self.seen[key] = self.clock.now()
 
 
+class Flag(Protocol):
+    """``threading.Event`` or a ``multiprocessing`` Event."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
 @dataclass
 class Watcher:
-    """Notes when each bench pod is first seen tolerated; runs on its own thread."""
+    """Notes when each bench pod is first seen tolerated, in a process of its own
+    (``watch_process``): on a thread of the benchmark's process it would contend for
+    the interpreter lock with the kube emulator it measures, as no client of a real
+    apiserver does."""
 
     kubeconfig: str
     clock: ScaledClock
     expected: int
-    deadline: float  # time.monotonic()
+    deadline: float  # time.monotonic() (system-wide on Linux)
+    ready: Flag
+    stop: Flag
     seen: dict[str, datetime] = field(default_factory=dict)
-    ready: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
     errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
 
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self._main, name="bench-watch", daemon=True)
-        thread.start()
-        return thread
-
-    def _main(self) -> None:
+    def main(self) -> None:
         try:
             asyncio.run(self._watch())
-        except Exception as exc:  # reported in the figures, never raised on a thread
+        except Exception as exc:  # reported in the figures, never raised
             self.errors.append(f"{type(exc).__name__}: {exc}")
         finally:
             self.ready.set()
-            self.done.set()
 
     def _note(self, pods: Iterable[dict[str, Any]]) -> None:
         now = self.clock.now()
@@ -224,6 +232,67 @@ class Watcher:
                                 return
         finally:
             gateway.close()
+
+
+def watch_process(
+    kubeconfig: str,
+    clock: tuple[float, str, float],
+    expected: int,
+    deadline: float,
+    ready: Flag,
+    stop: Flag,
+    results: Any,
+) -> None:
+    """A child process's body: watch, then put ``(seen as ISO instants, errors)`` on
+    ``results``. ``clock`` is the parent's (factor, epoch, started_at)."""
+    factor, epoch, started_at = clock
+    shared_clock = ScaledClock(factor, parse_utc(epoch), started_at)
+    watcher = Watcher(kubeconfig, shared_clock, expected, deadline, ready, stop)
+    watcher.main()
+    results.put(({k: v.isoformat() for k, v in watcher.seen.items()}, watcher.errors))
+
+
+@dataclass
+class WatchChild:
+    """The HTTP watch client's process, seen from the benchmark."""
+
+    process: multiprocessing.process.BaseProcess
+    ready: Flag
+    stop: Flag
+    results: Any
+
+    @classmethod
+    def start(
+        cls, kubeconfig: str, clock: ScaledClock, expected: int, deadline: float
+    ) -> WatchChild:
+        spawn = multiprocessing.get_context("spawn")  # no fork of a process with threads
+        ready, stop, results = spawn.Event(), spawn.Event(), spawn.Queue()
+        shared = (clock.factor, clock.epoch.isoformat(), clock.started_at)
+        process = spawn.Process(
+            target=watch_process,
+            args=(kubeconfig, shared, expected, deadline, ready, stop, results),
+            name="bench-watch",
+            daemon=True,
+        )
+        process.start()
+        return cls(process, ready, stop, results)
+
+    def collect(self, timeout_s: float) -> tuple[dict[str, datetime], list[str]]:
+        """Wait for the watcher to finish (blocking); what it saw and its errors."""
+        try:
+            seen, errors = self.results.get(timeout=timeout_s)
+        except queue.Empty:
+            self.stop.set()
+            return {}, [f"the watch process gave no result within {timeout_s:.0f} s"]
+        finally:
+            self.process.join(5)
+        return {k: datetime.fromisoformat(v) for k, v in seen.items()}, list(errors)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
 
 
 async def post(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -299,12 +368,9 @@ async def settle(gateway: Gateway, clock: ScaledClock, opens: datetime, setup: S
 
 
 def aligned_clock(factor: float) -> ScaledClock:
-    """A scaled clock whose epoch is a whole second.
-
-    The sandbox hands a subprocess its clock as ``CLOCK_EPOCH`` in whole seconds
-    (``format_utc``) with the exact ``CLOCK_STARTED_AT``: a fractional epoch would put
-    the reconciler's clock up to one sandbox second behind ours, and every lag that far
-    ahead. Starting on a whole second makes both clocks agree exactly."""
+    """A scaled clock whose epoch is a whole second (figures read off it line up with
+    the app's whole-second booking times). Not needed for agreement with the
+    subprocesses: the sandbox passes them the epoch to the fraction."""
     started = float(int(time.time()))
     return ScaledClock(factor, epoch=datetime.fromtimestamp(started, UTC), started_at=started)
 
@@ -320,13 +386,15 @@ async def admin_gateway(ctx: SandboxContext, state: Path) -> tuple[Path, Gateway
 
 
 async def measure(state: Path, factor: float) -> list[str]:
-    clock = aligned_clock(factor)
+    # Started at any instant: the sandbox hands the reconciler its epoch to the fraction
+    # (sandbox.runner.clock_env), so both processes read the same time.
+    clock = ScaledClock(factor)
     ctx = SandboxContext(state_dir=state, scenario=scenario(), clock=clock)
     box = Sandbox(ctx, ["kube", "app"])
     await box.start()
     replica: ReconcilerProcess | None = None
     gateway: Gateway | None = None
-    watcher: Watcher | None = None
+    watcher: WatchChild | None = None
     server: KubeServer = ctx.handles["kube"]
     committed = Committed(clock)
     _, subscription = server.store.subscribe("", PODS.plural, server.store.resource_version)
@@ -342,13 +410,12 @@ async def measure(state: Path, factor: float) -> list[str]:
         async with httpx.AsyncClient(timeout=10) as http:
             await prepare(http, gateway, ctx.endpoints["app"], opens, setup)
         wall_to_open = (opens - clock.now()).total_seconds() / factor
-        watcher = Watcher(str(admin), clock, total, time.monotonic() + wall_to_open + GIVE_UP_S)
-        watcher.start()
+        deadline = time.monotonic() + wall_to_open + GIVE_UP_S
+        watcher = WatchChild.start(str(admin), clock, total, deadline)
         await asyncio.to_thread(watcher.ready.wait, 30)
         await settle(gateway, clock, opens, setup)
         setup.early = len(committed.seen)
-        await asyncio.to_thread(watcher.done.wait, wall_to_open + GIVE_UP_S + 5)
-        watcher.stop.set()
+        watched, errors = await asyncio.to_thread(watcher.collect, wall_to_open + GIVE_UP_S + 5)
         held, over = await overbooked(gateway, ctx.namespace)
         await replica.stop()  # flushes its log
         lines = header(opens, factor, setup)
@@ -356,13 +423,13 @@ async def measure(state: Path, factor: float) -> list[str]:
         lines += figures(
             "patch answered (reconciler log)", own_view(replica, opens), opens, factor, total
         )
-        lines += figures("seen by an HTTP watch client", watcher.seen, opens, factor, total)
+        lines += figures("seen by an HTTP watch client", watched, opens, factor, total)
         lines.append(f"ledgers: {held} GPUs held in total, {over} bookings over their count")
-        return lines + [f"watch error: {e}" for e in watcher.errors]
+        return lines + [f"watch error: {e}" for e in errors]
     finally:
         server.store.unsubscribe(subscription)
         if watcher is not None:
-            watcher.stop.set()
+            watcher.close()
         if replica is not None:
             await replica.stop()
         if gateway is not None:
