@@ -1,4 +1,4 @@
-"""Admission of queued pods on the leader, the RuntimeGuaranteed announcement, waiting Events.
+"""Admission of queued pods on the leader: the reserved queue's passes.
 
 Each *pass* routes every GPU pod that is not yet admitted (``reconciler.queue``) over
 the reservation cache:
@@ -10,22 +10,16 @@ the reservation cache:
   reservation claim together — one ``ledger.claim_group`` write for all that fit — and
   are then patched concurrently (bounded); reservations are admitted concurrently. A
   patch whose answer was lost (timeout, 5xx) may have been applied: the pod is re-read,
-  and the hold is kept when it carries the claim (admitted) or when the patch may still land (upkeep
-  binds the hold then, or expires it after the claim TTL). A pod whose patch failed is
-  tried again when it changes or at the backstop tick, not at once: the claim and
-  release it caused wake the queue, which would otherwise loop on a lasting refusal.
-- QUEUE: the pod is told why it waits (WaitingForReservation, ReservationFull,
-  ReservationTooSmall) when ``RESERVATION_WAIT_EVENT_ENABLED``.
-- NONE: UnknownGpuClass / NoReservation when ``POD_PROBLEM_EVENT_ENABLED`` and a full
-  fetch happened; AnnotationIgnored on its own topic.
-- JIT: left to the lease path (a later issue).
+  and the hold is kept when it carries the claim (admitted) or when the patch may still
+  land (upkeep binds the hold then, or expires it after the claim TTL). A pod whose
+  patch failed is tried again when it changes or at the backstop tick, not at once: the
+  claim and release it caused wake the queue, which would otherwise loop on a lasting
+  refusal.
+- QUEUE / NONE: the pod is told why it waits (``reconciler.waiting``).
+- JIT: left to the lease path (``reconciler.ondemand``).
 
-Every admitted pod whose ledger hold is not marked announced — ours or the
-webhook's — gets ``RuntimeGuaranteed`` (``BestEffortAdmitted`` for a best-effort
-stub), then the hold is marked (``ledger.announce``), so a restart does not say it
-twice. Waiting statuses go through the R39 throttle, seeded for each pod from its own
-Events before the first send of a process, so a restart does not restate a status
-inside the repeat interval.
+After the admissions, every admitted pod not yet announced gets ``RuntimeGuaranteed``
+(``reconciler.announce``).
 
 Triggers: a pass runs when the caches are first synced, on any pod or reservation
 cache change (a holder leaving frees its hold through upkeep, whose status write
@@ -39,96 +33,36 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from reconciler import events, queue, upkeep
+from reconciler.announce import Admitted, Announcer, guaranteed_until
 from reconciler.caches import Caches
 from reconciler.pods import PodView, project_pod
 from reconciler.settings import ReconcilerSettings
-from reconciler.throttle import ANNOTATIONS, HOLD, Throttle
+from reconciler.throttle import HOLD
 from reconciler.upkeep import until_ready, wait_either
+from reconciler.waiting import Emit, Knowledge, Teller
 from shared import ledger, model, vocab
-from shared.clock import Clock, parse_utc
+from shared.clock import Clock
 from shared.concurrency import bounded
 from shared.errors import KubeError, NotFound, ServerError
 from shared.logs import log
-from shared.model import GPUReservation, Hold, Kind
-from shared.policy import noshow, statuses, wording
+from shared.model import GPUReservation
+from shared.policy import noshow
 from shared.policy.routing import Path, Pool, Route, Wait, route_in
 from shared.policy.statuses import Status
-from shared.policy.windows import guarantee_end
-from shared.resources import EVENTS, PODS
+from shared.resources import PODS
 
 _log = logging.getLogger(__name__)
 ADMIT_TASK = "reserved-queue"
 #: Seconds one admission (claim + patch) may take.
 ADMIT_DEADLINE_S = 10.0
-#: Events written at once (the gateway has a bounded worker pool anyway).
-EVENT_CONCURRENCY = 16
-#: Pod reads and patches of one reservation's admissions in flight at once.
+#: Pod patches of one reservation's admissions in flight at once.
 PATCH_CONCURRENCY = 16
-
-Emit = Callable[..., Awaitable[bool]]
-#: The throttled statuses (their Events are read back after a restart).
-STATUS_REASONS = frozenset(
-    {
-        vocab.REASON_ONDEMAND_LEASE_DENIED,
-        vocab.REASON_ONDEMAND_LEASE_REJECTED,
-        vocab.REASON_ONDEMAND_ADMISSION_PAUSED,
-        vocab.REASON_NO_MATCHING_NODE,
-        vocab.REASON_WAITING_FOR_NODE,
-        vocab.REASON_WAITING_FOR_RESERVATION,
-        vocab.REASON_RESERVATION_FULL,
-        vocab.REASON_RESERVATION_TOO_SMALL,
-        vocab.REASON_NO_RESERVATION,
-        vocab.REASON_UNKNOWN_GPU_CLASS,
-        vocab.REASON_ANNOTATION_IGNORED,
-    }
-)
-
-
-@dataclass(frozen=True)
-class Knowledge:
-    """What the sync knows, for the pod-problem Events (R4.4)."""
-
-    fetched: Callable[[], bool]
-    classes: Callable[[], Collection[str] | None]
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """One admission made by this pass, to announce."""
-
-    pod: PodView
-    reservation: GPUReservation
-    claim: str
-
-
-def find_hold(res: GPUReservation, pod: PodView) -> Hold | None:
-    """The pod's hold in ``res``: by uid, else by its claim id."""
-    by_uid = next((h for h in res.holds if h.pod_uid and h.pod_uid == pod.uid), None)
-    if by_uid is not None or pod.claim is None:
-        return by_uid
-    return next((h for h in res.holds if h.claim == pod.claim), None)
-
-
-def recalled(event: dict[str, Any], uid: str) -> tuple[str, str, str, datetime] | None:
-    """(topic, reason, message, when) of one of our status Events on pod ``uid``."""
-    if (event.get("involvedObject") or {}).get("uid") != uid:
-        return None
-    source = (event.get("source") or {}).get("component") or event.get("reportingComponent")
-    reason = str(event.get("reason", ""))
-    if source != vocab.PRODUCT_NAME or reason not in STATUS_REASONS:
-        return None
-    try:
-        at = parse_utc(str(event.get("lastTimestamp") or event.get("firstTimestamp")))
-    except ValueError:
-        return None
-    topic = ANNOTATIONS if reason == vocab.REASON_ANNOTATION_IGNORED else HOLD
-    return topic, reason, str(event.get("message", "")), at
 
 
 class Admitter:
@@ -150,21 +84,16 @@ class Admitter:
         self._clock = clock
         self._metrics = metrics
         self._knowledge = knowledge
-        self._emit = emit
         self._ns = settings.common.namespace
-        self._zone = settings.common.display_timezone
-        self.throttle = Throttle(clock, settings.queue.repeat)
+        self.teller = Teller(gateway, settings, clock, self._count, knowledge, emit)
+        self.announcer = Announcer(gateway, caches, settings, metrics, self.teller.send)
         self._wake = asyncio.Event()
-        #: (reservation, claim) announced by this process → when; kept until the cache
-        #: shows the ledger's announced flag (or, flag never seen, for a claim TTL).
-        self._announced: dict[tuple[str, str], datetime] = {}
-        self._recalled: set[str] = set()
+        #: uid → the reservation it waited to open (the window-open lag metric).
         self._waited_open: dict[str, str] = {}
         #: uid → (resourceVersion patched against, retry at): pods whose admission patch
         #: was refused or lost. Retried when the pod changes or at the backstop tick —
         #: not on the reservation change our own claim and release cause (a hot loop).
         self._refused: dict[str, tuple[str, datetime]] = {}
-        self._events = asyncio.Semaphore(EVENT_CONCURRENCY)
         self.passes = 0
         caches.pods.listeners.append(self._pod_changed)
         caches.reservations.listeners.append(lambda _k, _o, _n: self._wake.set())
@@ -175,10 +104,10 @@ class Admitter:
 
     def _pod_changed(self, _key: str, old: PodView | None, new: PodView | None) -> None:
         if (new is None or new.finished or new.admitted) and old is not None:
-            self.throttle.forget(old.uid)
-            if new is None or new.finished:
+            gone = new is None or new.finished
+            self.teller.forget(old.uid, gone)
+            if gone:
                 self._waited_open.pop(old.uid, None)
-                self._recalled.discard(old.uid)
         self._wake.set()
 
     async def run(self, tick_s: float) -> None:
@@ -223,7 +152,7 @@ class Admitter:
                 depth[found.wait.value] = depth.get(found.wait.value, 0) + 1
                 if found.wait is Wait.OPENS_LATER and found.reservation is not None:
                     self._waited_open.setdefault(pod.uid, found.reservation.name)
-            told.append(self._tell(pod, found, pool, pods, now))
+            told.append(self.teller.tell(pod, found, pool, pods, now))
         for wait in ("opens_later", "full", "too_small"):
             self._metrics.depth.labels(wait).set(depth.get(wait, 0))
         results = await asyncio.gather(
@@ -231,10 +160,9 @@ class Admitter:
         )
         admitted = [a for batch in results for a in batch]
         await asyncio.gather(*told)
-        await self._announce_all(pods, admitted, now)
-        self.throttle.prune({p.uid for p in queue.waiting(pods)})
+        await self.announcer.all(pods, admitted, now)
         live = {p.uid for p in pods}
-        self._recalled &= live  # pods that left unseen (e.g. while another replica led)
+        self.teller.prune((p.uid for p in queue.waiting(pods)), live)
         for uid in self._waited_open.keys() - live:
             del self._waited_open[uid]
         for uid in self._refused.keys() - live:
@@ -354,11 +282,11 @@ class Admitter:
     async def announce(self, admitted: list[Admitted], now: datetime) -> None:
         """``RuntimeGuaranteed`` (or ``BestEffortAdmitted``) for admissions this process
         made, then the ledger's announced mark (as after a queue pass)."""
-        await asyncio.gather(*(self._announce(a, now, False) for a in admitted))
+        await self.announcer.announce(admitted, now)
 
     async def say(self, pod: PodView, status: Status | None, now: datetime) -> None:
         """Tell ``pod`` a waiting status on the shared throttle (one story per pod)."""
-        await self._say(pod, HOLD, status, now)
+        await self.teller.say(pod, HOLD, status, now)
 
     async def _reread(self, pod: PodView) -> PodView | None:
         """The pod as it is now, when it still waits (R11 step 3); else None. The
@@ -386,7 +314,7 @@ class Admitter:
         path: str = "reserved",
     ) -> Admitted | None:
         """Patch the pod after a successful claim; drop the hold again if that fails."""
-        until = self._until(res, pool, now)
+        until = guaranteed_until(res, pool, now, self._settings.rules)
         patch = queue.admission_patch(pod, res, claim, until, now, self._settings.queue.gate_name)
         try:
             await self._gateway.patch(PODS, pod.name, patch, pod.namespace)
@@ -443,152 +371,6 @@ class Admitter:
         if (meta.get("annotations") or {}).get(vocab.ADMISSION_CLAIM) == claim:
             return True
         return False if meta.get("resourceVersion") != pod.resource_version else None
-
-    def _until(self, res: GPUReservation, pool: list[GPUReservation], now: datetime) -> datetime:
-        facts = [r.facts for r in pool]
-        use_group = self._settings.rules.use_group
-        no_shows = noshow.declared(pool)
-        return guarantee_end(res.facts, facts, now, use_group=use_group, no_shows=no_shows)
-
-    # --- RuntimeGuaranteed -----------------------------------------------------------
-
-    async def _announce_all(
-        self, pods: list[PodView], admitted: list[Admitted], now: datetime
-    ) -> None:
-        """Announce this pass's admissions and every unannounced admitted pod."""
-        by_name = self._caches.by_name()
-        todo = {(a.reservation.name, a.claim): a for a in admitted}
-        for pod in pods:
-            res = by_name.get(pod.reference or "")
-            if res is None or pod.finished or pod.deleting:
-                continue
-            hold = find_hold(res, pod)
-            if hold is not None and not hold.announced and (res.name, hold.claim) not in todo:
-                todo[(res.name, hold.claim)] = Admitted(pod, res, hold.claim)
-        self._forget_announced(by_name, now)
-        fresh = [a for key, a in todo.items() if key not in self._announced]
-        await asyncio.gather(*(self._announce(a, now, a not in admitted) for a in fresh))
-
-    def _forget_announced(self, by_name: dict[str, GPUReservation], now: datetime) -> None:
-        """Drop what the ledger now remembers: a hold the cache shows announced, or gone
-        (its reservation gone, or the hold absent for longer than a claim TTL)."""
-        cutoff = now - timedelta(seconds=self._settings.ledger_claim_ttl_s)
-        for key, at in list(self._announced.items()):
-            res = by_name.get(key[0])
-            hold = next((h for h in res.holds if h.claim == key[1]), None) if res else None
-            if (
-                res is None
-                or (hold is not None and hold.announced)
-                or (hold is None and at < cutoff)
-            ):
-                del self._announced[key]
-
-    async def _announce(self, item: Admitted, now: datetime, webhook: bool) -> None:
-        res, pod = item.reservation, item.pod
-        pool = list(self._caches.reservations.items.values())
-        if res.facts.kind is Kind.BEST_EFFORT:
-            reason, text = vocab.REASON_BEST_EFFORT_ADMITTED, wording.best_effort_admitted(res)
-        else:
-            until = self._until(res, pool, now)
-            reason = vocab.REASON_RUNTIME_GUARANTEED
-            text = wording.runtime_guaranteed(res, until, self._zone)
-        told = webhook and await self._told_before(pod, reason, res.name)
-        if not told and not await self._send(pod, reason, text, now):
-            return
-        self._announced[(res.name, item.claim)] = now
-        if webhook:
-            self._metrics.admissions.labels("webhook").inc()
-
-        def mark(cur: GPUReservation) -> GPUReservation:
-            return ledger.announce(ledger.bind(cur, item.claim, pod.name, pod.uid), item.claim)
-
-        deadline = time.monotonic() + ADMIT_DEADLINE_S
-        await ledger.amend(self._gateway, self._ns, res.name, mark, now=now, deadline=deadline)
-
-    async def _told_before(self, pod: PodView, reason: str, res_name: str) -> bool:
-        """Whether the pod already carries our announcement of ``res_name`` (read back).
-
-        Only for holds this process did not create (webhook admissions, rebuilt holds):
-        a status wiped between the Event and the flag must not announce twice."""
-        selector = f"involvedObject.uid={pod.uid},reason={reason}"
-        try:
-            listed = await self._gateway.list_all(EVENTS, pod.namespace, field_selector=selector)
-        except KubeError:
-            return False
-        return any(
-            e.get("reportingComponent") == vocab.PRODUCT_NAME
-            and e.get("reason") == reason
-            and (e.get("involvedObject") or {}).get("uid") == pod.uid
-            and res_name in (w.strip(".,:;()") for w in str(e.get("message", "")).split())
-            for e in listed.items
-        )
-
-    # --- waiting Events --------------------------------------------------------------
-
-    async def _tell(
-        self,
-        pod: PodView,
-        found: Route,
-        pool: list[GPUReservation],
-        pods: list[PodView],
-        now: datetime,
-    ) -> None:
-        """Tell the pod its waiting or problem status (throttled, switches honoured)."""
-        q = self._settings.queue
-        if found.path is Path.QUEUE and q.wait_events:
-            owner = pod.namespace
-            res = found.reservation
-            names = queue.holders(res, pods, owner) if res is not None else []
-            status = statuses.waiting(found, pod.gpus, names, self._zone)
-            await self._say(pod, HOLD, status, now)
-        if found.path is Path.NONE and q.problem_events and self._knowledge.fetched():
-            known = self._knowledge.classes()
-            status = statuses.unmatched(
-                pod.profile,
-                found,
-                pool,
-                now,
-                self._settings.rules,
-                known_classes=known,
-                contact=q.support_contact,
-                zone=self._zone,
-            )
-            await self._say(pod, HOLD, status, now)
-        if found.path in {Path.NONE, Path.JIT} and q.problem_events:
-            ignored = statuses.ignored_annotations(
-                pod.annotations, self._settings.rules, q.support_contact
-            )
-            await self._say(pod, ANNOTATIONS, ignored, now)
-
-    async def _say(self, pod: PodView, topic: str, status: Status | None, now: datetime) -> None:
-        if status is None or not self.throttle.due(pod.uid, topic, status.reason, status.message):
-            return
-        if pod.uid not in self._recalled:
-            await self._recall(pod)
-            if not self.throttle.due(pod.uid, topic, status.reason, status.message):
-                return
-        if await self._send(pod, status.reason, status.message, now):
-            self.throttle.sent(pod.uid, topic, status.reason, status.message)
-
-    async def _recall(self, pod: PodView) -> None:
-        """Seed the throttle from the pod's own Events (a restart does not restate)."""
-        selector = f"involvedObject.uid={pod.uid}"
-        try:
-            listed = await self._gateway.list_all(EVENTS, pod.namespace, field_selector=selector)
-        except KubeError as exc:
-            log(_log, logging.WARNING, "queue.recall_failed", pod=pod.key, error=str(exc))
-            return
-        self._recalled.add(pod.uid)
-        for told in listed.items:
-            said = recalled(told, pod.uid)
-            if said is not None:
-                self.throttle.recall(pod.uid, *said)
-
-    async def _send(self, pod: PodView, reason: str, message: str, now: datetime) -> bool:
-        async with self._events:
-            return await self._emit(
-                self._gateway, pod, reason, message, now=now, on_sent=self._count
-            )
 
     def _count(self, reason: str) -> None:
         self._metrics.events.labels(reason).inc()

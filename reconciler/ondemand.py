@@ -39,7 +39,8 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry
 
 from reconciler import ondemand_status, queue
-from reconciler.admit import Admitted, Admitter
+from reconciler.admit import Admitter
+from reconciler.announce import Admitted
 from reconciler.caches import Caches
 from reconciler.leases import LeaseKeeper, describe
 from reconciler.metrics import LeaseMetrics

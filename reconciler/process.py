@@ -21,7 +21,7 @@ from typing import Protocol
 import uvicorn
 
 from reconciler import backstop, events
-from reconciler.admit import Admitter, Knowledge
+from reconciler.admit import Admitter
 from reconciler.audit import CapacityAuditor
 from reconciler.caches import STALL_S, Caches
 from reconciler.evict import Upholders
@@ -39,6 +39,7 @@ from reconciler.settings import ReconcilerSettings
 from reconciler.sweep import Sweeper, SweepMetrics, VictimApp
 from reconciler.sync import ReservationSource, Syncer
 from reconciler.tasks import Tasks
+from reconciler.waiting import Knowledge
 from shared.clock import Clock
 from shared.gateway import Gateway
 from shared.logs import log

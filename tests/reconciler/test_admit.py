@@ -10,11 +10,12 @@ import jsonpatch
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reconciler.admit import Admitter, Knowledge
+from reconciler.admit import Admitter
 from reconciler.caches import Caches
 from reconciler.pods import PodView, project_pod
 from reconciler.queue import QueueMetrics, admission_patch, next_start
 from reconciler.settings import load
+from reconciler.waiting import Knowledge
 from shared import ledger, model, vocab
 from shared.clock import ManualClock, format_utc
 from shared.errors import Invalid

@@ -80,7 +80,7 @@ def test_the_announcer_forgets_admissions_once_the_ledger_says_announced() -> No
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 3
         assert all(h.announced for h in w.ledger_of().holds)
         await w.step()  # the pass after: the cache shows every hold announced
-        assert w.admitter._announced == {}  # memory does not grow with every admission
+        assert w.admitter.announcer.announced == {}  # memory does not grow with every admission
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 3
 
     run(scenario())
@@ -92,14 +92,14 @@ def test_pods_that_left_unseen_are_forgotten() -> None:
         w.book(facts())
         w.kube.add(PODS, gpu_pod("waits"))
         await w.step()
-        assert w.admitter._recalled == {"uid-waits"}
+        assert w.admitter.teller._recalled == {"uid-waits"}
         assert set(w.admitter._waited_open) == {"uid-waits"}
         # The pod is deleted while this replica does not watch (a new leader term
         # starts from an empty cache, so no deletion is ever seen).
         del w.kube.objects[(PODS.plural, "alice", "waits")]
         w.caches.reset()
         await w.step()
-        assert w.admitter._recalled == set()
+        assert w.admitter.teller._recalled == set()
         assert w.admitter._waited_open == {}
 
     run(scenario())

@@ -14,13 +14,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from reconciler.admit import Admitter, Knowledge
+from reconciler.admit import Admitter
 from reconciler.caches import Caches
 from reconciler.metrics import Metrics
 from reconciler.mirror import MirrorWriter
 from reconciler.ondemand import Leaser
 from reconciler.queue import QueueMetrics
 from reconciler.settings import load
+from reconciler.waiting import Knowledge
 from shared import model, vocab
 from shared.appclient import (
     AdmissionCandidate,
