@@ -21,7 +21,6 @@ timestamps dropped): GPUReservation specs and holds, pods, Events, app reservati
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
@@ -36,9 +35,7 @@ from reconciler import settings as rs
 from reconciler.process import Reconciler
 from sandbox.app.policies import Policies
 from sandbox.app.seed import build_state, parse_section
-from sandbox.reconciler_component import install
-from sandbox.runner import Sandbox, SandboxContext
-from sandbox.scenario import load_scenario
+from sandbox.runner import SandboxContext
 from shared import vocab
 from shared.appclient import AppClient, KeyScope
 from shared.appclient.backoff import PageRetryPolicy
@@ -48,6 +45,7 @@ from shared.errors import KubeError
 from shared.gateway import Gateway
 from shared.policy.tolerations import granted_toleration
 from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
+from tests.sandboxkit import book, emulators
 
 #: The instant every world starts at (a Monday, 10:00 in the app's zone).
 T0 = utc(2026, 10, 5, 17, 0)
@@ -200,17 +198,7 @@ class FaultWorld:
     async def book(
         self, user: str = "alice", gpus: int = 2, start: str = "-10m", end: str = "+1h"
     ) -> int:
-        body = {
-            "username": user,
-            "group": "lab",
-            "gpu_class": "a100",
-            "gpu_count": gpus,
-            "start": start,
-            "end": end,
-        }
-        answer = await self.http.post(f"{self.app}/_sandbox/bookings", json=body)
-        assert answer.status_code == 201, answer.text
-        rid: int = answer.json()["id"]
+        rid = await book(self.http, self.app, user=user, gpus=gpus, start=start, end=end)
         self.booked.append(rid)
         return rid
 
@@ -371,26 +359,13 @@ async def no_wait(seconds: float) -> None:
 @asynccontextmanager
 async def fault_world(tmp_path: Path, start: datetime = T0) -> AsyncIterator[FaultWorld]:
     """Kube + app emulators on a manual clock at ``start``; the CRD installed."""
-    ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario())
-    ctx.clock = WorldClock(start)
-    sandbox = Sandbox(ctx, ["kube", "app"])
-    await sandbox.start()
-    try:
-        assert ctx.kubeconfig is not None
-        kubeconfig = tmp_path / "admin.kubeconfig"
-        kubeconfig.write_text(ctx.kubeconfig, encoding="utf-8")
-        await install(kubeconfig, ctx.namespace)
-        gateway = Gateway.from_kubeconfig(str(kubeconfig), sleep=no_wait)
-        async with httpx.AsyncClient(timeout=10) as http:
-            world = FaultWorld(ctx, gateway, http)
-            try:
-                yield world
-            finally:
-                await world.app_client.aclose()
-                gateway.close()
-    finally:
-        await sandbox.stop()
-        gc.collect()
+    kit = emulators(tmp_path, clock=WorldClock(start), http_timeout_s=10, sleep=no_wait)
+    async with kit as e:
+        world = FaultWorld(e.ctx, e.gateway, e.http)
+        try:
+            yield world
+        finally:
+            await world.app_client.aclose()
 
 
 #: A scenario step: acts on the world (no fault active).

@@ -64,8 +64,8 @@ def gpu_pod(name: str, gpus: int = 1, gated: bool = True, **meta: Any) -> dict[s
 
 
 class World:
-    def __init__(self, now=BEFORE, **env: str) -> None:
-        self.kube = Kube()
+    def __init__(self, now=BEFORE, kube: Kube | None = None, **env: str) -> None:
+        self.kube = kube or Kube()
         self.clock = ManualClock(now)
         base = {
             "RESERVATION_API_URL": "http://app",

@@ -13,6 +13,18 @@ from tests.reconciler.builders import NS, START
 from tests.reconciler.test_admit import World, facts, gpu_pod, run
 
 
+def opened(*budgets: int, pods: int) -> tuple[World, list[str]]:
+    """A minute into the window of reservations res-1, res-2, … with these GPU budgets,
+    and ``pods`` queued 1-GPU pods p0, p1, … of their owner."""
+    w = World(now=START + timedelta(minutes=1))
+    for rid, gpus in enumerate(budgets, start=1):
+        w.book(facts(rid=rid, gpus=gpus))
+    names = [f"p{i}" for i in range(pods)]
+    for name in names:
+        w.kube.add(PODS, gpu_pod(name))
+    return w, names
+
+
 def admitted(w: World, names: list[str]) -> list[str]:
     return [
         n
@@ -35,11 +47,7 @@ def status_writes(w: World) -> list[int]:
 
 def test_the_pods_of_a_reservation_are_claimed_in_one_write_and_all_patched() -> None:
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.book(facts(gpus=8))
-        names = [f"p{i}" for i in range(10)]
-        for name in names:
-            w.kube.add(PODS, gpu_pod(name))
+        w, names = opened(8, pods=10)
         writes = status_writes(w)
         await w.step()
         assert writes[0] == 8  # the first ledger write holds every pod that fits
@@ -56,11 +64,7 @@ def test_a_write_by_someone_else_is_counted_before_the_group_is_admitted() -> No
     group's write meets a 409, re-reads and admits only the 5 that still fit."""
 
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.book(facts(gpus=8))
-        names = [f"p{i}" for i in range(8)]
-        for name in names:
-            w.kube.add(PODS, gpu_pod(name))
+        w, names = opened(8, pods=8)
         await w.sync()
 
         def other_replica() -> None:
@@ -81,12 +85,7 @@ def test_a_write_by_someone_else_is_counted_before_the_group_is_admitted() -> No
 
 def test_pods_the_first_reservation_cannot_take_go_to_the_next() -> None:
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.book(facts(rid=1, gpus=2))
-        w.book(facts(rid=2, gpus=2))
-        names = [f"p{i}" for i in range(4)]
-        for name in names:
-            w.kube.add(PODS, gpu_pod(name))
+        w, names = opened(2, 2, pods=4)
         await w.step()
         refs = [w.pod(n)["metadata"]["annotations"][vocab.BOOKING_REFERENCE] for n in names]
         assert sorted(refs) == ["res-1", "res-1", "res-2", "res-2"]
@@ -97,11 +96,7 @@ def test_pods_the_first_reservation_cannot_take_go_to_the_next() -> None:
 
 def test_a_refused_patch_drops_only_that_pods_hold() -> None:
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.book(facts(gpus=4))
-        names = [f"p{i}" for i in range(3)]
-        for name in names:
-            w.kube.add(PODS, gpu_pod(name))
+        w, names = opened(4, pods=3)
         original = w.kube.patch
 
         async def refuse_p1(res, name, *args, **kwargs):

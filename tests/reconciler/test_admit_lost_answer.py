@@ -6,7 +6,6 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from reconciler.caches import Caches
 from shared import vocab
 from shared.errors import Forbidden, ServerError
 from shared.resources import PODS, Resource
@@ -32,14 +31,9 @@ class LosingKube(Kube):
 
 
 def world(lose: str) -> World:
-    w = World(now=START + timedelta(minutes=1))
     kube = LosingKube()
     kube.lose = lose
-    w.kube = kube
-    w.caches = Caches(w.kube, w.settings, w.clock)
-    w.admitter = type(w.admitter)(
-        w.kube, w.caches, w.settings, w.clock, w.admitter._metrics, w.admitter._knowledge
-    )
+    w = World(now=START + timedelta(minutes=1), kube=kube)
     w.book(facts(gpus=1))
     w.kube.add(PODS, gpu_pod("a"))
     return w

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import logging
 import random
 import shutil
@@ -25,8 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sandbox.runner import Sandbox, SandboxContext
-from sandbox.scenario import load_scenario
+from sandbox.runner import SandboxContext
 from shared import ledger, model, vocab
 from shared.clock import Clock
 from shared.errors import NotFound
@@ -34,7 +32,8 @@ from shared.gateway import Gateway
 from shared.resources import GPU_RESERVATIONS, PODS
 
 pytest.importorskip("sandbox.kube.component")
-from sandbox.reconciler_component import ReconcilerProcess, install
+from sandbox.reconciler_component import ReconcilerProcess
+from tests.sandboxkit import book, emulators
 
 #: The in-process emulators' uvicorn servers may drop a keep-alive transport of a
 #: killed client without closing it at shutdown (teardown noise, not a product bug).
@@ -78,18 +77,7 @@ class World:
     async def book(
         self, gpus: int = 2, start: str = "+0s", end: str = "+1h", gpu_class: str = "a100"
     ) -> int:
-        body = {
-            "username": "alice",
-            "group": "lab",
-            "gpu_class": gpu_class,
-            "gpu_count": gpus,
-            "start": start,
-            "end": end,
-        }
-        answer = await self.http.post(f"{self.app}/_sandbox/bookings", json=body)
-        assert answer.status_code == 201, answer.text
-        rid: int = answer.json()["id"]
-        return rid
+        return await book(self.http, self.app, gpus=gpus, start=start, end=end, gpu_class=gpu_class)
 
     async def cancel(self, rid: int) -> None:
         answer = await self.http.post(f"{self.app}/_sandbox/bookings/{rid}/cancel")
@@ -137,32 +125,23 @@ async def world(
     scenario: dict[str, Any] | None = None,
     handles: dict[str, Any] | None = None,
 ) -> AsyncIterator[World]:
-    """The emulators (``components``) on ``clock`` seeded from ``scenario`` (the
-    default one when None); the caller starts reconciler replicas. ``handles`` are put
-    on the context first (e.g. ``webhook.replicas``)."""
-    ctx = SandboxContext(state_dir=tmp_path, scenario=scenario or load_scenario())
-    if clock is not None:
-        ctx.clock = clock
-    ctx.handles.update(handles or {})
-    sandbox = Sandbox(ctx, list(components))
-    await sandbox.start()
-    try:
-        assert ctx.kubeconfig is not None
-        kubeconfig = tmp_path / "reconciler.kubeconfig"
-        kubeconfig.write_text(ctx.kubeconfig, encoding="utf-8")
-        await install(kubeconfig, ctx.namespace)
-        gateway = Gateway.from_kubeconfig(str(kubeconfig))
-        async with httpx.AsyncClient(timeout=5) as http:
-            w = World(ctx, gateway, http)
-            try:
-                yield w
-            finally:
-                for proc in w.replicas:
-                    await proc.stop()
-                gateway.close()
-    finally:
-        await sandbox.stop()
-        gc.collect()  # reap the emulators' leftover transports inside the filtered test
+    """The emulators (``tests.sandboxkit.emulators``); the caller starts reconciler
+    replicas, stopped on the way out."""
+    kit = emulators(
+        tmp_path,
+        components,
+        clock=clock,
+        scenario=scenario,
+        handles=handles,
+        kubeconfig="reconciler.kubeconfig",
+    )
+    async with kit as e:
+        w = World(e.ctx, e.gateway, e.http)
+        try:
+            yield w
+        finally:
+            for proc in w.replicas:
+                await proc.stop()
 
 
 def phase_of(obj: dict[str, Any] | None) -> str | None:
