@@ -10,10 +10,12 @@ more than one active lease.
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections import Counter
 from pathlib import Path
 
 from shared.clock import SystemClock
+from shared.resources import PODS
 from tests.reconciler import test_queue_sandbox as queue_sandbox
 from tests.reconciler.test_integration import World, eventually
 from tests.reconciler.test_ondemand_sandbox import app_of, jit_manifest, leases
@@ -31,6 +33,18 @@ async def metric(w: World, url: str, name: str) -> float:
     return 0.0
 
 
+async def unschedulable(w: World, count: int) -> bool:
+    """Whether ``count`` of alice's pods carry the scheduler's Unschedulable verdict."""
+    pods = (await w.gateway.list_all(PODS, "alice")).items
+    verdicts = [
+        c
+        for p in pods
+        for c in (p.get("status") or {}).get("conditions") or []
+        if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+    ]
+    return len(verdicts) == count
+
+
 def test_acceptance_5_burst_of_100_two_batches_no_duplicates(tmp_path: Path) -> None:
     asyncio.run(burst(tmp_path))
 
@@ -39,15 +53,34 @@ async def burst(tmp_path: Path) -> None:
     async with sandbox_world(tmp_path, SystemClock()) as w:
         config = tmp_path / "kubeconfig"
         proc = await w.replica("r1", True, **ENV)
-        await asyncio.sleep(1.0)
-        await create(config, *(jit_manifest(f"b{i:03d}") for i in range(BURST)))
+
+        async def leading() -> bool:
+            return any(e.get("event") == "leader.loops_started" for e in proc.logs())
+
+        await eventually(leading, 5)
+        # A burst is what the reconciler sees at once. kubectl creates the pods one by one
+        # and the scheduler gives its verdicts one by one, which a loaded machine can
+        # spread over more than the batch's settle window (SETTLE_MAX_S): the replica is
+        # paused meanwhile, and its watches deliver the whole burst when it resumes.
+        proc.signal(signal.SIGSTOP)
+        try:
+            await create(config, *(jit_manifest(f"b{i:03d}") for i in range(BURST)))
+            await eventually(lambda: unschedulable(w, BURST), 20)
+        finally:
+            proc.signal(signal.SIGCONT)
 
         async def settled() -> bool:
             asked = await metric(w, proc.url, 'ondemand_lease_asks_total{outcome="granted"}')
             denied = await metric(w, proc.url, 'ondemand_lease_asks_total{outcome="contended"}')
             return asked + denied >= BURST
 
-        await eventually(settled, 40)
+        try:
+            await eventually(settled, 40)
+        except AssertionError as exc:
+            text = (await w.http.get(f"{proc.url}/metrics")).text
+            asks = [x for x in text.splitlines() if x.startswith("gpu_reservation_ondemand_")]
+            told = Counter(str(e.get("event")) for e in proc.logs())
+            raise AssertionError(f"{exc}; {asks}; {told}") from None
         batches = await metric(w, proc.url, "ondemand_batches_total")
         assert 1 <= batches <= 2, f"{batches} admission batches for one burst"
         granted = leases(w)
