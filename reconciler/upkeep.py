@@ -25,7 +25,7 @@ from shared import ledger
 from shared.clock import Clock
 from shared.ledger import LedgerGateway, PodUse
 from shared.logs import log
-from shared.model import GPUReservation
+from shared.model import GPUReservation, Hold
 
 _log = logging.getLogger(__name__)
 #: Seconds one reservation's upkeep may take before it is left to the next round.
@@ -61,12 +61,23 @@ def stale(
     now: datetime,
     ttl_s: float,
 ) -> list[str]:
-    """Names of reservations whose ledger differs from what the pods imply."""
+    """Names of reservations whose ledger differs from what the pods imply.
+
+    The order of the holds carries no meaning: a rebuild lists them in the order its
+    pods came, and upkeep (the pod cache's index by reference) and the queue pass (the
+    whole pod cache) hand the same pods over in different orders. Comparing in order,
+    the queue pass saw a ledger upkeep had just written as stale and waited for a write
+    that never came (every pod of the booking held back until the next tick)."""
     return sorted(
         name
         for name, res in reservations.items()
-        if wanted(res, uses.get(name, []), now, ttl_s).holds != res.holds
+        if by_claim(wanted(res, uses.get(name, []), now, ttl_s).holds) != by_claim(res.holds)
     )
+
+
+def by_claim(holds: Iterable[Hold]) -> list[Hold]:
+    """The holds in claim order (one ledger's claims are unique)."""
+    return sorted(holds, key=lambda h: h.claim)
 
 
 #: How often a leader loop looks whether the caches it reads have synced.

@@ -190,6 +190,17 @@ def test_stale_and_grouping_are_pure() -> None:
     assert ledger.used(res) == 1
 
 
+def test_a_ledger_listing_its_holds_in_another_order_than_the_pods_is_not_stale() -> None:
+    """Upkeep (the pod index by reference) and the queue pass (the whole pod cache)
+    list a booking's pods in different orders: the same holds in another order must
+    not read as stale, or the queue pass waits for an upkeep write that never comes."""
+    holds = (Hold("c1", 1, NOW, "p1", "uid-p1", True), Hold("c2", 1, NOW, "p2", "uid-p2", True))
+    res = model.GPUReservation(facts(), holds)
+    pods = [gpu_pod("p2", "res-1", "c2"), gpu_pod("p1", "res-1", "c1")]
+    assert stale({"res-1": res}, uses_by_reservation(pods), NOW, TTL) == []
+    assert stale({"res-1": res}, uses_by_reservation(pods[:1]), NOW, TTL) == ["res-1"]
+
+
 def test_a_ledger_change_wakes_upkeep_for_that_reservation() -> None:
     """A pass judged a cached ledger older than a pod's deletion (the hold still
     unbound and young: nothing to do). When the newer ledger arrives — the hold bound
