@@ -65,7 +65,7 @@ LEAD_WALL_S = 40.0
 GIVE_UP_S = 180.0
 #: Pod creations in flight at once.
 CREATE_CONCURRENCY = 16
-GATE = f"{vocab.PRODUCT_NAME}.galends.io/queued"
+GATE = vocab.SANDBOX_SCHEDULING_GATE
 BENCH_LABEL = "bench"
 BENCH_VALUE = "window-open"
 ENV = {

@@ -223,6 +223,52 @@ def _running(scene: Scene) -> Finding:
     )
 
 
+#: Events that tell an unplaced pod it waits for a booking (stale once it is placed).
+_WAITING_REASONS = frozenset({vocab.REASON_WAITING_FOR_RESERVATION, vocab.REASON_RESERVATION_FULL})
+
+
+def _outside(scene: Scene) -> Finding:
+    """Bound to a node without an admission: the scheduler placed it where its own
+    tolerations let it (an ordinary pool of its class). The queue never admits a placed
+    pod (its spec can no longer move it), so it is not waiting for anything."""
+    pod = _pod(scene)
+    where = "" if pod.declared else ", outside the reserved pool"
+    lines = [
+        "No booking admitted it: the scheduler placed it on a node its own tolerations "
+        f"allow{where}, so it runs without a runtime guarantee. A pod already placed is "
+        "never admitted, so it is not waiting for a booking.",
+    ]
+    if scene.said and scene.said[-1].reason in _WAITING_REASONS:
+        lines.append(
+            f"Its newest Event ({scene.said[-1].reason}, below) was written before it was "
+            "placed and no longer applies."
+        )
+    if pod.declared:
+        lines.append(
+            f"It tolerates the {vocab.RESERVATION_TAINT_KEY} taint without an admission: "
+            f"the reservation system evicts such a pod ({vocab.REASON_UNADMITTED_TOLERATION})."
+        )
+    found = route_of(scene) if scene.reservations is not None else None
+    if found is not None and found.reservation is not None and found.wait is not Wait.TOO_SMALL:
+        lines.append(_rerun(found.reservation, scene))
+    return Finding(
+        "running-outside-bookings",
+        f"on node {pod.node} without a booking ({pod.phase}): not admitted, not waiting",
+        tuple(lines),
+    )
+
+
+def _rerun(res: GPUReservation, scene: Scene) -> str:
+    """How to get the pod under ``res`` instead: recreate it while ``res`` is open."""
+    start = res.facts.start
+    when_open = "now" if start <= scene.now else f"once it opens, {at(start, scene)}"
+    return (
+        f"To run under your booking {res.name} instead, delete the pod and create it again "
+        f"{when_open}: a pod created while its booking is open with room is admitted at "
+        "creation."
+    )
+
+
 def _unknown(scene: Scene) -> Finding:
     return Finding(
         "reservations-unreadable",
@@ -246,6 +292,21 @@ def _admit_now(scene: Scene) -> Finding:
     )
 
 
+def _held(scene: Scene) -> str:
+    """How Kubernetes holds a queued pod meanwhile: a scheduling gate, or nothing."""
+    gates = _pod(scene).gates
+    if gates:
+        return (
+            f"Kubernetes shows it Pending (SchedulingGated: {', '.join(gates)}): the "
+            "scheduler leaves it alone until the reservation system admits it."
+        )
+    return (
+        "It carries no scheduling gate: should a node its own tolerations allow have room "
+        "first (an ordinary pool of its class), the scheduler places it there and it runs "
+        "without the booking."
+    )
+
+
 def _queued_window(scene: Scene) -> Finding:
     res = route_of(scene).reservation
     assert res is not None
@@ -255,6 +316,7 @@ def _queued_window(scene: Scene) -> Finding:
         f"waiting for your booking {res.name}, which opens {at(start, scene)}",
         (
             f"Held until the window of {_booking(res, scene)} opens.",
+            _held(scene),
             f"Released by: the window opening at {when(start, scene.zone)}; the pod is "
             "admitted at that moment, nothing to do.",
         ),
@@ -287,6 +349,7 @@ def _queued_full(scene: Scene) -> Finding:
         f"Your booking {_booking(res, scene)} is open but full: {res.used_gpus} of its "
         f"{res.facts.gpu_count} GPUs are {held}; the pod needs {pod.gpus} "
         f"({max(free_gpus(res), 0)} free).",
+        _held(scene),
         "Released by: one of those pods finishing or being deleted "
         "(kubectl delete pod <name>); the pod is admitted at once.",
     ]
@@ -364,6 +427,7 @@ STATES: tuple[State, ...] = (
         _admitted_waiting,
     ),
     State("admitted", _admitted, _running),
+    State("running-outside-bookings", lambda s: _pod(s).node is not None, _outside),
     State("reservations-unreadable", lambda s: s.reservations is None, _unknown),
     State("admittable-now", lambda s: _on_path(s, Path.ADMIT), _admit_now),
     State("queued-for-window", lambda s: _waiting(s, Wait.OPENS_LATER), _queued_window),

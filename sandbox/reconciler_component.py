@@ -6,7 +6,8 @@ starts the reconciler as a subprocess wired to the app emulator:
 ``RESERVATION_API_URL`` = ``ctx.endpoints["app"]``, the ``read_write`` key,
 ``INBOUND_API_TOKEN`` = ``ctx.inbound_token``, a kubeconfig holding a token of the
 chart's reconciler service account (so it runs with exactly the chart's RBAC: a
-missing permission is a 403 here), loopback HTTP on a free port and short intervals. It publishes
+missing permission is a 403 here), loopback HTTP on a free port, short intervals and the
+sandbox's scheduling gate (``SandboxContext.scheduling_gate``). It publishes
 ``ctx.endpoints["reconciler"]``, which the app emulator pushes to.
 
 Why a subprocess and not in-process: it is exactly what production runs (settings
@@ -32,7 +33,7 @@ import httpx
 from sandbox import chart
 from sandbox.install import account_kubeconfig, install_base
 from sandbox.ports import free_port
-from sandbox.runner import SandboxContext, clock_env
+from sandbox.runner import SandboxContext, clock_env, gate_env
 from shared.gateway import Gateway
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +73,7 @@ def environment(ctx: SandboxContext, kubeconfig: Path, port: int, name: str) -> 
         "POD_NAME": name,
         "HTTP_PORT": str(port),
         **SANDBOX_ENV,
+        **gate_env(ctx),
         **clock_env(ctx.clock),
     }
 

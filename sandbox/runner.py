@@ -51,6 +51,17 @@ class SandboxContext:
     kubeconfig: str | None = None
     #: Free-form handles components publish for later ones (e.g. the kube server).
     handles: dict[str, Any] = field(default_factory=dict)
+    #: ``POD_SCHEDULING_GATE_NAME`` of the webhook and of every reconciler replica (one
+    #: value, so the gate the webhook adds is the one the reconciler removes). The
+    #: default scenario has an ordinary h100 node whose taint the reserved ones carry
+    #: too: without a gate a pod queued for a booking would run there at once. None:
+    #: no gate (the seed's default), for tests of the ungated path.
+    scheduling_gate: str | None = vocab.SANDBOX_SCHEDULING_GATE
+
+
+def gate_env(ctx: SandboxContext) -> dict[str, str]:
+    """The environment that gives a component the sandbox's scheduling gate (if any)."""
+    return {} if ctx.scheduling_gate is None else {"POD_SCHEDULING_GATE_NAME": ctx.scheduling_gate}
 
 
 def clock_env(clock: Clock) -> dict[str, str]:

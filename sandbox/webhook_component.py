@@ -11,7 +11,8 @@ it, ``sandbox.install`` puts it in), as ``helm install`` would:
 - the Secret "mounted" like the kubelet does: ``<state-dir>/webhook-tls/tls.crt`` and
   ``tls.key`` follow the Secret, and every replica reads and reloads them;
 - N ``python -m webhook`` replicas under the chart's webhook service account (its own
-  kubeconfig, exactly the chart's RBAC);
+  kubeconfig, exactly the chart's RBAC), with the sandbox's scheduling gate
+  (``SandboxContext.scheduling_gate``, the reconciler's too);
 - an Endpoints object with one subset per replica on 127.0.0.1 (the sandbox's stand-in
   for the endpoints controller) — the dispatch resolves the Service to them round-robin.
 
@@ -52,7 +53,7 @@ from sandbox.install import (
 from sandbox.kube.admission.install import install as install_dispatch
 from sandbox.ports import free_port
 from sandbox.reconciler_component import ROOT
-from sandbox.runner import SandboxContext, clock_env
+from sandbox.runner import SandboxContext, clock_env, gate_env
 from shared.clock import SystemClock
 from shared.gateway import Gateway
 from webhook.configuration import CONFIGURATION_NAME
@@ -233,6 +234,7 @@ class WebhookComponent:
             "TLS_CERT_FILE": str(self.mount.cert_file),
             "TLS_KEY_FILE": str(self.mount.key_file),
             "TLS_RELOAD_SECONDS": "0.2",
+            **gate_env(ctx),
             **self.extra_env,
             **clock_env(ctx.clock),
         }

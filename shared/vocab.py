@@ -180,3 +180,6 @@ LEADER_LEASE_NAME: Final = "gpu-reservation-reconciler"
 #: Pod annotation read by the sandbox's kubelet: seconds the pod runs before it
 #: finishes with Succeeded (sandbox clock).
 SANDBOX_RUN_SECONDS: Final = "sandbox.galends.io/run-seconds"
+#: The scheduling gate the sandbox runs the webhook and reconciler with
+#: (``POD_SCHEDULING_GATE_NAME``): queued pods stay SchedulingGated until admitted.
+SANDBOX_SCHEDULING_GATE: Final = "gpu-reservation.galends.io/queued"

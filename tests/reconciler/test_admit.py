@@ -25,7 +25,7 @@ from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
 from tests.reconciler.builders import END, NS, START
 
-GATE = "gpu-reservation.galends.io/queued"
+GATE = vocab.SANDBOX_SCHEDULING_GATE
 BEFORE = START - timedelta(minutes=5)
 
 

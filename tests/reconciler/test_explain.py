@@ -71,6 +71,23 @@ def test_queued_for_window_says_when_it_opens() -> None:
     )
     assert found.estimate == NOW + timedelta(minutes=10)
     assert any(line.startswith("Released by: the window opening at") for line in found.lines)
+    assert found.lines[1].startswith("It carries no scheduling gate: should a node its own")
+
+
+def test_a_gated_queued_pod_is_told_the_scheduler_leaves_it_alone() -> None:
+    later = reservation(2, gpus=1, start=NOW + timedelta(minutes=10), end=NOW + 2 * HOUR)
+    raw = gpu_pod().gate(vocab.SANDBOX_SCHEDULING_GATE).build()
+    found = explain.explain(scene(raw, (later,)))
+    assert found.state == "queued-for-window"
+    assert found.lines[1] == (
+        f"Kubernetes shows it Pending (SchedulingGated: {vocab.SANDBOX_SCHEDULING_GATE}): "
+        "the scheduler leaves it alone until the reservation system admits it."
+    )
+    full = explain.explain(scene(raw, (reservation(1, gpus=1, holds=(1,)),)))
+    assert full.state == "booking-full"
+    assert any(
+        line.startswith("Kubernetes shows it Pending (SchedulingGated") for line in full.lines
+    )
 
 
 def test_a_full_booking_names_the_holders_and_the_earliest_guarantee_end() -> None:
@@ -143,6 +160,67 @@ def test_admitted_but_unscheduled_quotes_the_scheduler() -> None:
     assert found.state == "admitted-waiting-for-scheduler"
     assert f"The scheduler says: {message}" in found.lines
     assert found.estimate == NOW + HOUR
+
+
+def test_a_pod_placed_in_the_ordinary_pool_is_not_called_waiting() -> None:
+    """Bound without an admission (it tolerated the ordinary pool's taint and no gate
+    held it): not waiting, whatever its route — here a booking opening later."""
+    later = reservation(2, gpus=1, start=NOW + timedelta(minutes=10), end=NOW + 2 * HOUR)
+    said = explain.Said(vocab.REASON_WAITING_FOR_RESERVATION, "Waiting for res-2.", NOW)
+    found = explain.explain(scene(running(gpu_pod(), node="h100-o1"), (later,), said=(said,)))
+    assert found.state == "running-outside-bookings"
+    assert (
+        found.headline == "on node h100-o1 without a booking (Running): not admitted, not waiting"
+    )
+    assert found.estimate is None
+    assert found.reservation is None
+    assert "outside the reserved pool" in found.lines[0]
+    assert found.lines[1] == (
+        f"Its newest Event ({vocab.REASON_WAITING_FOR_RESERVATION}, below) was written before "
+        "it was placed and no longer applies."
+    )
+    assert found.lines[2] == (
+        "To run under your booking res-2 instead, delete the pod and create it again once it "
+        "opens, 2026-01-05 10:10 UTC (in 10 min): a pod created while its booking is open "
+        "with room is admitted at creation."
+    )
+    assert found.lines[-1].startswith("The reservation system said")
+    rows = explain.pods([scene(running(gpu_pod(), node="h100-o1"), (later,))])
+    assert rows.splitlines()[1].split() == ["p", "running-outside-bookings"]
+
+
+@pytest.mark.parametrize(
+    ("bookings", "advice"),
+    [
+        ((), None),
+        ((reservation(1),), "create it again now:"),
+        ((reservation(1, gpus=1),), None),  # too small for the 2-GPU pod: no advice
+    ],
+    ids=["no-booking", "open-booking", "too-small-booking"],
+)
+def test_a_placed_pod_is_told_how_to_run_under_a_booking_only_when_one_could_take_it(
+    bookings: tuple[GPUReservation, ...], advice: str | None
+) -> None:
+    raw = running(gpu_pod(gpus=2), node="h100-o1")
+    raw["status"]["phase"] = "Pending"  # bound, containers not started yet
+    said = explain.Said(vocab.REASON_NO_RESERVATION, "No reservation matches this pod.", NOW)
+    found = explain.explain(scene(raw, bookings, said=(said,)))
+    assert found.state == "running-outside-bookings"
+    assert found.headline.endswith("(Pending): not admitted, not waiting")
+    told = [line for line in found.lines if line.startswith("To run under")]
+    assert len(told) == (0 if advice is None else 1)
+    assert all(advice is not None and advice in line for line in told)
+    assert not any("no longer applies" in line for line in found.lines)  # still true
+
+
+def test_a_placed_pod_with_a_declared_reservation_toleration_is_told_it_is_evicted() -> None:
+    raw = running(gpu_pod().reservation_toleration(), node="h100-r1")
+    found = explain.explain(scene(raw, None, unreadable="Forbidden: no"))
+    assert found.state == "running-outside-bookings"
+    assert "outside the reserved pool" not in found.lines[0]
+    assert vocab.REASON_UNADMITTED_TOLERATION in found.lines[1]
+    assert not any(line.startswith("To run under") for line in found.lines)
+    assert found.lines[-1] == "Your GPUReservations could not be read: Forbidden: no."
 
 
 def test_running_past_its_guarantee_is_overstay() -> None:

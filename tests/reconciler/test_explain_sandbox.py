@@ -1,9 +1,10 @@
 """Issue 16 acceptance 1: a new user's walk through ``make sandbox`` with ``kubectl gpures``.
 
 The whole sandbox as ``make sandbox`` starts it (every component, the default scenario:
-alice holds a 2-GPU h100 booking open now, bob one opening in 10 minutes, carol none),
-then the real kubectl runs the plugin ``kubectl-gpures`` found on PATH — the one the
-package installs — with the sandbox's kubeconfig.
+alice holds a 2-GPU h100 booking open now, bob one opening in 10 minutes, carol none;
+the webhook and reconciler run with the sandbox's scheduling gate), then the real
+kubectl runs the plugin ``kubectl-gpures`` found on PATH — the one the package
+installs — with the sandbox's kubeconfig. The examples are the README's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from sandbox.runner import Sandbox, SandboxContext
@@ -97,6 +99,12 @@ class User:
 
     def create(self, manifest: dict[str, Any]) -> None:
         self.ok("create", "-f", "-", stdin=json.dumps(manifest))
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = json.loads(
+            self.ok("get", "pod", "-n", namespace, name, "-o", "json")
+        )
+        return found
 
     def until(self, *args: str, text: str, within_s: float = 30) -> str:
         """Run ``args`` until its output contains ``text``."""
@@ -176,12 +184,19 @@ def test_a_new_user_reads_why_a_pod_waits_and_why_another_never_starts(user: Use
     name, start = bob_booking["metadata"]["name"], bob_booking["spec"]["start"]
     opens = start.replace("T", " ")[:16] + " UTC"
 
-    # A pod waiting for a booking that opens in ten minutes: when will it start?
-    user.ok("create", "-f", str(EXAMPLES / "bob-training.yaml"))
+    # A pod waiting for a booking that opens in ten minutes: when will it start? The
+    # webhook gated it, so it waits unbound instead of running on the ordinary h100-o1.
+    created = user.run("create", "-f", str(EXAMPLES / "bob-training.yaml"))
+    assert created.returncode == 0, created.stderr
+    assert "held by a scheduling gate until then" in created.stderr
+    waiting = user.pod("bob", "training")
+    assert waiting["spec"]["schedulingGates"] == [{"name": vocab.SANDBOX_SCHEDULING_GATE}]
+    assert "SchedulingGated" in user.ok("get", "pod", "-n", "bob", "training")
     out = user.ok(GPURES, "explain", "-n", "bob", "training")
     assert out.startswith(f"bob/training: waiting for your booking {name}, which opens {opens}")
     assert "(in 10 min)" in out or "(in 9 min)" in out
     assert f"Released by: the window opening at {opens}" in out
+    assert f"(SchedulingGated: {vocab.SANDBOX_SCHEDULING_GATE})" in out
     listing = user.ok(GPURES, "list", "-n", "bob")
     assert name in listing
     assert "queued-for-window" in listing
@@ -205,15 +220,42 @@ def test_a_new_user_reads_why_a_pod_waits_and_why_another_never_starts(user: Use
         assert refused.returncode == 1, command
         assert "refused" in refused.stderr, command
 
-    # A pod with no booking at all: why does it never start?
+    # A pod with no booking that tolerates the ordinary h100 pool's taint: nothing gates
+    # it, it runs on h100-o1 outside any booking, and explain does not call it waiting.
     user.ok("create", "-f", str(EXAMPLES / "carol-notebook.yaml"))
-    out = user.ok(GPURES, "explain", "carol/notebook")
-    assert out.startswith("carol/notebook: not admitted: no booking matches")
+    out = user.until(GPURES, "explain", "carol/notebook", text="(Running)")
+    assert out.startswith("carol/notebook: on node h100-o1 without a booking (Running)")
+    assert "not waiting" in out
+    assert "running-outside-bookings" in user.ok(GPURES, "list", "-n", "carol")
+
+    # A pod with no booking that no node takes (no ordinary a100 pool): why does it
+    # never start?
+    user.ok("create", "-f", str(EXAMPLES / "carol-a100.yaml"))
+    out = user.ok(GPURES, "explain", "carol/training")
+    assert out.startswith("carol/training: not admitted: no booking matches")
     assert "you hold no booking" in out
     assert "It cannot be admitted on demand either" in out
     # The reservation system's own Event is quoted once it has written it.
-    out = user.until(GPURES, "explain", "carol/notebook", text=vocab.REASON_NO_RESERVATION)
+    out = user.until(GPURES, "explain", "carol/training", text=vocab.REASON_NO_RESERVATION)
     assert "The reservation system said" in out
+    assert user.pod("carol", "training")["status"]["phase"] == "Pending"
+
+    # Bob's booking opens (an admin moves its window to start in two seconds; the app
+    # pushes it): the reconciler admits the gated pod at the window's start, removing the
+    # gate, and the scheduler places it.
+    app = user.ctx.endpoints["app"]
+    rid = bob_booking["spec"]["reservationId"]
+    moved = httpx.post(
+        f"{app}/_sandbox/bookings/{rid}/move",
+        json={"start": "+2s", "end": bob_booking["spec"]["end"]},
+        timeout=10,
+    )
+    assert moved.status_code == 200, moved.text
+    out = user.until(GPURES, "explain", "-n", "bob", "training", text="(Running)", within_s=60)
+    assert out.startswith(f"bob/training: admitted under {name} on node h100-")
+    admitted = user.pod("bob", "training")
+    assert not admitted["spec"].get("schedulingGates")
+    assert admitted["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == name
 
 
 def test_a_full_booking_names_its_holders_and_an_admitted_pod_its_guarantee(user: User) -> None:

@@ -351,7 +351,7 @@ def test_a_failed_selection_grants_every_eligible_candidate() -> None:
 
 def test_a_candidate_left_gated_is_ungated_so_the_scheduler_can_judge_it() -> None:
     async def scenario() -> None:
-        gate = "gpu-reservation.galends.io/queued"
+        gate = vocab.SANDBOX_SCHEDULING_GATE
         w = World(POD_SCHEDULING_GATE_NAME=gate)
         pod = jit_pod(verdict=False)
         pod["spec"]["schedulingGates"] = [{"name": "other"}, {"name": gate}]

@@ -25,7 +25,7 @@ from tests.reconciler.test_integration import World, eventually, kubectl_sandbox
 pytest.importorskip("sandbox.kube.component")
 
 pytestmark = kubectl_sandbox_marks(90)
-GATE = "gpu-reservation.galends.io/queued"
+GATE = vocab.SANDBOX_SCHEDULING_GATE
 ENV = {
     "LEADER_ELECTION_ENABLED": "false",
     "RESERVATION_FETCH_INTERVAL": "3600",

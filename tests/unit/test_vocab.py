@@ -93,6 +93,7 @@ def test_annotation_and_label_keys_are_valid_qualified_names() -> None:
         vocab.GPU_CLASS_LABEL,
         vocab.RESERVATION_TAINT_KEY,
         vocab.SANDBOX_RUN_SECONDS,
+        vocab.SANDBOX_SCHEDULING_GATE,
     ]
     for key in keys:
         assert QUALIFIED_KEY.match(key), key

@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
 ]
-GATE = "galends.io/reservation-window"
+GATE = vocab.SANDBOX_SCHEDULING_GATE
 
 
 @pytest.fixture(scope="module")
@@ -201,18 +201,22 @@ def test_3_tolerations_and_annotations_cannot_be_forged(sandbox: SandboxThread) 
 
 
 def test_4_a_future_booking_gates_only_with_a_gate_name(sandbox: SandboxThread) -> None:
+    """The sandbox runs with a gate name (``SandboxContext.scheduling_gate``); without
+    one, the queued pod is left ungated."""
     now = sandbox.now()
     booking(sandbox, 104, "dave", 2, now + timedelta(minutes=10), now + timedelta(hours=1))
-    plain = sandbox.apply(gpu_pod("d-1", "dave").build())
-    assert "queued for reservation res-104, opens at" in plain.stderr
-    assert not sandbox.pod("dave", "d-1")["spec"].get("schedulingGates")
-    restart_with(sandbox, POD_SCHEDULING_GATE_NAME=GATE)
+    gated = sandbox.apply(gpu_pod("d-1", "dave").build())
+    assert "queued for reservation res-104, opens at" in gated.stderr
+    assert "held by a scheduling gate" in gated.stderr
+    assert sandbox.pod("dave", "d-1")["spec"]["schedulingGates"] == [{"name": GATE}]
+    restart_with(sandbox, POD_SCHEDULING_GATE_NAME=None)
     try:
-        gated = sandbox.apply(gpu_pod("d-2", "dave").build())
-        assert "queued for reservation res-104" in gated.stderr
-        assert sandbox.pod("dave", "d-2")["spec"]["schedulingGates"] == [{"name": GATE}]
+        plain = sandbox.apply(gpu_pod("d-2", "dave").build())
+        assert "queued for reservation res-104" in plain.stderr
+        assert "scheduling gate" not in plain.stderr
+        assert not sandbox.pod("dave", "d-2")["spec"].get("schedulingGates")
     finally:
-        restart_with(sandbox, POD_SCHEDULING_GATE_NAME=None)
+        restart_with(sandbox, POD_SCHEDULING_GATE_NAME=GATE)
 
 
 def test_5_pods_are_created_while_every_replica_is_down(sandbox: SandboxThread) -> None:
