@@ -99,8 +99,9 @@ class Announcer:
             if hold is not None and not hold.announced and (res.name, hold.claim) not in todo:
                 todo[(res.name, hold.claim)] = Admitted(pod, res, hold.claim)
         self._forget(by_name, now)
-        fresh = [a for key, a in todo.items() if key not in self.announced]
-        await asyncio.gather(*(self._one(a, now, a not in admitted) for a in fresh))
+        ours = {(a.reservation.name, a.claim) for a in admitted}
+        fresh = [(key, a) for key, a in todo.items() if key not in self.announced]
+        await asyncio.gather(*(self._one(a, now, key not in ours) for key, a in fresh))
 
     def _forget(self, by_name: dict[str, GPUReservation], now: datetime) -> None:
         """Drop what the ledger now remembers: a hold the cache shows announced, or gone

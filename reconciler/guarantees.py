@@ -134,15 +134,15 @@ def next_end(
     *,
     use_group: bool,
 ) -> datetime | None:
-    """The soonest future guarantee end among live admitted pods (the timer's instant)."""
+    """The soonest future guarantee end among live admitted pods (the timer's instant).
+
+    The end depends on the reservation only, so it is computed once per reservation in
+    use, not once per pod (500 pods admitted at a window open re-ran the chain walk for
+    each one, on every pod event)."""
     pool = [r.facts for r in reservations.values()]
-    ends = set()
-    for pod in pods:
-        if kept_live(pod) and pod.reference is not None:
-            end = live_end(reservations.get(pod.reference), pool, now, use_group=use_group)
-            if end is not None and end > now:
-                ends.add(end)
-    return min(ends, default=None)
+    used = {pod.reference for pod in pods if kept_live(pod) and pod.reference is not None}
+    ends = (live_end(reservations.get(ref), pool, now, use_group=use_group) for ref in used)
+    return min((end for end in ends if end is not None and end > now), default=None)
 
 
 # --- the shell ------------------------------------------------------------------------

@@ -74,14 +74,19 @@ class PodView:
     def annotations(self) -> dict[str, str]:
         return dict(self.notes)
 
+    def note(self, key: str) -> str | None:
+        """One ``galends/*`` annotation (a scan of the few pairs: the hot properties
+        below run for every pod on every pass, where building a dict showed up)."""
+        return next((value for name, value in self.notes if name == key), None)
+
     @property
     def reference(self) -> str | None:
         """``res-<id>`` the pod was admitted under, if any."""
-        return self.annotations.get(vocab.BOOKING_REFERENCE)
+        return self.note(vocab.BOOKING_REFERENCE)
 
     @property
     def claim(self) -> str | None:
-        return self.annotations.get(vocab.ADMISSION_CLAIM)
+        return self.note(vocab.ADMISSION_CLAIM)
 
     @property
     def admitted(self) -> bool:
@@ -99,7 +104,7 @@ class PodView:
     @property
     def admitted_at(self) -> datetime | None:
         """``galends/admitted-at`` as an instant (None when absent or unreadable)."""
-        return _instant(self.annotations.get(vocab.ADMITTED_AT))
+        return _instant(self.note(vocab.ADMITTED_AT))
 
     @property
     def created_at(self) -> datetime | None:
