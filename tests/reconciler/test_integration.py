@@ -144,6 +144,15 @@ async def world(
                 await proc.stop()
 
 
+async def leading(proc: ReconcilerProcess) -> None:
+    """Wait until the replica leads and its loops run (``leader.loops_started``)."""
+
+    async def started() -> bool:
+        return any(e.get("event") == "leader.loops_started" for e in proc.logs())
+
+    await eventually(started, 5)
+
+
 def phase_of(obj: dict[str, Any] | None) -> str | None:
     return None if obj is None else (obj.get("status") or {}).get("phase")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from shared.clock import SystemClock
 from shared.resources import PODS
 from tests.reconciler import test_queue_sandbox as queue_sandbox
-from tests.reconciler.test_integration import World, eventually
+from tests.reconciler.test_integration import World, eventually, leading
 from tests.reconciler.test_ondemand_sandbox import app_of, jit_manifest, leases
 from tests.reconciler.test_queue_sandbox import ENV, create, sandbox_world
 
@@ -53,11 +53,7 @@ async def burst(tmp_path: Path) -> None:
     async with sandbox_world(tmp_path, SystemClock()) as w:
         config = tmp_path / "kubeconfig"
         proc = await w.replica("r1", True, **ENV)
-
-        async def leading() -> bool:
-            return any(e.get("event") == "leader.loops_started" for e in proc.logs())
-
-        await eventually(leading, 5)
+        await leading(proc)
         # A burst is what the reconciler sees at once. kubectl creates the pods one by one
         # and the scheduler gives its verdicts one by one, which a loaded machine can
         # spread over more than the batch's settle window (SETTLE_MAX_S): the replica is

@@ -17,7 +17,7 @@ from shared import vocab
 from shared.clock import SystemClock
 from tests.reconciler import test_queue_sandbox as queue_sandbox
 from tests.reconciler.test_evict_sandbox import kubectl
-from tests.reconciler.test_integration import World, eventually
+from tests.reconciler.test_integration import World, eventually, leading
 from tests.reconciler.test_ondemand_sandbox import app_of, jit_manifest, leases
 from tests.reconciler.test_queue_sandbox import ENV, create, pod_of, reference, sandbox_world
 
@@ -41,7 +41,7 @@ async def killed(tmp_path: Path) -> None:
     async with sandbox_world(tmp_path, SystemClock()) as w:
         config = tmp_path / "kubeconfig"
         proc = await w.replica("r1", True, **CRASH_ENV)
-        await asyncio.sleep(1.0)
+        await leading(proc)
         fault = {"method": "POST", "path": "/api/reservations", "answer_after_s": 12, "count": 2}
         assert (await w.http.post(f"{w.app}/_sandbox/faults", json=fault)).status_code == 201
         await create(config, jit_manifest("survivor"), jit_manifest("leaver"))

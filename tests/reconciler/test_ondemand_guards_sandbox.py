@@ -17,7 +17,7 @@ from shared.clock import SystemClock
 from shared.resources import PODS
 from tests.reconciler import test_queue_sandbox as queue_sandbox
 from tests.reconciler.test_evict_sandbox import kubectl
-from tests.reconciler.test_integration import World, eventually
+from tests.reconciler.test_integration import World, eventually, leading
 from tests.reconciler.test_ondemand_sandbox import jit_manifest, leases
 from tests.reconciler.test_queue_sandbox import (
     ENV,
@@ -54,8 +54,7 @@ def test_acceptance_2_each_guard_holds_what_it_should(tmp_path: Path) -> None:
 async def guards(tmp_path: Path) -> None:
     async with sandbox_world(tmp_path, SystemClock()) as w:
         config = tmp_path / "kubeconfig"
-        await w.replica("r1", True, **ENV)
-        await asyncio.sleep(1.0)
+        await leading(await w.replica("r1", True, **ENV))
 
         # A cpu shortage on the node that got past the taints (carol's h100 pod reaches
         # the ordinary h100 node): no lease can help.
@@ -125,8 +124,7 @@ async def overcommit(tmp_path: Path) -> None:
             await asyncio.to_thread(
                 kubectl, config, "annotate", "node", name, f"{vocab.FORCE_NODE_CAPACITY}={gpus}"
             )
-        await w.replica("r1", True, **ENV)
-        await asyncio.sleep(1.0)
+        await leading(await w.replica("r1", True, **ENV))
         await create(config, jit_manifest("first"))
 
         async def admitted(pod: str) -> bool:

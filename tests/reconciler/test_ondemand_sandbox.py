@@ -19,7 +19,7 @@ from shared import vocab
 from shared.clock import SystemClock
 from shared.resources import GPU_RESERVATIONS
 from tests.reconciler import test_queue_sandbox as queue_sandbox
-from tests.reconciler.test_integration import World, eventually
+from tests.reconciler.test_integration import World, eventually, leading
 from tests.reconciler.test_queue_sandbox import (
     ENV,
     create,
@@ -80,8 +80,7 @@ def test_acceptance_1_lease_granted_admitted_runs_and_is_torn_down(tmp_path: Pat
 async def lease_lifecycle(tmp_path: Path) -> None:
     async with sandbox_world(tmp_path, SystemClock()) as w:
         config = tmp_path / "kubeconfig"
-        await w.replica("r1", True, **ENV)
-        await asyncio.sleep(1.0)  # the leader's caches are listed
+        await leading(await w.replica("r1", True, **ENV))
         await create(config, jit_manifest("job", run_s=4))
         # Admitted about a second after creation on a quiet machine: a figure of `python
         # -m bench ondemand` (seen → tolerated), not a check.
@@ -134,8 +133,7 @@ def test_acceptance_6_merge_onto_the_booking_as_it_opens(tmp_path: Path) -> None
 async def merge(tmp_path: Path) -> None:
     async with sandbox_world(tmp_path, SystemClock()) as w:
         config = tmp_path / "kubeconfig"
-        await w.replica("r1", True, **ENV)
-        await asyncio.sleep(1.0)
+        await leading(await w.replica("r1", True, **ENV))
         await create(config, jit_manifest("job"))
         await watch_pod(w, "job", lambda p: p["status"].get("phase") == "Running", 10)
         lease_ref = reference(await pod_of(w, "job"))
@@ -184,8 +182,7 @@ def test_best_effort_pod_gets_a_stub_and_is_told_so(tmp_path: Path) -> None:
 async def best_effort(tmp_path: Path) -> None:
     async with sandbox_world(tmp_path, SystemClock()) as w:
         config = tmp_path / "kubeconfig"
-        await w.replica("r1", True, **ENV, BEST_EFFORT_ENABLED="true")
-        await asyncio.sleep(1.0)
+        await leading(await w.replica("r1", True, **ENV, BEST_EFFORT_ENABLED="true"))
         body = jit_manifest("scavenger")
         notes = body["metadata"]["annotations"]
         del notes[vocab.MINIMUM_RUNTIME_SECONDS]
