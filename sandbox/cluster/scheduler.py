@@ -4,12 +4,26 @@ An HTTP client of the API emulator like kube-scheduler: binds through
 ``POST pods/<name>/binding`` and writes ``PodScheduled=False/Unschedulable`` through
 ``pods/<name>/status``. Decisions come from ``scheduling.schedule`` over the shared
 caches; pods it has just bound are "assumed" on their node until the watch shows the
-binding, so two passes in quick succession never overfill a node. A pass runs on every
-change and at least every ``passes.RESYNC_S`` seconds.
+binding, so two passes in quick succession never overfill a node; likewise a verdict it
+has written is not written again while its cache still shows the pod as it was when
+the verdict was decided (a second write, with a new ``lastTransitionTime``, would
+change the pod's resourceVersion under a client that just read it — kube-scheduler
+does not retry a pod parked as unschedulable until an event moves it). A pass runs on
+every change and at least every ``passes.RESYNC_S`` seconds.
+
+A pass decides every pod first, then sends the API calls of its decisions — bindings,
+``Unschedulable`` conditions and their Events — up to ``API_CONCURRENCY`` at once, and
+waits for all of them before the next pass. kube-scheduler does not block its
+scheduling cycle on the API either: the binding cycle has always run in its own
+goroutine, and from 1.34 (``SchedulerAsyncAPICalls``, beta, on by default) status
+patches and bindings go through an asynchronous dispatcher; Events always went through
+the recorder's own goroutine. One call after another would make 200 verdicts take
+seconds on a loaded sandbox where kube-scheduler gives them in milliseconds each.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from typing import Any
@@ -25,6 +39,8 @@ from shared.resources import PODS
 log = logging.getLogger(__name__)
 
 REASON_UNSCHEDULABLE = "Unschedulable"
+#: API calls (a binding, or a condition with its Event) one pass has in flight at once.
+API_CONCURRENCY = 16
 
 
 def pod_scheduled(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -53,14 +69,28 @@ class Scheduler(Passes):
     def __init__(self, gateway: Gateway, clock: Clock, pods: Cache, nodes: Cache) -> None:
         super().__init__(gateway, clock, pods, nodes)
         self._assumed: dict[str, str] = {}
+        #: uid → (the verdict message written, the pod's resourceVersion it was decided
+        #: on): until the cache shows a newer pod the write is not repeated.
+        self._told: dict[str, tuple[str, str]] = {}
 
     async def run_once(self) -> None:
-        """One pass over the cached pods and nodes."""
-        for placement in schedule(snapshot(self._nodes), self._with_assumed()):
-            if placement.node is not None:
-                await self._bind(placement.pod, placement.node)
-            else:
-                await self._unschedulable(placement)
+        """One pass over the cached pods and nodes: decide all, then send the calls
+        concurrently (bounded); the first API error of the pass is raised once every
+        call has ended."""
+        limit = asyncio.Semaphore(API_CONCURRENCY)
+
+        async def send(placement: Placement) -> None:
+            async with limit:
+                if placement.node is not None:
+                    await self._bind(placement.pod, placement.node)
+                else:
+                    await self._unschedulable(placement)
+
+        placements = schedule(snapshot(self._nodes), self._with_assumed())
+        ended = await asyncio.gather(*(send(p) for p in placements), return_exceptions=True)
+        for outcome in ended:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     def _with_assumed(self) -> list[dict[str, Any]]:
         pods = []
@@ -74,6 +104,8 @@ class Scheduler(Passes):
                 pod["spec"]["nodeName"] = node
             pods.append(pod)
         self._assumed = {uid: n for uid, n in self._assumed.items() if uid in live}
+        present = {str(p["metadata"].get("uid", "")) for p in pods}
+        self._told = {uid: t for uid, t in self._told.items() if uid in present}
         return pods
 
     async def _bind(self, pod: dict[str, Any], node: str) -> None:
@@ -104,6 +136,10 @@ class Scheduler(Passes):
             placement.message,
         ):
             return
+        meta = pod["metadata"]
+        uid, version = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+        if self._told.get(uid) == (placement.message, version):
+            return  # written already; the watch has not brought the write back yet
         condition = {
             "type": "PodScheduled",
             "status": "False",
@@ -113,13 +149,13 @@ class Scheduler(Passes):
             "lastTransitionTime": format_utc(self._clock.now()),
         }
         patch = {"status": {"conditions": with_condition(pod, condition)}}
-        meta = pod["metadata"]
         try:
             await self._gateway.patch(
                 PODS, meta["name"], patch, meta["namespace"], "merge", subresource="status"
             )
         except NotFound:
             return
+        self._told[uid] = (placement.message, version)
         await events.record(
             self._gateway,
             self._clock,

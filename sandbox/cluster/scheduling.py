@@ -5,11 +5,15 @@ ungated and addressed to the default scheduler. It goes to the feasible node wit
 most free GPUs, then the most free CPU, then the first by name (kube-scheduler scores
 with LeastAllocated and more; the sandbox only needs a stable, sensible choice).
 Pods are considered by priority, then age; each placement is charged to the snapshot
-so one pass never overfills a node.
+so one pass never overfills a node. Pods of one *shape* (what the filters read:
+tolerations, node selector, affinity, requests) get one evaluation while nothing has
+been placed since: a burst of identical pods costs one fit check per pass, not one per
+pod (the verdicts are the same ones).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
@@ -101,13 +105,28 @@ def _order(pod: dict[str, Any]) -> tuple[int, str, str]:
     return (-priority, str(meta.get("creationTimestamp") or ""), str(meta.get("name", "")))
 
 
+def shape(pod: dict[str, Any]) -> str:
+    """What the filters read of ``pod``, as a key (pods of one shape fit alike)."""
+    spec = pod.get("spec") or {}
+    read = {k: spec.get(k) for k in ("tolerations", "nodeSelector", "affinity")}
+    wanted = sorted((k, str(v)) for k, v in pod_requests(pod).items())
+    return json.dumps([read, wanted], sort_keys=True, default=str)
+
+
 def schedule(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[Placement]:
     """One scheduling pass: a placement for every pod that needs one, in queue order."""
     infos = node_infos(nodes, pods)
     placements = []
+    #: Verdicts of unplaceable shapes, valid until the next placement charges a node.
+    refused: dict[str, Placement] = {}
     for pod in sorted(filter(needs_scheduling, pods), key=_order):
-        placement = place(pod, infos)
+        key = shape(pod)
+        known = refused.get(key)
+        placement = replace(known, pod=pod) if known is not None else place(pod, infos)
         if placement.node is not None:
             infos[placement.node] = charge(infos[placement.node], pod_requests(pod))
+            refused.clear()
+        else:
+            refused[key] = placement
         placements.append(placement)
     return placements

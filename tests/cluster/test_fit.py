@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sandbox.cluster import scheduling
 from sandbox.cluster.fit import (
     NodeInfo,
     affinity_matches,
@@ -16,7 +17,15 @@ from sandbox.cluster.fit import (
 )
 from sandbox.cluster.quantity import parse_quantity
 from sandbox.cluster.requests import pod_requests
-from sandbox.cluster.scheduling import schedule
+from sandbox.cluster.scheduling import (
+    Placement,
+    _order,
+    charge,
+    needs_scheduling,
+    node_infos,
+    place,
+    schedule,
+)
 from shared import vocab
 from tests.cluster.builders import node, pod, reservation_taint, reservation_toleration
 
@@ -176,3 +185,54 @@ def test_a_tolerating_pod_goes_to_the_reserved_node_and_one_pass_never_overfills
     assert placements["b"].message.startswith(
         f"0/1 nodes are available: 1 Insufficient {vocab.GPU_RESOURCE}."
     )
+
+
+def one_by_one(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[Placement]:
+    """The pass without sharing verdicts between pods of one shape (the reference)."""
+    infos = node_infos(nodes, pods)
+    placements = []
+    for p in sorted(filter(needs_scheduling, pods), key=_order):
+        placement = place(p, infos)
+        if placement.node is not None:
+            infos[placement.node] = charge(infos[placement.node], pod_requests(p))
+        placements.append(placement)
+    return placements
+
+
+def test_pods_of_one_shape_share_a_verdict_until_a_placement_changes_the_nodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nodes = [
+        node("reserved", gpus=4, taints=[TAINT]),
+        node("plain", gpus=2, labels={"disk": "ssd"}),
+    ]
+    tolerant = [reservation_toleration()]
+    pods = [
+        pod("a1", gpus=1),  # fits "plain" (twice), then nothing is left for this shape
+        pod("a2", gpus=1),
+        pod("a3", gpus=1),
+        pod("a4", gpus=1),
+        pod("t1", gpus=3, tolerations=tolerant),  # a placement: every shared verdict is stale
+        pod("a5", gpus=1),
+        pod("s1", gpus=1, nodeSelector={"disk": "hdd"}),
+        pod("s2", gpus=1, nodeSelector={"disk": "hdd"}),
+        pod("t2", gpus=1, tolerations=tolerant),
+        pod("t3", gpus=1, tolerations=tolerant),
+        pod("t4", gpus=1, tolerations=tolerant),
+    ]
+    for i, p in enumerate(pods):  # queue order = list order
+        p["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{i:02d}Z"
+    expected = [(p.pod["metadata"]["name"], p.node, p.message) for p in one_by_one(nodes, pods)]
+    evaluated: list[str] = []
+
+    def counted(p: dict[str, Any], infos: dict[str, NodeInfo]) -> Placement:
+        evaluated.append(p["metadata"]["name"])
+        return place(p, infos)
+
+    monkeypatch.setattr(scheduling, "place", counted)
+    got = [(p.pod["metadata"]["name"], p.node, p.message) for p in schedule(nodes, pods)]
+    assert got == expected
+    assert [n for n, node_name, _ in got if node_name] == ["a1", "a2", "t1", "t2"]
+    # a4 shares a3's verdict, a5 is evaluated again after t1's placement, s2 shares s1's
+    # and t4 shares t3's
+    assert evaluated == ["a1", "a2", "a3", "t1", "a5", "s1", "t2", "t3"]
