@@ -81,8 +81,9 @@ LEASE_TASK = "ondemand-leases"
 #: Lease asks in flight at once (each is one app call, a mirror write and a patch).
 ASK_CONCURRENCY = 16
 #: After a trigger, a batch waits this long (seconds) for the rest of a burst, again
-#: while triggers keep coming, at most SETTLE_MAX_S in all.
-SETTLE_S = 0.2
+#: while triggers keep coming or the scheduler has yet to judge a waiting pod, at most
+#: SETTLE_MAX_S in all.
+SETTLE_S = 0.1
 SETTLE_MAX_S = 1.0
 #: R18: at most this many of the pod's ``galends/*`` annotations go with an offer,
 #: each value cut to MAX_NOTE characters.
@@ -185,6 +186,9 @@ class Leaser:
             relinker,
         )
         self.tracks: dict[str, Track] = {}
+        #: Pods this process admitted whose admission the pod cache may not show yet
+        #: (its watch lags the patch): never candidates again meanwhile.
+        self._placed: set[str] = set()
         self.gates = ondemand_status.GateLog()
         self._stuck: dict[str, list[str]] = {}
         self._deficits: dict[str, int] = {}
@@ -230,6 +234,9 @@ class Leaser:
         if new is None or new.finished or new.admitted:
             if old is not None:
                 self.tracks.pop(old.uid, None)
+                self._placed.discard(old.uid)
+            if new is not None:
+                self._placed.discard(new.uid)
             return
         if old is None and new.phase == "Pending":
             self._wake.set()  # a new candidate: an immediate batch
@@ -263,15 +270,21 @@ class Leaser:
 
     async def _settle(self) -> None:
         """Let a burst of arrivals (and the scheduler's verdicts on them) collect so they
-        share one batch: wait ``SETTLE_S`` more while triggers keep coming, at most
-        ``SETTLE_MAX_S`` in all."""
-        waited = 0.0
-        while waited < SETTLE_MAX_S:
+        share one batch: wait ``SETTLE_S`` more while triggers keep coming or a waiting
+        pod has no verdict yet, at most ``SETTLE_MAX_S`` in all."""
+        for _ in range(round(SETTLE_MAX_S / SETTLE_S)):
             self._wake.clear()
             await self._clock.sleep(SETTLE_S)
-            waited += SETTLE_S
-            if not self._wake.is_set():
+            if not self._wake.is_set() and not self._unjudged():
                 return
+
+    def _unjudged(self) -> bool:
+        """Whether a waiting, ungated GPU pod has no scheduler verdict yet (guard 1a
+        would hold it: the batch waits for it, within the settle's bound)."""
+        return any(
+            p.phase == "Pending" and p.scheduled is None and not p.gates
+            for p in queue.waiting(self._caches.pods.items.values())
+        )
 
     def _delay(self, tick_s: float) -> float:
         now = self._clock.now()
@@ -316,7 +329,7 @@ class Leaser:
                 ):
                     gate = (cls, str(pre.held))
                     gated[gate] = gated.get(gate, 0) + 1
-                told.append(self._hold(pod, pre, ctx))
+                told.append(self._hold(pod, self.tracks[pod.uid], pre, ctx))
         await asyncio.gather(*told)
         self.gates.report(gated, ctx.now, bool(due), self._stuck, self._deficits)
         if eligible:
@@ -343,7 +356,7 @@ class Leaser:
         labels = set(class_ids) | (set(inventory.classes) if inventory is not None else set())
         nodes = {c: ondemand.class_nodes(inventory, c) for c in labels}
         deficits = self._overcommit()
-        stuck = self._stuck_classes(pods, nodes)
+        stuck = self._stuck_classes(pods, nodes, now)
         states = {
             c: ClassState(
                 nodes=nodes.get(c),
@@ -367,17 +380,23 @@ class Leaser:
         return int(cap.total)
 
     def _stuck_classes(
-        self, pods: list[PodView], nodes: Mapping[str, tuple[ondemand.ClassNode, ...] | None]
+        self,
+        pods: list[PodView],
+        nodes: Mapping[str, tuple[ondemand.ClassNode, ...] | None],
+        now: datetime,
     ) -> dict[str, list[str]]:
         """Guard 3 (R17): classes with an admitted pod the scheduler cannot place that
-        its own node constraint does not explain, with those pods (for the log only)."""
+        its own node constraint does not explain (and that it has had the time to retry
+        since the admission), with those pods (for the log only)."""
         stuck: dict[str, list[str]] = {}
         for pod in pods:
             cls = pod.profile.gpu_class
             if not pod.admitted or cls is None or pod.finished or pod.deleting:
                 continue
+            at = pod.admitted_at
+            since = (now - at).total_seconds() if at is not None else None
             if ondemand.stuck_holder(
-                pod.phase, pod.scheduled, pod.constraint, pod.gpus, nodes.get(cls)
+                pod.phase, pod.scheduled, pod.constraint, pod.gpus, nodes.get(cls), since
             ):
                 stuck.setdefault(cls, []).append(pod.key)
         return stuck
@@ -387,8 +406,9 @@ class Leaser:
         rules = self._settings.rules
         found: list[PodView] = []
         owned = Pool(ctx.pool)
+        self._placed &= {p.uid for p in ctx.pods if not p.admitted}  # the cache caught up
         for pod in queue.waiting(ctx.pods):
-            if pod.phase != "Pending":
+            if pod.phase != "Pending" or pod.uid in self._placed:
                 continue
             if route_in(pod.profile, owned, ctx.now, rules).path is Path.JIT:
                 found.append(pod)
@@ -413,8 +433,9 @@ class Leaser:
 
     # --- holds ---------------------------------------------------------------------------
 
-    async def _hold(self, pod: PodView, pre: Preflight, ctx: Context) -> None:
-        track = self.tracks[pod.uid]
+    async def _hold(self, pod: PodView, track: Track, pre: Preflight, ctx: Context) -> None:
+        """Hold ``pod`` (its ``track`` taken with the batch: the pod may leave the
+        candidates while the batch's holds are told) and tell it why."""
         track.due = ondemand.hold_until(ctx.now)
         track.held = pre.held
         track.waiting_verdict = pre.held is Held.NO_VERDICT
@@ -452,6 +473,7 @@ class Leaser:
         if not eligible or not self._settings.ondemand.delegate:
             return eligible
         offered = [self._offer(p, ctx) for p in eligible]
+        tracks = {p.uid: self.tracks[p.uid] for p in eligible}  # before the call's wait
         self.metrics.calls.labels("select").inc()
         got = await self._app.select_admissions(offered)
         if not isinstance(got, Selection):
@@ -460,7 +482,7 @@ class Leaser:
         by_uid = {p.uid: p for p in eligible}
         for pod in eligible:
             if pod.uid not in got.granted:
-                self.tracks[pod.uid].due = ondemand.jitter(ctx.now, self._rand)
+                tracks[pod.uid].due = ondemand.jitter(ctx.now, self._rand)
         told = []
         for withheld in got.withheld:
             log(
@@ -472,7 +494,7 @@ class Leaser:
                 outranked=withheld.outranked,
             )
             held = by_uid.get(withheld.pod_uid)
-            track = self.tracks.get(withheld.pod_uid)
+            track = tracks.get(withheld.pod_uid)
             if held is not None and track is not None and not withheld.outranked:
                 # Contract §2.7: as if the create had been refused 409 with this envelope.
                 told.append(self._refused(held, track, Denied(withheld.denial), ctx.now))
@@ -549,12 +571,14 @@ class Leaser:
                 self._admitted.append(got)
                 self.keeper.used(name)
                 self.tracks.pop(pod.uid, None)
+                self._placed.add(pod.uid)
                 waited = (self._clock.now() - track.seen).total_seconds()
                 self.metrics.grant_latency.observe(max(0.0, waited))
                 log(_log, logging.INFO, "ondemand.admitted", pod=pod.key, reservation=name)
                 return
             if await self._carries(pod, name):
                 self.tracks.pop(pod.uid, None)
+                self._placed.add(pod.uid)
                 return
             if await self._held(name):
                 # The patch's answer was lost and it may still land: the hold stays for

@@ -39,6 +39,11 @@ from shared.policy.verdict import Scheduled, lease_can_help
 
 #: A guard hold is retried this much later (R19).
 HOLD_SECONDS = 30.0
+#: Guard 3 counts an admitted pod as stuck only once it has been admitted this long.
+#: Before that its ``Unschedulable`` may still be the verdict from before it carried the
+#: toleration: kube-scheduler requeues an updated pod at once, but one in backoff waits
+#: up to ``podMaxBackoffSeconds`` (10 s) for its retry.
+STUCK_GRACE_SECONDS = 15.0
 #: Exponential backoff of non-retryable faults: base and cap (R19).
 ERROR_BASE_SECONDS = COOLDOWN_SECONDS[0]
 ERROR_CAP_SECONDS = 1800.0
@@ -202,13 +207,18 @@ def stuck_holder(
     constraint: NodeConstraint,
     gpus: int,
     nodes: Sequence[ClassNode] | None,
+    admitted_for: float | None = None,
 ) -> bool:
     """Guard 3 (R17) for one admitted pod: Pending, the scheduler says Unschedulable,
     and its own placement does not explain it (it allows some class node, and not only
-    full ones while another node has room)."""
+    full ones while another node has room). ``admitted_for``: seconds since its
+    admission; a pod admitted less than ``STUCK_GRACE_SECONDS`` ago is not stuck yet
+    (the scheduler may not have retried it since); None (unknown) counts as long ago."""
     if phase != "Pending" or scheduled is None or scheduled.status != "False":
         return False
     if scheduled.reason != "Unschedulable":
+        return False
+    if admitted_for is not None and admitted_for < STUCK_GRACE_SECONDS:
         return False
     return node_fit(constraint, gpus, nodes) is None
 

@@ -18,6 +18,7 @@ from shared.appclient.outcomes import (
 )
 from shared.policy.affinity import NodeConstraint, constraint_of
 from shared.policy.ondemand import (
+    STUCK_GRACE_SECONDS,
     Candidate,
     ClassNode,
     ClassState,
@@ -181,6 +182,21 @@ def test_stuck_holder_counts_only_unexplained_stalls() -> None:
     # Pinned to a node of another class, or to a full node while another has room.
     assert not stuck_holder("Pending", TAINTED, selector(disk="nvme"), 1, NODES)
     assert not stuck_holder("Pending", TAINTED, selector(disk="ssd"), 2, NODES)
+
+
+@pytest.mark.parametrize(
+    ("admitted_for", "stuck"),
+    [
+        pytest.param(0.0, False, id="just admitted: the verdict is from before"),
+        pytest.param(STUCK_GRACE_SECONDS - 0.1, False, id="the scheduler may not have retried"),
+        pytest.param(STUCK_GRACE_SECONDS, True, id="retried and still unschedulable"),
+        pytest.param(None, True, id="admission instant unknown: long ago"),
+    ],
+)
+def test_a_holder_is_stuck_only_once_the_scheduler_had_time_to_retry_it(
+    admitted_for: float | None, stuck: bool
+) -> None:
+    assert stuck_holder("Pending", TAINTED, NodeConstraint(), 1, NODES, admitted_for) is stuck
 
 
 def test_booked_peak_over_the_lease_window() -> None:

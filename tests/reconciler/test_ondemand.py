@@ -47,6 +47,7 @@ from shared.appclient.outcomes import (
 )
 from shared.clock import ManualClock
 from shared.errors import Invalid, ServerError
+from shared.policy.ondemand import Held
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
 from tests.cluster.builders import node as cluster_node
 from tests.cluster.builders import reservation_taint
@@ -404,5 +405,90 @@ def test_best_effort_on_asks_a_stub_and_announces_best_effort_admitted() -> None
         [ask] = w.app.asks
         assert isinstance(ask, BestEffortRequest)
         assert [e["reason"] for e in w.kube.events()] == [vocab.REASON_BEST_EFFORT_ADMITTED]
+
+    run(scenario())
+
+
+def test_a_pod_admitted_by_the_last_batch_is_not_asked_again_while_the_cache_lags() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(), "alice")
+        for cache in (w.caches.pods, w.caches.nodes, w.caches.reservations):
+            await cache.relist()
+        await w.leaser.once()
+        assert [a.idempotency_key for a in w.app.asks] == ["uid-job"]
+        # The next batch comes before the pod cache shows the admission patch (its
+        # watch lags): the pod still looks like a waiting candidate there.
+        assert not w.caches.pods.items["alice/job"].admitted
+        await w.leaser.once()
+        assert [a.idempotency_key for a in w.app.asks] == ["uid-job"]
+        assert w.app.cancels == []
+        assert w.leaser.tracks == {}
+        await w.caches.pods.relist()  # caught up: nothing is kept about the pod
+        await w.step()
+        assert w.leaser._placed == set()
+
+    run(scenario())
+
+
+def admitted_pod(name: str, ago_s: float, w: World) -> dict[str, Any]:
+    """A pod admitted ``ago_s`` seconds ago under a lease, still Pending Unschedulable
+    (the verdict it had before it carried the toleration)."""
+    pod = jit_pod(name)
+    at = (w.clock.now() - timedelta(seconds=ago_s)).isoformat()
+    pod["metadata"]["annotations"].update({vocab.BOOKING_REFERENCE: "res-5", vocab.ADMITTED_AT: at})
+    return pod
+
+
+def test_a_holder_admitted_moments_ago_does_not_pause_the_class() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, admitted_pod("first", 1.0, w), "alice")
+        w.kube.add(PODS, jit_pod(), "alice")
+        await w.step()
+        assert [a.idempotency_key for a in w.app.asks] == ["uid-job"]
+
+    run(scenario())
+
+
+def test_a_holder_the_scheduler_had_time_to_retry_pauses_the_class() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, admitted_pod("first", 60.0, w), "alice")
+        w.kube.add(PODS, jit_pod(), "alice")
+        await w.step()
+        assert w.app.asks == []
+        assert w.leaser.tracks["uid-job"].held is Held.STUCK_HOLDER
+
+    run(scenario())
+
+
+def test_the_settle_waits_for_the_schedulers_verdicts_within_its_bound() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(verdict=False), "alice")
+        await w.caches.pods.relist()
+        settle = asyncio.create_task(w.leaser._settle())
+        await asyncio.sleep(0)  # it starts its first sleep now
+        for _ in range(3):
+            await w.clock.advance(0.1)
+        assert not settle.done(), "a waiting pod has no verdict yet"
+        pod = w.pod()
+        pod["status"]["conditions"] = [UNSCHEDULABLE]
+        await w.kube.replace(PODS, "job", pod, "alice")
+        await w.caches.pods.relist()
+        await w.clock.advance(0.1)  # the verdict was a trigger: one more quiet step
+        await w.clock.advance(0.1)
+        await asyncio.wait_for(settle, 1)
+
+        w.kube.add(PODS, jit_pod("never", verdict=False), "alice")
+        await w.caches.pods.relist()
+        settle = asyncio.create_task(w.leaser._settle())
+        await asyncio.sleep(0)  # it starts its first sleep now
+        for _ in range(9):
+            await w.clock.advance(0.1)
+        assert not settle.done()
+        await w.clock.advance(0.1)  # the bound: SETTLE_MAX_S
+        await asyncio.wait_for(settle, 1)
 
     run(scenario())
