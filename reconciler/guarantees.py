@@ -105,6 +105,25 @@ def wanted_changes(
     use_group: bool,
 ) -> dict[str, str]:
     """The live annotations of ``pod`` that differ from what it carries (R35)."""
+    return differing(pod, wanted_notes(res, pool, now, use_group=use_group))
+
+
+def differing(pod: PodView, wanted: Mapping[str, str]) -> dict[str, str]:
+    """The entries of ``wanted`` that ``pod`` does not carry as they are."""
+    carried = pod.annotations
+    return {k: v for k, v in wanted.items() if carried.get(k) != v}
+
+
+def wanted_notes(
+    res: GPUReservation | None,
+    pool: Iterable[ReservationFacts],
+    now: datetime,
+    *,
+    use_group: bool,
+) -> dict[str, str]:
+    """The live annotations every pod admitted under ``res`` should carry now (R35):
+    they depend on the reservation alone, so a pass computes them once for all its
+    pods."""
     end = live_end(res, pool, now, use_group=use_group)
     wanted: dict[str, str] = {}
     if end is not None and now < end:
@@ -114,8 +133,7 @@ def wanted_changes(
         wanted[vocab.GUARANTEE_STATUS] = vocab.GUARANTEE_STATUS_OVERSTAY
     if res is not None and res.facts.state is State.ACTIVE:
         wanted.update(reservation_facts(res.facts))
-    carried = pod.annotations
-    return {k: v for k, v in wanted.items() if carried.get(k) != v}
+    return wanted
 
 
 def patch_ops(reference: str, changes: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -211,12 +229,16 @@ class GuaranteeKeeper:
         pods = self._pods()
         chosen = pods.values() if keys is None else [pods[k] for k in keys if k in pods]
         patched = 0
+        notes: dict[str, dict[str, str]] = {}  # per reservation, for this pass
         for pod in chosen:
-            if not kept_live(pod) or pod.reference is None:
+            ref = pod.reference
+            if not kept_live(pod) or ref is None:
                 continue
-            res = reservations.get(pod.reference)
-            changes = wanted_changes(pod, res, pool, now, use_group=self._use_group)
-            if changes and await self._patch(pod, pod.reference, changes):
+            if ref not in notes:
+                res = reservations.get(ref)
+                notes[ref] = wanted_notes(res, pool, now, use_group=self._use_group)
+            changes = differing(pod, notes[ref])
+            if changes and await self._patch(pod, ref, changes):
                 patched += 1
         return patched
 
