@@ -168,7 +168,10 @@ def test_acceptance_1_and_3_warned_then_preempted_booking_runs_forecast(tmp_path
 
 
 async def acceptance_1(tmp_path: Path) -> None:
-    clock = ScaledClock(factor=4.0)
+    # 2x: between dave's booking and phase A (30 sandbox s) the test makes several
+    # kubectl calls and the forecast checks, which must come before phase A: 15 wall s
+    # leave a loaded machine room (at 4x, 7.5 s did not always).
+    clock = ScaledClock(factor=2.0)
     seed = scenario(
         [node("h100-r1"), node("h100-r2"), node("h100-r3")],
         [{"username": "bob", "gpu_count": 8}, {"username": "carol", "gpu_count": 4}],
@@ -227,7 +230,8 @@ async def acceptance_1(tmp_path: Path) -> None:
 async def ran_after(config: Path, user: str, start: datetime) -> None:
     """The user's only pod runs, started (the emulated kubelet's sandbox stamp) no
     earlier than ``start``. How soon after is logged, not checked: issue 13 asks for
-    "within 5 s", 1.25 wall s on this 4x clock, which a loaded machine cannot promise."""
+    "within 5 s", 1.25 to 2.5 wall s on these scaled clocks, which a loaded machine
+    cannot promise."""
 
     async def ran() -> dict[str, Any] | None:
         found = running(await pods_of(config, user))
