@@ -46,7 +46,7 @@ MAX_ATTEMPTS = 64
 
 def used(res: GPUReservation) -> int:
     """GPUs claimed by every hold."""
-    return sum(h.gpus for h in res.holds)
+    return res.used_gpus
 
 
 def free(res: GPUReservation) -> int:
@@ -329,6 +329,7 @@ async def claim_group(
     *,
     deadline: float,
     cached: dict[str, Any] | None = None,
+    cached_parsed: GPUReservation | None = None,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> list[ClaimResult]:
     """Claim every ask that fits, in order, with one ``/status`` write; one result each.
@@ -337,10 +338,12 @@ async def claim_group(
     deciding the whole group at once (``decide_group``): a 409 re-reads and re-decides
     every ask, so each is told the outcome of the write that landed. The holds already
     stored are written back as they were read; only the new ones are encoded. A stop
-    (not found, deadline, error) is every ask's reason.
+    (not found, deadline, error) is every ask's reason. ``cached_parsed`` is ``cached``
+    parsed already (a watch cache keeps both), so it is not parsed again.
     """
     conflicts = 0
     raw = cached
+    parsed = cached_parsed if cached is not None else None
     last: GPUReservation | None = None
     claim_ids = [str(uuid.uuid4()) for _ in asks]
     try:
@@ -350,7 +353,8 @@ async def claim_group(
                 if raw is not None
                 else await _read(gateway, namespace, name, deadline, monotonic)
             )
-            last = _parse(raw, name)
+            last = parsed if parsed is not None else _parse(raw, name)
+            parsed = None
             updated, reasons, new = decide_group(last, asks, claim_ids)
             if not new:
                 return [ClaimResult(False, None, last, r, conflicts, raw) for r in reasons]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, TypeVar
 
 from shared import vocab
@@ -121,9 +122,9 @@ class GPUReservation:
     def name(self) -> str:
         return self.facts.name
 
-    @property
+    @cached_property
     def used_gpus(self) -> int:
-        """GPUs claimed by every hold."""
+        """GPUs claimed by every hold (summed once per value: the holds never change)."""
         return sum(h.gpus for h in self.holds)
 
 

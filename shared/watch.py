@@ -198,14 +198,28 @@ class Watched(Generic[T]):
         self.heard_at = self._monotonic()
         meta = event.object.get("metadata") or {}
         version = meta.get("resourceVersion")
-        if event.type != "BOOKMARK":
-            gone = event.type == "DELETED"
-            self._put(self._key(event.object), None if gone else self._project(event.object))
+        if event.type == "DELETED":
+            self._put(self._key(event.object), None)
+        elif event.type != "BOOKMARK":
+            key = self._key(event.object)
+            if not self._has(key, version):
+                self._put(key, self._project(event.object))
         return str(version) if version else None
 
-    def upsert(self, obj: dict[str, Any]) -> None:
-        """Put ``obj`` in as if watched (a write of our own, ahead of the watch)."""
-        self._put(self._key(obj), self._project(obj))
+    def upsert(self, obj: dict[str, Any], view: T | None = None) -> None:
+        """Put ``obj`` in as if watched (a write of our own, ahead of the watch);
+        ``view`` is its projection when the caller has made it already."""
+        self._put(self._key(obj), self._project(obj) if view is None else view)
+
+    def _has(self, key: str, version: Any) -> bool:
+        """Whether the cache holds ``key`` at ``version`` or newer (with ``version_of``):
+        the event of a write already upserted, or an older one. Projecting it would
+        change nothing, so it is not projected (a ledger's holds parsed once per write)."""
+        old = self.items.get(key)
+        if old is None or self._version_of is None or not isinstance(version, str):
+            return False
+        cached = self._version_of(old)
+        return version == cached or not not_older(version, cached)
 
     def _put(self, key: str, new: T | None) -> None:
         old = self.items.get(key)

@@ -96,9 +96,10 @@ class ReservationCache:
 
     # --- writes and the loop --------------------------------------------------------
 
-    def upsert(self, raw: dict[str, Any]) -> None:
-        """Put ``raw`` in unless the cache already has a newer version of it."""
-        self.watched.upsert(raw)
+    def upsert(self, raw: dict[str, Any], reservation: GPUReservation | None = None) -> None:
+        """Put ``raw`` in unless the cache already has a newer version of it
+        (``reservation``: ``raw`` parsed already, e.g. by the ledger write)."""
+        self.watched.upsert(raw, None if reservation is None else Entry(reservation, raw))
 
     async def relist(self) -> str:
         """One LIST replacing the cache; the version to watch from."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from shared import ledger
 from shared.ledger import Ask, ClaimResult, LedgerGateway
+from shared.model import GPUReservation
 
 #: Most asks one write carries; more wait for the next write (bounds one body's size).
 MAX_GROUP = 128
@@ -46,15 +47,18 @@ class GroupCommit:
         cached: Callable[[str], dict[str, Any] | None],
         written: Callable[[ClaimResult], None],
         *,
+        parsed: Callable[[str], GPUReservation | None] = lambda name: None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``cached(name)`` is the watch cache's raw object (the first read of each
-        write); ``written(result)`` is told every group's outcome before its callers
-        are, so the cache holds the written version before the next group reads it."""
+        write) and ``parsed(name)`` the same object parsed, when the cache has it;
+        ``written(result)`` is told every group's outcome before its callers are, so
+        the cache holds the written version before the next group reads it."""
         self._gateway = gateway
         self._namespace = namespace
         self._cached = cached
         self._written = written
+        self._parsed = parsed
         self._monotonic = monotonic
         self._queues: dict[str, list[_Waiter]] = {}
         self._writers: dict[str, asyncio.Task[None]] = {}
@@ -93,6 +97,7 @@ class GroupCommit:
                     [w.ask for w in group],
                     deadline=max(w.deadline for w in group),
                     cached=self._cached(name),
+                    cached_parsed=self._parsed(name),
                     monotonic=self._monotonic,
                 )
                 self.writes += 1

@@ -78,7 +78,12 @@ class Admission:
         self.zone = zone
         self.monotonic = monotonic
         self.group = GroupCommit(
-            gateway, policy.namespace, self._cached_raw, self._remember, monotonic=monotonic
+            gateway,
+            policy.namespace,
+            self._cached_raw,
+            self._remember,
+            parsed=self._cached_reservation,
+            monotonic=monotonic,
         )
 
     async def review(self, body: bytes) -> tuple[int, dict[str, Any]]:
@@ -231,6 +236,10 @@ class Admission:
         entry = self.cache.entry(name)
         return entry.raw if entry else None
 
+    def _cached_reservation(self, name: str) -> model.GPUReservation | None:
+        entry = self.cache.entry(name)
+        return entry.reservation if entry else None
+
     def _remember(self, result: ClaimResult) -> None:
         """After each group's write: count its 409s, and put the object as last read or
         written into the cache (ahead of the watch).
@@ -242,7 +251,7 @@ class Admission:
         self.metrics.ledger_conflicts.inc(result.conflicts)  # once per write, not per caller
         res = result.reservation
         if result.raw is not None and res is not None and self.cache.entry(res.name):
-            self.cache.upsert(result.raw)
+            self.cache.upsert(result.raw, res)
 
     def _fail_open(
         self, request: AdmissionRequest, verdict: Verdict, reason: str, why: str

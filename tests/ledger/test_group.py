@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from shared import ledger, model
 from shared.errors import Conflict
 from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, server_error
@@ -86,13 +88,15 @@ def test_appended_body_matches_a_full_encoding() -> None:
     assert ledger.appended_body(raw, updated, [new], NOW) == ledger.status_body(raw, updated, NOW)
 
 
-def test_a_conflict_redecides_the_whole_group_on_the_fresh_ledger() -> None:
+@pytest.mark.parametrize("parsed", [False, True], ids=["raw-cached", "parsed-cached-too"])
+def test_a_conflict_redecides_the_whole_group_on_the_fresh_ledger(parsed: bool) -> None:
     """Someone else took 3 of 4 GPUs between our read and write: of the group (1, 1)
-    only the first still fits."""
+    only the first still fits (a cached parse is for the first decision only)."""
     store = store_with(4)
     cached = store.stored("res-1")
+    cached_parsed = model.from_object(cached) if parsed else None
     store.bump("res-1", lambda r: ledger.add_hold(r, model.Hold("other", 3, NOW)))
-    results = group(store, 1, 1, cached=cached)
+    results = group(store, 1, 1, cached=cached, cached_parsed=cached_parsed)
     assert [r.reason for r in results] == ["admitted", "full"]
     assert all(r.conflicts == 1 for r in results)
     assert ledger.used(store.reservation("res-1")) == 4
@@ -116,3 +120,24 @@ def test_endless_conflicts_end_every_ask_at_the_deadline() -> None:
     results = group(store, 1, 2, deadline=7.0, monotonic=lambda: next(clock))
     assert [r.reason for r in results] == ["deadline", "deadline"]
     assert not any(r.admitted for r in results)
+
+
+def test_a_cached_parse_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the cache's parse of the cached object, a write parses only the server's echo."""
+    store = store_with(8)
+    cached = store.stored("res-1")
+    parses: list[str] = []
+    real = model.from_object
+
+    def counted(obj: dict[str, object]) -> model.GPUReservation:
+        parses.append(str(obj["metadata"]["resourceVersion"]))  # type: ignore[index]
+        return real(obj)
+
+    monkeypatch.setattr(model, "from_object", counted)
+    group(store, 1, cached=cached)
+    assert len(parses) == 2
+    parses.clear()
+    fresh = store.stored("res-1")
+    results = group(store, 1, cached=fresh, cached_parsed=real(fresh))
+    assert [r.reason for r in results] == ["admitted"]
+    assert parses == [results[0].reservation.resource_version]  # type: ignore[union-attr]

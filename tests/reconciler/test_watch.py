@@ -115,3 +115,39 @@ def test_projections_are_slim() -> None:
     assert view is not None
     assert (view.key, view.gpus, view.tolerated, view.admitted) == ("alice/a", 2, False, False)
     assert project_pod(obj("cpu", "1", gpus=0, label=False), MatchRules()) is None
+
+
+def test_an_event_at_or_below_the_cached_version_is_not_projected_again() -> None:
+    """With ``version_of``: the watch's echo of a write already upserted (same version)
+    and older events are skipped without projecting; newer ones and deletes apply; an
+    upsert can hand its own projection in. Versions that are not integers: only an equal
+    one is skipped."""
+    projected: list[str] = []
+
+    def project(o: dict[str, Any]) -> tuple[str, str]:
+        projected.append(o["metadata"]["resourceVersion"])
+        return o["metadata"]["name"], o["metadata"]["resourceVersion"]
+
+    watched: Watched[tuple[str, str]] = Watched(
+        Script([[]], []),
+        PODS,
+        project,
+        clock=SystemClock(),
+        version_of=lambda view: view[1],
+    )
+    watched.upsert(obj("a", "7"), ("a", "7"))
+    assert projected == []
+    assert watched.apply(WatchEvent("MODIFIED", obj("a", "7"))) == "7"
+    watched.apply(WatchEvent("MODIFIED", obj("a", "5")))
+    assert projected == []
+    assert watched.items["alice/a"] == ("a", "7")
+    watched.apply(WatchEvent("MODIFIED", obj("a", "9")))
+    assert projected == ["9"]
+    assert watched.items["alice/a"] == ("a", "9")
+    watched.apply(WatchEvent("DELETED", obj("a", "8")))
+    assert "alice/a" not in watched.items
+    watched.upsert(obj("b", "x1"))
+    watched.apply(WatchEvent("MODIFIED", obj("b", "x1")))
+    watched.apply(WatchEvent("MODIFIED", obj("b", "x0")))
+    assert projected == ["9", "x1", "x0"]
+    assert watched.items["alice/b"] == ("b", "x0")
