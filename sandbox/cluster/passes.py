@@ -77,8 +77,12 @@ class Passes:
                 await self.run_once()
             except KubeError as exc:
                 log.warning("%s pass failed: %s", self.what, exc)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a
+            # cancellation that arrives as the wake-up does, and the loop then never ends
+            # (a benchmark's teardown hung on it).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), RESYNC_S)
+                async with asyncio.timeout(RESYNC_S):
+                    await self._wake.wait()
 
     async def run_once(self) -> None:
         """One pass over the cached pods and nodes."""

@@ -133,3 +133,18 @@ async def test_a_verdict_is_not_written_again_before_the_cache_shows_the_write()
     waiting["metadata"]["resourceVersion"] = "9"
     await scheduler.run_once()
     assert gateway.calls[2:] == [("patch", "w"), ("event", "w")]
+
+
+async def test_a_cancel_that_arrives_with_a_wake_up_ends_the_loop() -> None:
+    gateway = HeldGateway()
+    gateway.gate.set()
+    scheduler = loaded(gateway, [])
+    scheduler._pods.synced.set()
+    scheduler._nodes.synced.set()
+    task = asyncio.create_task(scheduler.run())
+    for _ in range(20):  # the empty pass ends; the loop waits for a change
+        await asyncio.sleep(0)
+    scheduler._wake.set()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
