@@ -8,8 +8,9 @@ exists, so each pod can only start under an on-demand lease.
 
 Per pod, on the sandbox clock (factor 1: wall seconds):
 - *seen → verdict*: to the scheduler's ``Unschedulable`` (guard 1a waits for it);
-- *seen → granted*: from the pod's creation committed in the kube store to the app's
-  ``created_at`` of its lease;
+- *seen → granted*: from the pod's creation committed in the kube store to its lease's
+  GPUReservation stored there (the reconciler mirrors a grant at once, one POST after
+  the app's answer; the app's own ``created_at`` has whole seconds only);
 - *seen → tolerated*: to the instant the kube store holds the pod carrying the
   reservation toleration (the reconciler's admission patch).
 Also: admission batches, and reservation-app calls per candidate (lease creates,
@@ -41,10 +42,10 @@ from sandbox.kube.server import KubeServer
 from sandbox.kube.store import Change
 from sandbox.reconciler_component import ReconcilerProcess
 from sandbox.runner import Sandbox, SandboxContext
-from shared import vocab
+from shared import model, vocab
 from shared.clock import ScaledClock
 from shared.gateway import Gateway
-from shared.resources import PODS
+from shared.resources import GPU_RESERVATIONS, PODS
 
 USERS = 50
 PODS_PER_USER = 4
@@ -108,6 +109,19 @@ def manifest(owner: str, index: int) -> dict[str, Any]:
     }
 
 
+class Mirrored(asyncio.Queue[Change | None]):
+    """Fed by the kube store: the instant each GPUReservation is first stored."""
+
+    def __init__(self, clock: ScaledClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.stored: dict[str, datetime] = {}
+
+    def put_nowait(self, item: Change | None) -> None:
+        if item is not None and item.type == "ADDED":
+            self.stored.setdefault(str(item.object["metadata"]["name"]), self.clock.now())
+
+
 class Seen(asyncio.Queue[Change | None]):
     """Fed by the kube store at each write: each bench pod's creation and first
     tolerated write (the instant the apiserver holds it; no delivery delay)."""
@@ -162,6 +176,10 @@ async def measure(state: Path) -> dict[str, Any]:
     seen = Seen(clock)
     _, subscription = server.store.subscribe("", PODS.plural, server.store.resource_version)
     subscription.queue = seen
+    mirrored = Mirrored(clock)
+    group, plural = GPU_RESERVATIONS.group, GPU_RESERVATIONS.plural
+    _, mirrors = server.store.subscribe(group, plural, server.store.resource_version)
+    mirrors.queue = mirrored
     replica: ReconcilerProcess | None = None
     gateway: Gateway | None = None
     total = USERS * PODS_PER_USER
@@ -190,8 +208,9 @@ async def measure(state: Path) -> dict[str, Any]:
         granted: dict[str, datetime] = {}
         for key_text, rid in app.state.idempotency.items():
             pod = seen.uids.get(key_text.split(".")[0])
-            if pod is not None:
-                granted.setdefault(pod, app.state.reservations[rid].created_at)
+            stored = mirrored.stored.get(model.reference(rid))
+            if pod is not None and stored is not None:
+                granted.setdefault(pod, stored)
         return {
             "candidates": total,
             "created_s": round(created_s, 3),
@@ -204,6 +223,7 @@ async def measure(state: Path) -> dict[str, Any]:
         }
     finally:
         server.store.unsubscribe(subscription)
+        server.store.unsubscribe(mirrors)
         if replica is not None:
             await replica.stop()
         if gateway is not None:
