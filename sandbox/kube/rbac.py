@@ -68,7 +68,8 @@ def rule_allows(rule: Obj, req: Request) -> bool:
 
 
 class Authorizer:
-    """Decides requests from the RBAC objects in ``store``."""
+    """Decides requests from the RBAC objects in ``store`` (read in place, never
+    copied: every request is authorized, and nothing here writes them)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -77,11 +78,11 @@ class Authorizer:
         """Whether some binding grants ``req``."""
         if MASTERS in req.user.groups:
             return True
-        for binding in self._store.list(RBAC_GROUP, "clusterrolebindings"):
+        for binding in self._store.peek_list(RBAC_GROUP, "clusterrolebindings"):
             if self._binding_grants(binding, req, ""):
                 return True
         if req.namespace:
-            for binding in self._store.list(RBAC_GROUP, "rolebindings", req.namespace):
+            for binding in self._store.peek_list(RBAC_GROUP, "rolebindings", req.namespace):
                 if self._binding_grants(binding, req, req.namespace):
                     return True
         return False
@@ -92,9 +93,9 @@ class Authorizer:
             return False
         ref = binding.get("roleRef") or {}
         if ref.get("kind") == "ClusterRole":
-            role = self._store.get(RBAC_GROUP, "clusterroles", "", ref.get("name", ""))
+            role = self._store.peek(RBAC_GROUP, "clusterroles", "", ref.get("name", ""))
         elif namespace:
-            role = self._store.get(RBAC_GROUP, "roles", namespace, ref.get("name", ""))
+            role = self._store.peek(RBAC_GROUP, "roles", namespace, ref.get("name", ""))
         else:
             role = None
         return role is not None and any(rule_allows(r, req) for r in role.get("rules") or [])

@@ -1,7 +1,10 @@
 """The object store: every object, one resourceVersion counter, and change history.
 
 Objects are kept by ``(group, plural, namespace, name)`` (namespace ``""`` for
-cluster-scoped ones). Every write takes the next value of one global counter (facts
+cluster-scoped ones), and indexed by ``(group, plural)`` so a LIST (and every
+request's RBAC and admission-configuration reads) costs the size of one resource, not
+of the whole cluster: at 10,000 pods a scan of every object per read made each write
+cost milliseconds. Every write takes the next value of one global counter (facts
 §3.1, checklist 1), records a ``Change`` in a bounded history, and hands it to the
 subscribed watchers. ``compact_history`` forgets the history (as etcd compaction does)
 so tests can provoke 410 Expired. All methods are synchronous: the server runs on one
@@ -63,6 +66,8 @@ class Store:
 
     def __init__(self, history_limit: int = DEFAULT_HISTORY) -> None:
         self._objects: dict[Key, Obj] = {}
+        #: The same objects by ``(group, plural)``: what a LIST reads.
+        self._by_resource: dict[tuple[str, str], dict[Key, Obj]] = {}
         self._rv = 0
         self._history: deque[Change] = deque()
         self._history_limit = history_limit
@@ -85,12 +90,20 @@ class Store:
 
     def list(self, group: str, plural: str, namespace: str | None = None) -> ObjList:
         """Copies of the objects of one resource (one namespace, or all), sorted."""
-        keys = sorted(
-            k
-            for k in self._objects
-            if k[0] == group and k[1] == plural and (namespace is None or k[2] == namespace)
-        )
-        return [clone(self._objects[k]) for k in keys]
+        return [clone(obj) for obj in self.peek_list(group, plural, namespace)]
+
+    def peek(self, group: str, plural: str, namespace: str, name: str) -> Obj | None:
+        """The stored object itself, not a copy: for readers inside the emulator that
+        only look (authorization reads roles and bindings on every request)."""
+        return self._objects.get((group, plural, namespace or "", name))
+
+    def peek_list(self, group: str, plural: str, namespace: str | None = None) -> ObjList:
+        """The stored objects themselves (``list`` without the copies), sorted; the
+        caller must not change them."""
+        objects = self._by_resource.get((group, plural), {})
+        return [
+            objects[k] for k in sorted(k for k in objects if namespace is None or k[2] == namespace)
+        ]
 
     def namespaces_in_use(self, namespace: str) -> KeyList:
         """Keys of every namespaced object in ``namespace``."""
@@ -100,13 +113,7 @@ class Store:
 
     def put(self, key: Key, obj: Obj) -> Obj:
         """Create or replace ``key`` with ``obj``, stamping the next resourceVersion."""
-        previous = self._objects.get(key)
-        self._rv += 1
-        stored = clone(obj)
-        stored.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
-        self._objects[key] = stored
-        self._record(Change(self._rv, "MODIFIED" if previous else "ADDED", key, stored, previous))
-        return clone(stored)
+        return clone(self.put_owned(key, clone(obj)))
 
     def put_owned(self, key: Key, obj: Obj) -> Obj:
         """``put`` without the copies: the store keeps ``obj`` itself and returns it.
@@ -118,6 +125,7 @@ class Store:
         self._rv += 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
         self._objects[key] = obj
+        self._by_resource.setdefault(key[:2], {})[key] = obj
         self._record(Change(self._rv, "MODIFIED" if previous else "ADDED", key, obj, previous))
         return obj
 
@@ -126,6 +134,7 @@ class Store:
         previous = self._objects.pop(key, None)
         if previous is None:
             return None
+        del self._by_resource[key[:2]][key]
         self._rv += 1
         last = clone(previous)
         last["metadata"]["resourceVersion"] = str(self._rv)
