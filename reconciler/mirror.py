@@ -14,7 +14,8 @@ what a full sync changes (pure); ``MirrorWriter`` performs the writes. Rules:
 - active entries are written before cancelled ones (``installed_first``), so a
   replacement exists before the leader sees its source cancelled;
 - status (ledger) is never touched here except to refresh ``phase``/``usedGpus``,
-  always by a resourceVersion-checked write of the ledger as read.
+  always by a resourceVersion-checked write of the ledger as read; a new object's
+  status may come after its create (an absent status reads as an empty ledger).
 """
 
 from __future__ import annotations
@@ -136,17 +137,23 @@ class MirrorWriter:
         self._metrics = metrics
 
     async def upsert(
-        self, facts: model.ReservationFacts, now: datetime, *, absent: bool = False
+        self,
+        facts: model.ReservationFacts,
+        now: datetime,
+        *,
+        absent: bool = False,
+        later: dict[str, dict[str, Any]] | None = None,
     ) -> str:
         """Create or update ``res-<id>``; returns created/updated/unchanged/stale/failed.
 
         ``absent``: the caller has just listed the mirror without it, so it is created
         without a read first; if someone created it meanwhile (409) this is an ordinary
-        upsert.
+        upsert. ``later``: such a create leaves its status unwritten and its answer in
+        ``later`` (name → object), for ``refresh_status`` afterwards.
         """
         if absent:
             try:
-                return await self._create(facts, now)
+                return await self._create(facts, now, later)
             except Conflict:
                 pass
             except KubeError as exc:
@@ -205,10 +212,17 @@ class MirrorWriter:
         self._wrote("deleted", name)
         return True
 
-    async def refresh_status(self, name: str, now: datetime) -> None:
-        """Rewrite status so ``phase`` is current (the ledger as read, CAS-checked)."""
+    async def refresh_status(
+        self, name: str, now: datetime, raw: dict[str, Any] | None = None
+    ) -> None:
+        """Rewrite status so ``phase`` is current (the ledger as read, CAS-checked).
+
+        ``raw``: the object as last seen (e.g. a create's answer), written against its
+        resourceVersion without a read; a conflict means a claim or a spec write has
+        written the status since (with a current phase), and is left alone."""
         try:
-            raw = await self._gateway.get(GPU_RESERVATIONS, name, self._ns)
+            if raw is None:
+                raw = await self._gateway.get(GPU_RESERVATIONS, name, self._ns)
             res = model.from_object(raw)
             await self._put_status(raw, res, now)
         except Conflict:
@@ -238,12 +252,20 @@ class MirrorWriter:
         self._wrote("updated", facts.name)
         return "updated"
 
-    async def _create(self, facts: model.ReservationFacts, now: datetime) -> str:
+    async def _create(
+        self,
+        facts: model.ReservationFacts,
+        now: datetime,
+        later: dict[str, dict[str, Any]] | None = None,
+    ) -> str:
         res = model.GPUReservation(facts)
         answer = await self._gateway.create(
             GPU_RESERVATIONS, model.to_object(res, self._ns, now), self._ns
         )
-        await self._put_status(answer.body, res, now, quiet=True)
+        if later is None:
+            await self._put_status(answer.body, res, now, quiet=True)
+        else:
+            later[facts.name] = answer.body
         self._wrote("created", facts.name)
         return "created"
 

@@ -2,7 +2,8 @@
 
 Start order: the HTTP listener (every replica answers health, metrics and push at
 once), then leader election. When this replica becomes leader it runs one full sync
-and only then starts the leader's loops; when it loses the Lease the loops are
+and only then starts the leader's loops (every mirror's spec exists by then; the
+status of the mirrors that sync created follows); when it loses the Lease the loops are
 cancelled and the caches emptied (a later term acts only after its own LIST).
 ``stop`` (SIGTERM) cancels everything, releases the Lease so a standby takes over at
 its next look, and closes the listener.
@@ -267,10 +268,14 @@ class Reconciler:
             self._lead_task = asyncio.create_task(self._lead())
 
     async def _lead(self) -> None:
-        await self.syncer.sync_once()
+        """The startup sync, then the loops; the status of the mirrors that sync
+        created (phase, an empty ledger: nothing the loops or the webhook wait for) is
+        written once the loops run."""
+        await self.syncer.sync_once(defer_status=True)
         for name, loop in self.leader_loops():
             self.tasks.spawn(name, loop)
         log(_log, logging.INFO, "leader.loops_started", loops=[n for n, _ in self.leader_loops()])
+        await self.syncer.write_deferred_status()
 
     async def _stop_leading(self) -> None:
         if self._lead_task is not None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from reconciler import push
 from reconciler.metrics import Metrics
 from reconciler.sync import Syncer
@@ -49,7 +51,8 @@ def test_a_push_installs_the_replacement_before_cancelling_its_source() -> None:
     asyncio.run(scenario())
 
 
-def test_a_poll_installs_the_replacement_before_cancelling_its_source() -> None:
+@pytest.mark.parametrize("defer_status", [False, True], ids=["periodic", "startup"])
+def test_a_poll_installs_the_replacement_before_cancelling_its_source(defer_status: bool) -> None:
     async def scenario() -> None:
         _kube, syncer, writes = harness()
         source = syncer.source
@@ -57,7 +60,7 @@ def test_a_poll_installs_the_replacement_before_cancelling_its_source() -> None:
         source.rows = [Reservation.model_validate(row(1))]
         assert await syncer.sync_once()
         source.rows = [Reservation.model_validate(r) for r in (CANCEL, row(3))]
-        assert await syncer.sync_once()
+        assert await syncer.sync_once(defer_status=defer_status)
         assert first_cancel_after_replacement(writes)
 
     asyncio.run(scenario())

@@ -106,6 +106,42 @@ def test_a_first_sync_creates_what_its_list_lacked_without_reading_it_first() ->
     assert ("get", GPU_RESERVATIONS.plural) not in kube.calls
 
 
+def test_a_deferring_sync_creates_specs_first_and_writes_status_afterwards() -> None:
+    syncer, kube, _, metrics = make([reservation(1), reservation(2)])
+    assert asyncio.run(syncer.sync_once(defer_status=True))
+    objs = stored(kube)
+    assert {n: o["spec"]["owner"] for n, o in objs.items()} == {"res-1": "alice", "res-2": "alice"}
+    assert all("status" not in o for o in objs.values())
+    assert model.from_object(objs["res-1"]).holds == ()  # read as an empty ledger meanwhile
+    assert [c[0] for c in kube.calls].count("replace") == 0
+    asyncio.run(syncer.write_deferred_status())
+    objs = stored(kube)
+    for name in ("res-1", "res-2"):
+        assert objs[name]["status"] == {"holds": [], "usedGpus": 0, "phase": "Open"}
+    assert [c[0] for c in kube.calls].count("get") == 0  # the create answers are written
+    assert metrics.mirror_writes.labels("status")._value.get() == 2
+    asyncio.run(syncer.write_deferred_status())  # written once: nothing is left
+    assert [c[0] for c in kube.calls].count("replace") == 2
+
+
+def test_a_deferred_status_never_overwrites_a_claim_written_meanwhile() -> None:
+    syncer, kube, _, _ = make([reservation(1)])
+    assert asyncio.run(syncer.sync_once(defer_status=True))
+    obj = stored(kube)["res-1"]
+    obj["status"] = {"holds": [{"claim": "c", "gpus": 1, "at": "2026-01-05T09:59:00Z"}]}
+    asyncio.run(kube.replace(GPU_RESERVATIONS, "res-1", obj, NS, "status"))  # a claim
+    asyncio.run(syncer.write_deferred_status())
+    assert stored(kube)["res-1"]["status"]["holds"][0]["claim"] == "c"
+
+
+def test_an_ordinary_sync_writes_the_status_of_what_it_creates() -> None:
+    syncer, kube, _, _ = make([reservation(1)])
+    assert asyncio.run(syncer.sync_once())
+    assert stored(kube)["res-1"]["status"]["phase"] == "Open"
+    asyncio.run(syncer.write_deferred_status())  # nothing was deferred
+    assert [c[0] for c in kube.calls].count("replace") == 1
+
+
 def test_a_mirror_created_meanwhile_is_upserted_not_failed() -> None:
     syncer, kube, _, _ = make([reservation(1, gpu_count=4)])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from reconciler.process import Reconciler
 from reconciler.settings import load
@@ -12,7 +13,7 @@ from shared.clock import ManualClock
 from shared.model import Hold
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import END, NS, START, FakeSource
+from tests.reconciler.builders import END, NS, START, FakeSource, reservation
 
 NOW = START + timedelta(hours=1)
 
@@ -88,6 +89,38 @@ def test_leadership_lost_and_regained_at_once_runs_the_loops() -> None:
         for _ in range(20):
             await asyncio.sleep(0)
         assert r.tasks.running() == []
+        await r.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_loops_start_on_the_startup_specs_and_their_status_follows() -> None:
+    """Ready (the loops run) once every mirror's spec exists; the status of what the
+    startup sync created (phase, an empty ledger) is written after the loops started."""
+
+    async def scenario() -> None:
+        kube, clock = FakeKube(), ManualClock(NOW)
+        env = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
+        settings, _ = load(env)
+        source = FakeSource([reservation(1), reservation(2)])
+        r = Reconciler(settings, kube, source, clock)  # type: ignore[arg-type]
+        seen_at_start: list[dict[str, Any]] = []
+        forever = asyncio.Event()
+
+        async def loop() -> None:
+            seen_at_start.extend(kube.items(GPU_RESERVATIONS, NS))
+            await forever.wait()
+
+        r.leader_loops = lambda: [("only-loop", loop)]  # type: ignore[method-assign]
+        r._on_leadership(True)
+        for _ in range(200):
+            await asyncio.sleep(0)
+            done = kube.items(GPU_RESERVATIONS, NS)
+            if seen_at_start and all("status" in o for o in done):
+                break
+        assert sorted(o["metadata"]["name"] for o in seen_at_start) == ["res-1", "res-2"]
+        assert all("status" not in o for o in seen_at_start)
+        assert [o["status"]["phase"] for o in kube.items(GPU_RESERVATIONS, NS)] == ["Open"] * 2
         await r.stop()
 
     asyncio.run(scenario())
