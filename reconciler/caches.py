@@ -49,6 +49,16 @@ def project_reservation(obj: dict[str, Any]) -> model.GPUReservation | None:
         return None
 
 
+def same_reservation(old: model.GPUReservation, new: model.GPUReservation) -> bool:
+    """Whether a reservation's change means nothing to the leader's loops (no side
+    effects): facts, holds and the other status facts equal, only the resourceVersion
+    moved — a status write that refreshed the derived ``phase``/``usedGpus`` alone.
+    Every loop re-decides on each reservation event (a full pass), so a burst of such
+    writes (the startup sync's status of 2,000 new mirrors) would otherwise cost a
+    burst of passes that all decide the same."""
+    return (old.facts, old.holds, old.status_extra) == (new.facts, new.holds, new.status_extra)
+
+
 def touched_reservations(old: PodView | None, new: PodView | None) -> set[str]:
     """Reservations whose ledger a pod change may alter."""
     names = set()
@@ -127,6 +137,7 @@ class Caches:
             project_reservation,
             clock=clock,
             namespace=ns,
+            same=same_reservation,
             resync_s=resync,
         )
         #: Listens first, so every other listener reads it already updated.

@@ -12,9 +12,11 @@ set, the cycle ends that often and a fresh LIST heals any drift (periodic resync
 A projection function turns each raw object into the few fields its users need, or
 ``None`` to ignore the object (it then counts as absent). The key defaults to
 ``namespace/name``. Listeners are plain callables ``(key, old, new)``; ``new is None``
-means gone. They must not block. With ``version_of`` a change older than the cached
-projection (by resourceVersion) is ignored, so a writer can ``upsert`` what it wrote
-ahead of the watch without the watch's older events undoing it.
+means gone. They must not block, and hear only of changes: with ``same`` given, a new
+projection that ``same`` finds equal to the cached one replaces it silently (e.g. a
+GPUReservation whose resourceVersion alone moved). With ``version_of`` a change older
+than the cached projection (by resourceVersion) is ignored, so a writer can ``upsert``
+what it wrote ahead of the watch without the watch's older events undoing it.
 
 Used by the reconciler's caches (``reconciler.caches``) and the webhook's
 GPUReservation cache (``webhook.cache``).
@@ -109,6 +111,7 @@ class Watched(Generic[T]):
         namespace: str | None = None,
         key: Callable[[dict[str, Any]], str] = key_of,
         version_of: Callable[[T], str] | None = None,
+        same: Callable[[T, T], bool] | None = None,
         resync_s: float | None = 300.0,
         retry_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
@@ -120,6 +123,7 @@ class Watched(Generic[T]):
         self._ns = namespace
         self._key = key
         self._version_of = version_of
+        self._same = same
         self._resync_s = resync_s
         self._retry_s = retry_s
         self._monotonic = monotonic
@@ -171,7 +175,7 @@ class Watched(Generic[T]):
         for key in old.keys() - fresh.keys():
             self._tell(key, old[key], None)
         for key, view in fresh.items():
-            if old.get(key) != view:
+            if self._changed(old.get(key), view):
                 self._tell(key, old.get(key), view)
         self.relists += 1
         self.heard_at = self._monotonic()
@@ -229,8 +233,14 @@ class Watched(Generic[T]):
             self.items.pop(key, None)
         else:
             self.items[key] = new
-        if old != new:
+        if self._changed(old, new):
             self._tell(key, old, new)
+
+    def _changed(self, old: T | None, new: T | None) -> bool:
+        """Whether listeners hear of ``old`` becoming ``new``."""
+        if old is None or new is None or self._same is None:
+            return old != new
+        return not self._same(old, new)
 
     def _stale(self, old: T | None, new: T | None) -> bool:
         """Whether ``new`` is older than the cached ``old`` (only with ``version_of``)."""

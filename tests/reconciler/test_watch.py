@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
+from reconciler.caches import project_reservation, same_reservation
 from reconciler.pods import project_pod
-from shared import vocab
-from shared.clock import SystemClock
+from shared import model, vocab
+from shared.clock import SystemClock, utc
 from shared.errors import Gone
 from shared.gateway import ListResult, WatchEvent
 from shared.policy.matching import MatchRules
-from shared.resources import PODS
+from shared.resources import GPU_RESERVATIONS, PODS
 from shared.watch import Watched
 
 
@@ -151,3 +153,54 @@ def test_an_event_at_or_below_the_cached_version_is_not_projected_again() -> Non
     watched.apply(WatchEvent("MODIFIED", obj("b", "x0")))
     assert projected == ["9", "x1", "x0"]
     assert watched.items["alice/b"] == ("b", "x0")
+
+
+class OneList:
+    """A gateway whose LIST answers ``items``."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = items
+
+    async def list_all(self, res: Any, namespace: Any = None) -> ListResult:
+        return ListResult(self.items, "9")
+
+
+def test_a_reservation_whose_version_alone_moved_is_kept_without_telling_listeners() -> None:
+    """A status write of the derived phase/usedGpus only (e.g. the startup sync's
+    deferred status) wakes no loop; a ledger or spec change still does."""
+    start = utc(2026, 1, 5, 9)
+    facts = model.ReservationFacts(
+        1, "alice", "a100", "A100", 2, model.Kind.BOOKING, start, start + timedelta(hours=3),
+        model.State.ACTIVE, start,
+    )  # fmt: skip
+
+    def raw(rv: str, holds: tuple[model.Hold, ...] = (), phase_at: int = 0) -> dict[str, Any]:
+        obj = model.to_object(model.GPUReservation(facts, holds, rv), "ns", start)
+        if phase_at == 0:
+            obj.pop("status")  # as created: no status yet
+        return obj
+
+    async def scenario() -> None:
+        gateway = OneList([raw("1")])
+        cache = Watched(
+            gateway,  # type: ignore[arg-type]
+            GPU_RESERVATIONS,
+            project_reservation,
+            clock=SystemClock(),
+            same=same_reservation,
+        )
+        heard: list[str] = []
+        cache.listeners.append(
+            lambda key, old, new: heard.append(new.resource_version if new else "")
+        )
+        await cache.relist()
+        assert heard == ["1"]
+        cache.apply(WatchEvent("MODIFIED", raw("2", phase_at=1)))  # phase and usedGpus only
+        gateway.items = [raw("3", phase_at=1)]
+        await cache.relist()
+        assert heard == ["1"]
+        assert cache.items["ns/res-1"].resource_version == "3"  # the newest is kept
+        cache.apply(WatchEvent("MODIFIED", raw("4", (model.Hold("c", 1, start, "p", None),), 1)))
+        assert heard == ["1", "4"]
+
+    asyncio.run(scenario())
