@@ -12,6 +12,10 @@ reconciler``, leader election off) then starts against them; measured:
   LISTs, the startup sync, caches synced) — on the first start, whose sync creates the
   N/5 GPUReservation mirrors, and on a restart (a second replica after the first
   stopped), whose sync finds them in place;
+- **status after ready**: seconds from ``leader.loops_started`` to the N/5-th
+  ``mirror.status`` line, when the first start's deferred status writes (phase, empty
+  ledger) are done and ``kubectl get gpures`` shows every phase (the CPU interval
+  below starts a tick after that);
 - **RSS** after it is ready and after the measured interval;
 - **CPU per periodic pass**: the process's CPU seconds (``/proc/<pid>/stat``) over an
   idle interval of ``PASSES`` backstop ticks (``QUEUE_PROCESSOR_INTERVAL`` = ``TICK_S``),
@@ -33,6 +37,7 @@ import os
 import shutil
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +152,22 @@ async def ready_after(replica: ReconcilerProcess, started: float, timeout_s: flo
     return float("nan")
 
 
+async def status_after_ready(replica: ReconcilerProcess, count: int, timeout_s: float) -> float:
+    """Seconds from ``leader.loops_started`` to the ``count``-th ``mirror.status`` log
+    line (waited for, up to ``timeout_s``; NaN when it never came)."""
+    waited = 0.0
+    while waited < timeout_s:
+        entries = replica.logs()
+        ready = [e["ts"] for e in entries if e.get("event") == "leader.loops_started"]
+        written = [e["ts"] for e in entries if e.get("event") == "mirror.status"]
+        if ready and len(written) >= count:
+            end = datetime.fromisoformat(written[count - 1])
+            return (end - datetime.fromisoformat(ready[0])).total_seconds()
+        await asyncio.sleep(0.5)
+        waited += 0.5
+    return float("nan")
+
+
 async def measure(n: int, state: Path) -> dict[str, Any]:
     ctx = SandboxContext(state_dir=state, scenario=scenario(n), clock=SystemClock())
     box = Sandbox(ctx, ["kube", "app"])
@@ -167,6 +188,7 @@ async def measure(n: int, state: Path) -> dict[str, Any]:
         assert replica.proc is not None
         pid = replica.proc.pid
         ready_s = await ready_after(replica, started, 120)
+        status_s = await status_after_ready(replica, n // 5, 120)
         await asyncio.sleep(TICK_S)  # the first passes after the start settle
         rss_ready = rss_mib(pid)
         before = cpu_s(pid)
@@ -188,6 +210,7 @@ async def measure(n: int, state: Path) -> dict[str, Any]:
             "setup_s": {"emulators": seeded_s, "pods": created_s},
             "ready_s": ready_s,
             "restart_ready_s": restart_s,
+            "status_after_ready_s": status_s,
             "rss_mib": {"ready": rss_ready, "after": rss_after},
             "cpu_s_per_pass": per_pass,
         }
@@ -202,14 +225,15 @@ async def measure(n: int, state: Path) -> dict[str, Any]:
 def lines(found: list[dict[str, Any]]) -> list[str]:
     rows = [
         "| pods | GPU pods | reservations (mirrored) | nodes | ready s (first start / restart)"
-        " | RSS MiB ready / after | CPU s per tick |",
-        "|---|---|---|---|---|---|---|",
+        " | status s after ready | RSS MiB ready / after | CPU s per tick |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for f in found:
         rss = f["rss_mib"]
         rows.append(
             f"| {f['pods']} | {f['gpu_pods']} | {f['reservations']} ({f['mirrored']}) "
             f"| {f['nodes']} | {f['ready_s']:.1f} / {f['restart_ready_s']:.1f} "
+            f"| {f['status_after_ready_s']:.1f} "
             f"| {rss['ready']:.0f} / {rss['after']:.0f} "
             f"| {f['cpu_s_per_pass']:.2f} |"
         )
