@@ -63,6 +63,9 @@ ADMIT_TASK = "reserved-queue"
 ADMIT_DEADLINE_S = 10.0
 #: Pod patches of one reservation's admissions in flight at once.
 PATCH_CONCURRENCY = 16
+#: How often the on-demand path reads its pod again and retries when the admission
+#: patch was refused because the pod changed meanwhile (a scheduler status write).
+ON_DEMAND_ATTEMPTS = 3
 
 
 class Admitter:
@@ -268,16 +271,29 @@ class Admitter:
         as written, with its resourceVersion) — and announce it (``announce``; else the
         caller passes it to ``announce`` later). The same claim and patch as a queued
         pod; None when the pod no longer waits or the claim or the patch failed (the
-        caller cancels the lease then)."""
+        caller cancels the lease then).
+
+        A pod waiting for a lease is Pending, and the scheduler may rewrite its
+        ``PodScheduled`` condition between the read and the patch: the patch's ``test`` on
+        the resourceVersion then refuses it (its claim is dropped again). That is no reason
+        to give a granted lease up, so the pod is read again and the admission retried, at
+        most ``ON_DEMAND_ATTEMPTS`` times; a failed claim or a patch whose answer was lost
+        (its hold kept) is not retried."""
         pool = [*self._caches.reservations.items.values(), res]
-        fresh = await self._reread(pod)
-        if fresh is None:
-            return None
         found = Route(Path.ADMIT, (res,))
-        got = await self._admit(fresh, found, pool, {}, now, path="on_demand")
-        if got is not None and announce:
-            await self.announce([got], now)
-        return got
+        for _ in range(ON_DEMAND_ATTEMPTS):
+            fresh = await self._reread(pod)
+            if fresh is None:
+                return None
+            self._refused.pop(pod.uid, None)
+            got = await self._admit(fresh, found, pool, {}, now, path="on_demand")
+            if got is not None:
+                if announce:
+                    await self.announce([got], now)
+                return got
+            if pod.uid not in self._refused:
+                return None  # not a refused patch: the claim failed, or the answer was lost
+        return None
 
     async def announce(self, admitted: list[Admitted], now: datetime) -> None:
         """``RuntimeGuaranteed`` (or ``BestEffortAdmitted``) for admissions this process

@@ -10,7 +10,7 @@ import jsonpatch
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reconciler.admit import Admitter
+from reconciler.admit import ON_DEMAND_ATTEMPTS, Admitter
 from reconciler.caches import Caches
 from reconciler.pods import PodView, project_pod
 from reconciler.queue import QueueMetrics, admission_patch, next_start
@@ -357,5 +357,52 @@ def test_a_pod_changed_since_the_caches_view_is_not_patched_and_decided_again() 
         assert notes[vocab.BOOKING_REFERENCE] == "res-1"
         assert [h.pod for h in w.ledger_of().holds] == ["edited"]
         assert "annotations" not in w.pod("done")["metadata"]
+
+    run(scenario())
+
+
+def test_a_lease_pod_the_scheduler_rewrites_between_read_and_patch_is_still_admitted() -> None:
+    """The on-demand path reads its pod, claims, and patches with a ``test`` on the
+    resourceVersion; a scheduler status write in between refuses the patch. The pod is
+    read again and admitted on the next attempt — the granted lease is not given up —
+    and the ledger holds exactly the one claim the pod carries."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(gpus=1))
+        w.kube.add(PODS, gpu_pod("p", gated=False))
+        await w.sync()
+
+        def scheduler_writes() -> None:
+            raw = w.pod("p")
+            raw["status"]["conditions"] = [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+            ]
+            w.kube.add(PODS, raw)
+
+        w.kube.before["patch"] = scheduler_writes
+        res = w.ledger_of()
+        got = await w.admitter.admit_under(view(w.pod("p")), res, w.clock.now(), announce=False)
+        assert got is not None
+        notes = w.pod("p")["metadata"]["annotations"]
+        assert notes[vocab.BOOKING_REFERENCE] == "res-1"
+        assert [h.claim for h in w.ledger_of().holds] == [notes[vocab.ADMISSION_CLAIM]]
+
+    run(scenario())
+
+
+def test_a_lease_pod_whose_patch_is_always_refused_is_tried_a_bounded_number_of_times() -> None:
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(gpus=1))
+        w.kube.add(PODS, gpu_pod("p", gated=False))
+        await w.sync()
+        w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
+        got = await w.admitter.admit_under(
+            view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False
+        )
+        assert got is None
+        assert w.ledger_of().holds == ()  # every refused attempt's claim dropped again
+        assert w.kube.calls.count(("patch", PODS.plural)) == ON_DEMAND_ATTEMPTS
 
     run(scenario())
