@@ -145,9 +145,14 @@ def _on_path(scene: Scene, path: Path) -> bool:
     return scene.reservations is not None and route_of(scene).path is path
 
 
+def _gpus(n: int) -> str:
+    """``1 GPU``, ``2 GPUs``."""
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
 def _booking(res: GPUReservation, scene: Scene) -> str:
     f = res.facts
-    return f"{res.name} ({f.gpu_class_name}, {f.gpu_count} GPUs, {wording.window(f, scene.zone)})"
+    return f"{res.name} ({f.gpu_class_name}, {_gpus(f.gpu_count)}, {wording.window(f, scene.zone)})"
 
 
 # --- the states -----------------------------------------------------------------------------
@@ -338,7 +343,7 @@ def _queued_full(scene: Scene) -> Finding:
     pod = _pod(scene)
     holders = _holders(scene, res)
     named = [
-        f"{p.name} ({p.gpus} GPUs, guaranteed until "
+        f"{p.name} ({_gpus(p.gpus)}, guaranteed until "
         f"{when(_instant(p, vocab.GUARANTEED_UNTIL) or res.facts.end, scene.zone)})"
         for p in holders
     ]

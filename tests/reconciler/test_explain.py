@@ -99,7 +99,7 @@ def test_a_full_booking_names_the_holders_and_the_earliest_guarantee_end() -> No
     assert found.state == "booking-full"
     assert found.estimate == NOW + HOUR
     text = "\n".join(found.lines)
-    assert "held by your pods a (1 GPUs, guaranteed until 2026-01-05 11:00 UTC), b (" in text
+    assert "held by your pods a (1 GPU, guaranteed until 2026-01-05 11:00 UTC), b (" in text
     assert "the earliest a holder's guarantee ends is 2026-01-05 11:00 UTC (in 60 min)" in text
 
 
