@@ -327,12 +327,13 @@ class Gateway:
         retries = 0
         while True:
             try:
-                return await asyncio.wait_for(
-                    loop.run_in_executor(
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+                # cancel that arrives as the call completes, and a cancelled cache task
+                # (a standby's watch when it becomes leader) then never ends.
+                async with asyncio.timeout(self._timeout_s + 1):
+                    return await loop.run_in_executor(
                         self._pool, self._call, method, path, query, body, headers
-                    ),
-                    timeout=self._timeout_s + 1,
-                )
+                    )
             except TimeoutError as exc:
                 raise ServerError(
                     0, f"{method} {path}: no answer within {self._timeout_s}s"

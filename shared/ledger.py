@@ -507,7 +507,8 @@ async def _within(call: Awaitable[T], deadline: float, monotonic: Callable[[], f
             call.close()
         raise _Stop("deadline")
     try:
-        return await asyncio.wait_for(call, timeout=remaining)
+        async with asyncio.timeout(remaining):  # not wait_for: it can swallow a cancel (3.11)
+            return await call
     except TimeoutError as exc:
         raise _Stop("deadline") from exc
 
