@@ -35,8 +35,8 @@ from typing import Any
 import httpx
 
 from bench.bench_ondemand import BENCH_LABEL, BENCH_VALUE, GROUP, Seen, lags, manifest
-from bench.bench_window_open import aligned_clock, key_of, one_class_app, rank
-from bench.sandboxed import measured, with_replica
+from bench.bench_window_open import aligned_clock, key_of, one_class_app
+from bench.sandboxed import measured, spread, with_replica
 from sandbox.app.emulator import Emulator
 from sandbox.kube.store import Change
 from sandbox.runner import SandboxContext
@@ -192,23 +192,20 @@ async def measure(state: Path) -> dict[str, Any]:
     }
 
 
-def line(what: str, values: list[float | None]) -> str:
-    got = sorted(v for v in values if v is not None)
-    if not got:
-        return f"{what}: none within {GIVE_UP_S:.0f} s"
-    marks = f"p50 {rank(got, 0.5):.2f} s, max {got[-1]:.2f} s"
-    lost = len(values) - len(got)
-    return f"{what}: {marks} ({len(got)} measured" + (f", {lost} lost)" if lost else ")")
-
-
 def run() -> list[str]:
     found = measured("lease", measure)
     load = ", ".join(f"{x:.1f}" for x in found["load_average"])
     return [
         f"{found['rounds']} rounds, one JIT pod at a time; load average {load}",
-        line("created -> tolerated", found["created_to_tolerated_s"]),
-        line("finished -> lease cancelled (goal <= 3 s)", found["finished_to_cancelled_s"]),
-        line("booking opened -> pod merged onto it (goal <= 2 s)", found["opened_to_merged_s"]),
+        spread("created -> tolerated", found["created_to_tolerated_s"], GIVE_UP_S),
+        spread(
+            "finished -> lease cancelled (goal <= 3 s)", found["finished_to_cancelled_s"], GIVE_UP_S
+        ),
+        spread(
+            "booking opened -> pod merged onto it (goal <= 2 s)",
+            found["opened_to_merged_s"],
+            GIVE_UP_S,
+        ),
     ]
 
 

@@ -32,8 +32,8 @@ from typing import Any
 import httpx
 
 from bench.bench_ondemand import metric_sum
-from bench.bench_window_open import aligned_clock, rank
-from bench.sandboxed import measured, with_replica
+from bench.bench_window_open import aligned_clock
+from bench.sandboxed import measured, spread, with_replica
 from sandbox.kube.store import Change
 from sandbox.runner import SandboxContext
 from sandbox.scenario import load_scenario
@@ -130,23 +130,14 @@ async def measure(state: Path) -> dict[str, Any]:
     }
 
 
-def line(what: str, values: list[float | None]) -> str:
-    got = sorted(v for v in values if v is not None)
-    if not got:
-        return f"{what}: none arrived within {GIVE_UP_S:.0f} s"
-    marks = f"p50 {rank(got, 0.5):.3f} s, p99 {rank(got, 0.99):.3f} s, max {got[-1]:.3f} s"
-    lost = len(values) - len(got)
-    return f"{what}: {marks}" + (f" ({lost} lost)" if lost else "")
-
-
 def run() -> list[str]:
     found = measured("push", measure)
     load = ", ".join(f"{x:.1f}" for x in found["load_average"])
     return [
         f"{found['bookings']} bookings of alice's, each booked then cancelled, pushed by the "
         f"app to one replica (poll an hour apart); load average {load}",
-        line("booked -> mirror Open", found["booked_to_open_s"]),
-        line("cancelled -> mirror Cancelled", found["cancelled_to_cancelled_s"]),
+        spread("booked -> mirror Open", found["booked_to_open_s"], GIVE_UP_S),
+        spread("cancelled -> mirror Cancelled", found["cancelled_to_cancelled_s"], GIVE_UP_S),
         f"full fetches meanwhile: {found['fetches_meanwhile']:.0f} (goal: every change by "
         "push, each within 2 s)",
     ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.bench_window_open import admin_gateway
+from bench.bench_window_open import admin_gateway, rank
 from sandbox.kube.server import KubeServer
 from sandbox.reconciler_component import ReconcilerProcess
 from sandbox.runner import Sandbox, SandboxContext
@@ -74,3 +74,14 @@ def measured(
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.json").write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
     return found
+
+
+def spread(what: str, values: list[float | None], give_up_s: float) -> str:
+    """One printed line of lags: p50, p99 and max of those measured, and how many were
+    lost (none within ``give_up_s``)."""
+    got = sorted(v for v in values if v is not None)
+    if not got:
+        return f"{what}: none within {give_up_s:.0f} s"
+    marks = f"p50 {rank(got, 0.5):.3f} s, p99 {rank(got, 0.99):.3f} s, max {got[-1]:.3f} s"
+    lost = len(values) - len(got)
+    return f"{what}: {marks} ({len(got)} measured" + (f", {lost} lost)" if lost else ")")
