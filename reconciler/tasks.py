@@ -3,6 +3,9 @@
 A loop returns only when cancelled. The guard logs a crash (with the traceback) and an
 unexpected clean exit as ``task.crashed`` / ``task.exited`` and records it, which turns
 ``GET /health`` into a 503 naming the task, so Kubernetes restarts the process.
+
+Cancelling waits for the tasks a bounded time (``CANCEL_GRACE_S``): a task that
+swallowed its cancel must not hang a leadership change or a shutdown.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from shared.logs import log
 
 _log = logging.getLogger(__name__)
 
+#: Longest ``Tasks.cancel`` waits for cancelled tasks to end before going on (seconds).
+CANCEL_GRACE_S = 5.0
+
 
 class Tasks:
     """Starts named loops under a guard and remembers which ones failed."""
@@ -22,6 +28,9 @@ class Tasks:
     def __init__(self) -> None:
         self.failed: dict[str, str] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
+        # Tasks that outlived their cancel: held so they are not garbage-collected
+        # while still pending (the event loop keeps only weak references).
+        self._abandoned: set[asyncio.Task[None]] = set()
 
     @property
     def healthy(self) -> bool:
@@ -38,14 +47,27 @@ class Tasks:
         self._running[name] = task
         return task
 
-    async def cancel(self, *names: str) -> None:
-        """Cancel the named tasks (all when none named) and wait for them to finish."""
-        chosen = [t for n, t in self._running.items() if not names or n in names]
-        for task in chosen:
+    async def cancel(self, *names: str, grace_s: float = CANCEL_GRACE_S) -> None:
+        """Cancel the named tasks (all when none named) and wait at most ``grace_s``.
+
+        A task still running after the grace swallowed its cancel (Python 3.11's
+        ``asyncio.wait_for`` does when the cancel arrives as the awaited call
+        completes). It is logged by name as ``task.cancel_stuck``, cancelled once more
+        and no longer tracked: the caller goes on without it.
+        """
+        chosen = {n: t for n, t in self._running.items() if not names or n in names}
+        for task in chosen.values():
             task.cancel()
-        await asyncio.gather(*chosen, return_exceptions=True)
-        for name in [n for n, t in self._running.items() if t in chosen]:
-            del self._running[name]
+        if chosen:
+            await asyncio.wait(chosen.values(), timeout=grace_s)
+        for name, task in chosen.items():
+            if self._running.get(name) is task:
+                del self._running[name]
+            if not task.done():
+                log(_log, logging.ERROR, "task.cancel_stuck", task=name, grace_s=grace_s)
+                task.cancel()
+                self._abandoned.add(task)
+                task.add_done_callback(self._abandoned.discard)
 
     async def _guard(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         try:
