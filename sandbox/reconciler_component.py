@@ -142,7 +142,8 @@ class ReconcilerProcess:
     async def _wait(self, timeout_s: float) -> int | None:
         assert self.proc is not None
         try:
-            return await asyncio.wait_for(self.proc.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: can swallow a cancel
+                return await self.proc.wait()
         except TimeoutError:
             return None
 

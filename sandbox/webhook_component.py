@@ -118,7 +118,8 @@ class WebhookReplica:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self.proc.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):  # not wait_for: can swallow a cancel
+                    await self.proc.wait()
             except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()

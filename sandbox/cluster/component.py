@@ -39,7 +39,8 @@ class Cluster:
         """Start the caches and both loops; returns once the caches are filled."""
         loops = (self.pods.run(), self.nodes.run(), self.scheduler.run(), self.kubelet.run())
         self._tasks = [asyncio.create_task(loop) for loop in loops]
-        await asyncio.wait_for(self._synced(), SYNC_TIMEOUT_S)
+        async with asyncio.timeout(SYNC_TIMEOUT_S):  # not wait_for: it can swallow a cancel
+            await self._synced()
 
     async def _synced(self) -> None:
         await self.pods.synced.wait()

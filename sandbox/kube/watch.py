@@ -132,7 +132,10 @@ class WatchPlan:
         while (left := deadline - loop.time()) > 0:
             wait = min(left, next_bookmark - loop.time()) if self.bookmarks else left
             try:
-                change = await asyncio.wait_for(queue.get(), timeout=max(wait, 0))
+                # not wait_for: a cancel (the client went away) arriving as a change does
+                # would be swallowed and the stream would go on (Python 3.11)
+                async with asyncio.timeout(max(wait, 0)):
+                    change = await queue.get()
             except TimeoutError:
                 if self.bookmarks and loop.time() >= next_bookmark:
                     next_bookmark = loop.time() + self.bookmark_interval
