@@ -31,6 +31,7 @@ Changes during a pass cause exactly one more pass.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -66,6 +67,21 @@ PATCH_CONCURRENCY = 16
 #: How often the on-demand path reads its pod again and retries when the admission
 #: patch was refused because the pod changed meanwhile (a scheduler status write).
 ON_DEMAND_ATTEMPTS = 3
+
+
+class Failed(enum.Enum):
+    """Why one admission attempt did not admit its pod."""
+
+    #: No candidate's claim admitted the pod (full, gone, an error, the deadline).
+    CLAIM = "claim"
+    #: The patch was refused (the pod changed or left, the API said no); hold dropped.
+    REFUSED = "refused"
+    #: The patch's answer was lost and it may still land; the hold is kept.
+    UNKNOWN = "unknown"
+
+
+#: What one admission attempt (claim, then patch) came to.
+Attempt = Admitted | Failed
 
 
 class Admitter:
@@ -217,7 +233,7 @@ class Admitter:
             cached=model.to_object(first, self._ns, now),
         )
         latest: dict[str, GPUReservation] = {}
-        stamps: list[Awaitable[Admitted | None]] = []
+        stamps: list[Awaitable[Attempt]] = []
         others: list[tuple[PodView, Route]] = []
         for (pod, found), result in zip(items, got, strict=True):
             if result.reservation is not None:
@@ -226,10 +242,10 @@ class Admitter:
                 stamps.append(self._stamp(pod, result.reservation, result.claim, pool, now))
             elif result.reason not in {"error", "deadline"} and len(found.candidates) > 1:
                 others.append((pod, replace(found, candidates=found.candidates[1:])))
-        done = [a for a in await bounded(stamps, PATCH_CONCURRENCY) if a is not None]
+        done = [a for a in await bounded(stamps, PATCH_CONCURRENCY) if isinstance(a, Admitted)]
         for pod, found in others:
             one = await self._admit(pod, found, pool, latest, now)
-            if one is not None:
+            if isinstance(one, Admitted):
                 done.append(one)
         return done
 
@@ -241,7 +257,7 @@ class Admitter:
         latest: dict[str, GPUReservation],
         now: datetime,
         path: str = "reserved",
-    ) -> Admitted | None:
+    ) -> Attempt:
         """Claim the candidates in order for one pod; patch it under the first that
         admits."""
         for cand in found.candidates:
@@ -261,8 +277,8 @@ class Admitter:
             if got.admitted and got.claim is not None and got.reservation is not None:
                 return await self._stamp(pod, got.reservation, got.claim, pool, now, path)
             if got.reason in {"error", "deadline"}:
-                return None
-        return None
+                return Failed.CLAIM
+        return Failed.CLAIM
 
     async def admit_under(
         self, pod: PodView, res: GPUReservation, now: datetime, announce: bool = True
@@ -278,21 +294,21 @@ class Admitter:
         the resourceVersion then refuses it (its claim is dropped again). That is no reason
         to give a granted lease up, so the pod is read again and the admission retried, at
         most ``ON_DEMAND_ATTEMPTS`` times; a failed claim or a patch whose answer was lost
-        (its hold kept) is not retried."""
+        (its hold kept) is not retried. A backoff the reserved queue holds for the pod
+        (``_refused``) is left as it is."""
         pool = [*self._caches.reservations.items.values(), res]
         found = Route(Path.ADMIT, (res,))
         for _ in range(ON_DEMAND_ATTEMPTS):
             fresh = await self._reread(pod)
             if fresh is None:
                 return None
-            self._refused.pop(pod.uid, None)
             got = await self._admit(fresh, found, pool, {}, now, path="on_demand")
-            if got is not None:
+            if isinstance(got, Admitted):
                 if announce:
                     await self.announce([got], now)
                 return got
-            if pod.uid not in self._refused:
-                return None  # not a refused patch: the claim failed, or the answer was lost
+            if got is not Failed.REFUSED:
+                return None  # the claim failed, or the answer was lost (the hold kept)
         return None
 
     async def announce(self, admitted: list[Admitted], now: datetime) -> None:
@@ -328,8 +344,9 @@ class Admitter:
         pool: list[GPUReservation],
         now: datetime,
         path: str = "reserved",
-    ) -> Admitted | None:
-        """Patch the pod after a successful claim; drop the hold again if that fails."""
+    ) -> Attempt:
+        """Patch the pod after a successful claim; drop the hold again if the patch was
+        refused, keep it if its answer was lost (it may still land)."""
         until = guaranteed_until(res, pool, now, self._settings.rules)
         patch = queue.admission_patch(pod, res, claim, until, now, self._settings.queue.gate_name)
         try:
@@ -344,7 +361,7 @@ class Admitter:
                 # The answer was lost and the patch may still land: keep the hold; upkeep
                 # binds it if it does, and expires it after the claim TTL if not.
                 log(_log, logging.WARNING, "queue.patch_unknown", pod=pod.key, claim=claim)
-                return None
+                return Failed.UNKNOWN
             if not landed:
                 await ledger.amend(
                     self._gateway,
@@ -354,7 +371,7 @@ class Admitter:
                     now=now,
                     deadline=time.monotonic() + ADMIT_DEADLINE_S,
                 )
-                return None
+                return Failed.REFUSED
         lag = (self._clock.now() - res.facts.start).total_seconds()
         if self._waited_open.pop(pod.uid, None) == res.name:
             self._metrics.lag.observe(max(0.0, lag))

@@ -18,7 +18,7 @@ from reconciler.settings import load
 from reconciler.waiting import Knowledge
 from shared import ledger, model, vocab
 from shared.clock import ManualClock, format_utc
-from shared.errors import Invalid
+from shared.errors import Invalid, ServerError
 from shared.policy.matching import MatchRules
 from shared.policy.tolerations import granted_toleration
 from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
@@ -404,5 +404,50 @@ def test_a_lease_pod_whose_patch_is_always_refused_is_tried_a_bounded_number_of_
         assert got is None
         assert w.ledger_of().holds == ()  # every refused attempt's claim dropped again
         assert w.kube.calls.count(("patch", PODS.plural)) == ON_DEMAND_ATTEMPTS
+
+    run(scenario())
+
+
+def test_a_lease_pod_whose_patch_answer_was_lost_is_not_tried_again() -> None:
+    """A lost answer (5xx) on a pod that has not changed: the patch may still land, so
+    the hold is kept and no second claim is made — a retry would hold the GPU twice."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(gpus=2))
+        w.kube.add(PODS, gpu_pod("p", gated=False))
+        await w.sync()
+        w.kube.faults["patch"] = ServerError(503, "the answer was lost")
+        got = await w.admitter.admit_under(
+            view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False
+        )
+        assert got is None
+        assert w.kube.calls.count(("patch", PODS.plural)) == 1
+        assert len(w.ledger_of().holds) == 1
+
+    run(scenario())
+
+
+def test_an_on_demand_admission_keeps_the_queues_backoff_for_its_pod() -> None:
+    """The reserved queue's patch for a pod was refused, so the queue waits for the pod
+    to change or the backstop tick. An on-demand admission of the same pod whose claim
+    fails must not lift that backoff: the next pass leaves the pod alone."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(gpus=2))
+        w.book(facts(rid=2, gpus=1))
+        w.kube.add(PODS, gpu_pod("p", gpus=2))
+        w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
+        await w.step()
+        del w.kube.faults["patch"]
+        too_small = w.ledger_of(2)
+        got = await w.admitter.admit_under(view(w.pod("p")), too_small, w.clock.now())
+        assert got is None
+        await w.step()  # the pod is unchanged: no retry before the backstop tick
+        assert w.ledger_of().holds == ()
+        await w.clock.advance(w.settings.queue_interval_s)
+        await w.step()
+        assert [h.pod for h in w.ledger_of().holds] == ["p"]
 
     run(scenario())
