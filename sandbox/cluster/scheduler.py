@@ -30,7 +30,7 @@ from typing import Any
 
 from sandbox.cluster import events
 from sandbox.cluster.passes import Cache, Passes, snapshot
-from sandbox.cluster.scheduling import DEFAULT_SCHEDULER, Placement, schedule
+from sandbox.cluster.scheduling import DEFAULT_SCHEDULER, Placement, Reads, schedule
 from shared.clock import Clock, format_utc
 from shared.errors import Conflict, NotFound
 from shared.gateway import Gateway
@@ -72,6 +72,8 @@ class Scheduler(Passes):
         #: uid → (the verdict message written, the pod's resourceVersion it was decided
         #: on): until the cache shows a newer pod the write is not repeated.
         self._told: dict[str, tuple[str, str]] = {}
+        #: Each pod's requests and shape, read once per resourceVersion.
+        self._reads = Reads()
 
     async def run_once(self) -> None:
         """One pass over the cached pods and nodes: decide all, then send the calls
@@ -86,7 +88,7 @@ class Scheduler(Passes):
                 else:
                     await self._unschedulable(placement)
 
-        placements = schedule(snapshot(self._nodes), self._with_assumed())
+        placements = schedule(snapshot(self._nodes), self._with_assumed(), self._reads)
         ended = await asyncio.gather(*(send(p) for p in placements), return_exceptions=True)
         for outcome in ended:
             if isinstance(outcome, BaseException):
@@ -106,6 +108,7 @@ class Scheduler(Passes):
         self._assumed = {uid: n for uid, n in self._assumed.items() if uid in live}
         present = {str(p["metadata"].get("uid", "")) for p in pods}
         self._told = {uid: t for uid, t in self._told.items() if uid in present}
+        self._reads.keep(present)
         return pods
 
     async def _bind(self, pod: dict[str, Any], node: str) -> None:

@@ -225,9 +225,9 @@ def test_pods_of_one_shape_share_a_verdict_until_a_placement_changes_the_nodes(
     expected = [(p.pod["metadata"]["name"], p.node, p.message) for p in one_by_one(nodes, pods)]
     evaluated: list[str] = []
 
-    def counted(p: dict[str, Any], infos: dict[str, NodeInfo]) -> Placement:
+    def counted(p: dict[str, Any], infos: dict[str, NodeInfo], wanted: Any = None) -> Placement:
         evaluated.append(p["metadata"]["name"])
-        return place(p, infos)
+        return place(p, infos, wanted)
 
     monkeypatch.setattr(scheduling, "place", counted)
     got = [(p.pod["metadata"]["name"], p.node, p.message) for p in schedule(nodes, pods)]
@@ -236,3 +236,37 @@ def test_pods_of_one_shape_share_a_verdict_until_a_placement_changes_the_nodes(
     # a4 shares a3's verdict, a5 is evaluated again after t1's placement, s2 shares s1's
     # and t4 shares t3's
     assert evaluated == ["a1", "a2", "a3", "t1", "a5", "s1", "t2", "t3"]
+
+
+def versioned(p: dict[str, Any], uid: str, version: str) -> dict[str, Any]:
+    p["metadata"].update(uid=uid, resourceVersion=version)
+    return p
+
+
+def test_reads_are_kept_per_pod_version_and_a_new_version_is_read_again() -> None:
+    reads = scheduling.Reads()
+    first, key = reads.of(versioned(pod("a", gpus=1), "u1", "5"))
+    again, same_key = reads.of(versioned(pod("a", gpus=1), "u1", "5"))
+    assert again is first  # kept: not parsed again
+    assert same_key == key
+    grown, grown_key = reads.of(versioned(pod("a", gpus=2), "u1", "6"))
+    assert grown[vocab.GPU_RESOURCE] == 2
+    assert grown_key != key
+    unversioned = pod("b", gpus=3)
+    assert reads.of(unversioned)[0] is not reads.of(unversioned)[0]  # never kept
+    reads.keep(set())
+    assert reads.of(versioned(pod("a", gpus=2), "u1", "6"))[0] is not grown  # forgotten
+
+
+def test_a_pass_with_kept_reads_decides_like_a_fresh_one() -> None:
+    nodes = [node("reserved", gpus=2, taints=[TAINT]), node("plain", gpus=1)]
+    tolerating = [reservation_toleration()]
+    pods = [
+        versioned(pod(f"p{i}", gpus=1, tolerations=tolerating if i % 2 else []), f"u{i}", "1")
+        for i in range(6)
+    ]
+    reads = scheduling.Reads()
+    warm = schedule(nodes, pods, reads)
+    assert schedule(nodes, pods, reads) == warm == schedule(nodes, pods)
+    bound = [versioned(pod("x", gpus=2, node_name="reserved", phase="Running"), "ux", "1")]
+    assert schedule(nodes, bound + pods, reads) == schedule(nodes, bound + pods)
