@@ -101,6 +101,10 @@ def wait_reason(res: GPUReservation, gpus: int, now: datetime) -> Wait:
     return Wait.FULL
 
 
+#: Misses that say what is wrong with the pod, whichever reservation it was checked on.
+POD_MISSES = frozenset({Miss.UNREADABLE_GPUS, Miss.NO_CLASS_LABEL, Miss.NO_GROUP})
+
+
 def _misses(
     reservations: list[GPUReservation],
     pod: PodProfile,
@@ -108,10 +112,23 @@ def _misses(
     rules: MatchRules,
     no_shows: Set[int],
 ) -> tuple[Miss, ...]:
-    found = [mismatch(r.facts, pod, now, rules, no_shows) for r in reservations]
-    own = [m for r, m in zip(reservations, found, strict=True) if r.facts.owner == pod.owner]
-    chosen = own or found or [Miss.OTHER_OWNER]
-    return tuple(dict.fromkeys(m for m in chosen if m is not None))
+    """Every distinct reason, in ``Miss`` order (the order the checks run), so the
+    message does not depend on the order the cache holds the reservations in. The
+    owner's own reservations speak for themselves. When the owner has none, the pod is
+    told so and what is wrong with the pod itself, never a fact about another user's
+    reservation ("your booking was cancelled" would be false, and not the pod's to
+    know)."""
+
+    def miss(res: GPUReservation) -> Miss | None:
+        return mismatch(res.facts, pod, now, rules, no_shows)
+
+    mine = [miss(r) for r in reservations if r.facts.owner == pod.owner]
+    if mine:
+        chosen = {m for m in mine if m is not None}
+    else:
+        others = {miss(r) for r in reservations}
+        chosen = {Miss.OTHER_OWNER} | {m for m in others if m in POD_MISSES}
+    return tuple(m for m in Miss if m in chosen)
 
 
 def route(

@@ -69,13 +69,17 @@ def near_misses(
     return found
 
 
-def why_not_on_demand(pod: PodProfile, rules: MatchRules) -> str:
-    """Why R5 refuses the pod an on-demand lease."""
+def why_not_on_demand(pod: PodProfile, rules: MatchRules) -> list[str]:
+    """Every reason R5 refuses the pod an on-demand lease, in R5's order (the cluster's
+    setting, the usage group, the runtime); empty when it does not."""
+    found = []
     if not rules.leases_enabled:
-        return "on-demand admission is off in this cluster"
+        found.append("on-demand admission is off in this cluster")
     if pod.usage_group is None:
-        return "the pod names no usage group"
-    return f"the pod sets no usable {vocab.MINIMUM_RUNTIME_SECONDS}"
+        found.append("the pod names no usage group")
+    if pod.minimum_runtime_s is None and not pod.best_effort:
+        found.append(f"the pod sets no usable {vocab.MINIMUM_RUNTIME_SECONDS}")
+    return found
 
 
 def unmatched(

@@ -148,14 +148,14 @@ def no_reservation(
     found: Sequence[Miss],
     near: Sequence[str],
     contact: str | None,
-    why_not_on_demand: str | None = None,
+    why_not_on_demand: Sequence[str] = (),
 ) -> str:
-    """NoReservation: every reason, the near misses, why on-demand cannot help."""
+    """NoReservation: every reason, the near misses, every reason on-demand cannot help."""
     text = f"No reservation matches this pod: {misses(found)}."
     if near:
         text += " " + "; ".join(near) + "."
     if why_not_on_demand:
-        text += f" It cannot be admitted on demand either: {why_not_on_demand}."
+        text += f" It cannot be admitted on demand either: {'; '.join(why_not_on_demand)}."
     return clip(with_support(text, contact))
 
 
