@@ -48,6 +48,7 @@ import httpx
 
 from bench import loadgen
 from bench.loadgen import Load, Outcome, Target
+from bench.sandboxed import thread_cpu_s
 from sandbox.ports import free_port
 from sandbox.reconciler_component import ROOT
 from sandbox.runner import Sandbox, SandboxContext
@@ -218,12 +219,64 @@ async def upkeep(gateway: Gateway, name: str, stop: asyncio.Event) -> int:
     return writes
 
 
-def fail_opens(health_url: str) -> int:
+def counted(health_url: str, *samples: str) -> list[float]:
+    """The webhook's own samples ``gpu_reservation_webhook_<sample>`` (e.g.
+    ``requests_total``), each summed over its labels."""
     text = httpx.get(f"{health_url}/metrics", timeout=5).text
-    prefix = "gpu_reservation_webhook_fail_open_total{"
-    return int(
-        sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
-    )
+    found = []
+    for sample in samples:
+        name = f"gpu_reservation_webhook_{sample}"
+        found.append(
+            sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith((name + "{", name + " "))
+            )
+        )
+    return found
+
+
+#: What a cell reads from the webhook before and after: answers, fail-opens, and the
+#: group commits (how many, how many claims they carried).
+CELL_SAMPLES = (
+    "requests_total",
+    "fail_open_total",
+    "claim_group_size_count",
+    "claim_group_size_sum",
+)
+
+
+def fail_opens(health_url: str) -> int:
+    return int(counted(health_url, "fail_open_total")[0])
+
+
+def wanted_cells() -> set[tuple[str, int]] | None:
+    """``BENCH_CELLS`` (e.g. ``baseline@10,claim@10``): only those cells; None: all."""
+    spec = os.environ.get("BENCH_CELLS", "").strip()
+    if not spec:
+        return None
+    cells = set()
+    for item in spec.split(","):
+        path, _, c = item.strip().partition("@")
+        cells.add((path, int(c)))
+    return cells
+
+
+def cpu_per_request(
+    before: dict[str, float], after: dict[str, float], requests: int
+) -> dict[str, float]:
+    """Milliseconds of the server's CPU per request it answered over a cell (warm-up
+    included on both sides), by thread and in total (``bench.sandboxed.thread_cpu_s``
+    readings)."""
+    if requests <= 0:
+        return {}
+    per = {
+        name: (after[name] - before.get(name, 0.0)) * 1e3 / requests
+        for name in sorted(after)
+        if after[name] > before.get(name, 0.0)
+    }
+    per["total"] = sum(per.values())
+    return per
 
 
 def rss_mib(pid: int) -> float:
@@ -294,24 +347,37 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
         webhook = Target("127.0.0.1", replica.port)
         rss_start = rss_mib(pid)
         cells = []
+        only = wanted_cells()
         for c in LEVELS:
             for path in PATHS:
+                if only is not None and (path, c) not in only:
+                    continue
                 target = Target("127.0.0.1", baseline_port) if path == "baseline" else webhook
+                server_pid = baseline.pid if path == "baseline" else pid
                 kind = "claim" if path == "baseline" else path
                 load = Load(kind, c, run.warmup_s, run.measure_s)
-                before = fail_opens(replica.health_url)
+                before = counted(replica.health_url, *CELL_SAMPLES)
                 stop = asyncio.Event()
                 trimmer = asyncio.ensure_future(upkeep(gateway, "res-1", stop))
+                cpu = thread_cpu_s(server_pid)
                 out = await asyncio.to_thread(loadgen.run_load, target, load)
+                cpu_after = thread_cpu_s(server_pid)
                 stop.set()
                 await trimmer
-                fails = None if path == "baseline" else fail_opens(replica.health_url) - before
-                cells.append(cell(c, path, out, fails))
+                after = counted(replica.health_url, *CELL_SAMPLES)
+                answered, fails, groups, grouped = (
+                    int(a - b) for a, b in zip(after, before, strict=True)
+                )
+                cells.append(cell(c, path, out, None if path == "baseline" else fails))
                 cells[-1]["webhook_rss_mib"] = rss_mib(pid) if path != "baseline" else None
-        before = fail_opens(replica.health_url)
+                if path == "baseline":  # no counter of its own: scale the measured count
+                    answered = round(len(out.latencies) * (1 + run.warmup_s / run.measure_s))
+                cells[-1]["cpu_ms_per_request"] = cpu_per_request(cpu, cpu_after, answered)
+                cells[-1]["claim_groups"] = {"groups": groups, "claims": grouped}
+        fails_before = fail_opens(replica.health_url)
         burst_load = Load("claim", BURST, 0, 0, per_connection=1, owner="burst")
         out = await asyncio.to_thread(loadgen.run_load, webhook, burst_load)
-        burst = cell(BURST, "burst", out, fail_opens(replica.health_url) - before)
+        burst = cell(BURST, "burst", out, fail_opens(replica.health_url) - fails_before)
         held = model.from_object(await gateway.get(GPU_RESERVATIONS, "res-2", NS))
         burst["held_gpus"] = ledger.used(held)
         return {
@@ -350,6 +416,19 @@ def table(found: dict[str, Any]) -> list[str]:
             f"| {c['p50_ms']:.1f} | {c['p99_ms']:.1f} | {c['patched']} | {c['admitted']} "
             f"| {fails} |"
         )
+    for c in found["cells"]:
+        if cpu := c.get("cpu_ms_per_request"):
+            parts = ", ".join(f"{k} {v:.3f}" for k, v in cpu.items() if k != "total")
+            groups = c["claim_groups"]
+            mean = (
+                f"; {groups['claims'] / groups['groups']:.1f} claims per group commit"
+                if groups["groups"]
+                else ""
+            )
+            rows.append(
+                f"server CPU per request, c={c['concurrency']} {c['path']}: "
+                f"{cpu['total']:.3f} ms ({parts}){mean}"
+            )
     b = found["burst"]
     rows.append(
         f"burst: {BURST} concurrent creates on one booking of {BURST} GPUs: {b['admitted']} "

@@ -48,17 +48,20 @@ class GroupCommit:
         written: Callable[[ClaimResult], None],
         *,
         parsed: Callable[[str], GPUReservation | None] = lambda name: None,
+        grouped: Callable[[int], None] = lambda size: None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``cached(name)`` is the watch cache's raw object (the first read of each
         write) and ``parsed(name)`` the same object parsed, when the cache has it;
         ``written(result)`` is told every group's outcome before its callers are, so
-        the cache holds the written version before the next group reads it."""
+        the cache holds the written version before the next group reads it;
+        ``grouped(size)`` hears each group's size (metrics)."""
         self._gateway = gateway
         self._namespace = namespace
         self._cached = cached
         self._written = written
         self._parsed = parsed
+        self._grouped = grouped
         self._monotonic = monotonic
         self._queues: dict[str, list[_Waiter]] = {}
         self._writers: dict[str, asyncio.Task[None]] = {}
@@ -102,6 +105,7 @@ class GroupCommit:
                 )
                 self.writes += 1
                 self.asks += len(group)
+                self._grouped(len(group))
                 self._written(results[0])
                 for waiter, result in zip(group, results, strict=True):
                     if not waiter.future.done():

@@ -83,6 +83,7 @@ class Admission:
             self._cached_raw,
             self._remember,
             parsed=self._cached_reservation,
+            grouped=metrics.claim_groups.observe,
             monotonic=monotonic,
         )
 

@@ -224,3 +224,6 @@ async def test_concurrent_admissions_share_a_write_and_count_its_409_once() -> N
         "gpu_reservation_webhook_ledger_conflicts_total"
     )
     assert conflicts == 1
+    sizes = admission.metrics.registry.get_sample_value
+    assert sizes("gpu_reservation_webhook_claim_group_size_count") == 1
+    assert sizes("gpu_reservation_webhook_claim_group_size_sum") == 3
