@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -120,6 +121,12 @@ def failure(status: int, body: bytes, headers: Any) -> KubeError:
 
 #: Connections kept beyond the workers' for long-running watches.
 WATCH_CONNECTIONS = 8
+#: Seconds the API root URL and the authentication headers are reused before they are
+#: asked of the client configuration again. Asking runs the kubeconfig's refresh hook,
+#: which re-applies the whole configuration (a proxy lookup through the environment
+#: included): ≈ 0.1 ms per call. A rotated token (a projected service-account token
+#: is rotated hourly, the old one valid for a while after) is picked up within this.
+AUTH_REUSE_S = 1.0
 
 
 class Gateway:
@@ -131,6 +138,7 @@ class Gateway:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_workers: int = 16,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         # urllib3 keeps cpu_count × 5 connections by default (10 on two cores): fewer
         # than the workers plus the open watches, so a burst kept discarding connections
@@ -140,6 +148,9 @@ class Gateway:
         )
         self._api = kubernetes.client.ApiClient(configuration)
         self._timeout_s = timeout_s
+        #: (monotonic instant it was made, API root URL, authentication headers).
+        self._base: tuple[float, str, dict[str, str]] | None = None
+        self._monotonic = monotonic
         #: How a throttled call waits out its ``Retry-After`` (tests record it).
         self._sleep = sleep
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube")
@@ -348,13 +359,24 @@ class Gateway:
     def _url_and_headers(
         self, method: str, path: str, query: dict[str, Any] | None, headers: dict[str, str] | None
     ) -> tuple[str, dict[str, str]]:
-        hdrs = {"Accept": "application/json", **(headers or {})}
-        _, url, hdrs, _, _ = self._api.param_serialize(
-            method, path, header_params=hdrs, auth_settings=["BearerToken"]
-        )
+        root, auth = self._root_and_auth()
+        url = root + path
         if query:
             url += "?" + urlencode(query)
-        return url, hdrs
+        return url, {**auth, "Accept": "application/json", **(headers or {})}
+
+    def _root_and_auth(self) -> tuple[str, dict[str, str]]:
+        """The API root URL and the headers every call carries (the client's default
+        headers and authentication), asked of the client at most every
+        ``AUTH_REUSE_S`` (worker threads may race to renew: each gets a whole pair)."""
+        now = self._monotonic()
+        base = self._base
+        if base is None or now - base[0] >= AUTH_REUSE_S:
+            _, root, hdrs, _, _ = self._api.param_serialize(
+                "GET", "", header_params={}, auth_settings=["BearerToken"]
+            )
+            base = self._base = (now, root, dict(hdrs))
+        return base[1], base[2]
 
     def _call(
         self,

@@ -10,7 +10,7 @@ import kubernetes.client
 import pytest
 
 from shared import errors
-from shared.gateway import THROTTLE_RETRIES, THROTTLE_WAIT_CAP_S, Gateway
+from shared.gateway import AUTH_REUSE_S, THROTTLE_RETRIES, THROTTLE_WAIT_CAP_S, Gateway
 from shared.resources import CONFIGMAPS, PODS
 from tests.kube.conftest import Running, pod
 
@@ -172,6 +172,30 @@ def test_a_429_without_a_readable_retry_after_is_not_retried(
                 await gw.get(CONFIGMAPS, "c", ns)
             assert caught.value.retry_after_s is None
             assert (fault.fired, naps.waits) == (1, [])
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+def test_credentials_are_reused_for_a_second_then_asked_again(
+    kube: Running, ns: str, tmp_path: Path
+) -> None:
+    """The root URL and the authentication headers are asked of the client configuration
+    at most every ``AUTH_REUSE_S``: a token changed in the configuration (rotated) is
+    used from the first call after that, not before."""
+    now = [100.0]
+    gw = _gateway(kube, tmp_path, monotonic=lambda: now[0])
+
+    async def scenario() -> None:
+        try:
+            await gw.create(CONFIGMAPS, {"metadata": {"name": "c"}}, ns)
+            gw._api.configuration.api_key = {"authorization": "Bearer not-a-token"}
+            now[0] += AUTH_REUSE_S - 0.01
+            assert (await gw.get(CONFIGMAPS, "c", ns))["metadata"]["name"] == "c"
+            now[0] += 0.01
+            with pytest.raises(errors.Unauthorized):
+                await gw.get(CONFIGMAPS, "c", ns)
         finally:
             gw.close()
 
