@@ -49,6 +49,7 @@ from shared.policy.forecast import forecast
 from shared.policy.inventory import PodPlacement, build_inventory, project_node_facts
 from shared.policy.matching import MatchRules
 from shared.resources import PODS
+from tests.policy.builders import PodBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = [f"g{i}" for i in range(5)]
@@ -81,28 +82,9 @@ def node(name: str, cls: str, gpus: int = GPUS_PER_NODE) -> dict[str, Any]:
 
 
 def pod(name: str, ns: str, cls: str, ref: str, on: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "uid": f"uid-{ns}-{name}",
-            "labels": {vocab.GPU_CLASS_LABEL: cls},
-            "annotations": {vocab.BOOKING_REFERENCE: ref},
-        },
-        "spec": {
-            "nodeName": on,
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "busybox",
-                    "resources": {"limits": {vocab.GPU_RESOURCE: "1"}},
-                }
-            ],
-        },
-        "status": {"phase": "Running"},
-    }
+    """A running 1-GPU pod of ``cls`` on node ``on``, admitted under ``ref``."""
+    built = PodBuilder(name, ns).uid(f"uid-{ns}-{name}").cls(cls).gpus("1")
+    return built.annotate(vocab.BOOKING_REFERENCE, ref).on(on).build()
 
 
 def booking(rid: int, owner: str, cls: str, gpus: int, start: datetime, end: datetime) -> Any:

@@ -45,6 +45,7 @@ from shared.errors import KubeError
 from shared.gateway import Gateway
 from shared.policy.tolerations import granted_toleration
 from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
+from tests.policy.builders import PodBuilder
 from tests.sandboxkit import book, emulators
 
 #: The instant every world starts at (a Monday, 10:00 in the app's zone).
@@ -324,25 +325,7 @@ class FaultWorld:
 
 def gpu_pod(name: str, ns: str, notes: dict[str, str]) -> dict[str, Any]:
     """A 1-GPU a100 pod with ``notes`` as its annotations (no tolerations)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": {vocab.GPU_CLASS_LABEL: "a100"},
-            "annotations": notes,
-        },
-        "spec": {
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "busybox",
-                    "resources": {"limits": {vocab.GPU_RESOURCE: "1"}},
-                }
-            ],
-        },
-    }
+    return PodBuilder(name, ns).cls("a100").gpus("1").notes(notes).build()
 
 
 def _spec(obj: dict[str, Any]) -> dict[str, Any]:

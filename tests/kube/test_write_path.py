@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -187,56 +187,55 @@ class Unchanged:
         return AdmissionResult(attrs.object)
 
 
+class Plugs:
+    """The emulated apiserver's admission plugins for one test, and its stored objects."""
+
+    def __init__(self, kube: Running) -> None:
+        self.kube = kube
+        self.added: list[MutatingAdmission] = []
+
+    def plug(self, plugin: MutatingAdmission) -> None:
+        self.kube.server.mutating_admission.append(plugin)
+        self.added.append(plugin)
+
+    def stored(self, ns: str, name: str) -> dict[str, Any]:
+        store = self.kube.server.store
+        found = self.kube.call(lambda: store.get("example.com", "tallies", ns, name))
+        assert found is not None
+        return found
+
+
 @pytest.fixture
-def plugged(kube: Running) -> Iterator[Callable[[MutatingAdmission], None]]:
-    """Adds admission plugins for one test."""
-    added: list[MutatingAdmission] = []
-
-    def plug(plugin: MutatingAdmission) -> None:
-        kube.server.mutating_admission.append(plugin)
-        added.append(plugin)
-
-    yield plug
-    for plugin in added:
+def admission(kube: Running) -> Iterator[Plugs]:
+    """Adds admission plugins for one test (removed after it)."""
+    plugs = Plugs(kube)
+    yield plugs
+    for plugin in plugs.added:
         kube.server.mutating_admission.remove(plugin)
 
 
-def _stored(kube: Running, ns: str, name: str) -> dict[str, Any]:
-    found = kube.call(lambda: kube.server.store.get("example.com", "tallies", ns, name))
-    assert found is not None
-    return found
-
-
 def test_an_object_changed_by_admission_is_pruned_and_defaulted_again(
-    kube: Running,
-    plugged: Callable[[MutatingAdmission], None],
-    api: httpx.Client,
-    ns: str,
-    tallies: str,
+    admission: Plugs, api: httpx.Client, ns: str, tallies: str
 ) -> None:
-    plugged(AddsUnknownField())
+    admission.plug(AddsUnknownField())
     created = _tally(api, ns, tallies)
     assert created["spec"] == {"size": 1}
     updated = api.put(f"{tallies.format(ns=ns)}/t", json={**created, "spec": {"size": 4}})
     assert updated.status_code == 200
     assert updated.json()["spec"] == {"size": 1}
-    assert _stored(kube, ns, "t")["spec"] == {"size": 1}
+    assert admission.stored(ns, "t")["spec"] == {"size": 1}
 
 
 def test_an_object_admission_left_alone_is_stored_as_sent(
-    kube: Running,
-    plugged: Callable[[MutatingAdmission], None],
-    api: httpx.Client,
-    ns: str,
-    tallies: str,
+    admission: Plugs, api: httpx.Client, ns: str, tallies: str
 ) -> None:
     plugin = Unchanged()
-    plugged(plugin)
+    admission.plug(plugin)
     created = _tally(api, ns, tallies)
     obj = {**created, "status": {"entries": _entries(2)}}
     written = _put_status(api, tallies.format(ns=ns), obj)
     assert written.status_code == 200
-    assert _stored(kube, ns, "t") == written.json()
+    assert admission.stored(ns, "t") == written.json()
     assert written.json()["status"] == {"entries": _entries(2)}
     assert plugin.calls == 2
 

@@ -1,8 +1,10 @@
-"""Fluent builders for pods and reservations used by the policy and webhook tests."""
+"""Fluent builders for pods and reservations: the policy and webhook tests', the fault
+harness's and the upholders' pods, and the preemption benchmark's."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -64,6 +66,22 @@ class PodBuilder:
 
     def annotate(self, key: str, value: str) -> PodBuilder:
         self.obj["metadata"].setdefault("annotations", {})[key] = value
+        return self
+
+    def notes(self, values: Mapping[str, str]) -> PodBuilder:
+        """Every entry of ``values`` as an annotation (an empty map still writes the key)."""
+        self.obj["metadata"].setdefault("annotations", {}).update(values)
+        return self
+
+    def uid(self, value: str) -> PodBuilder:
+        self.obj["metadata"]["uid"] = value
+        return self
+
+    def on(self, node: str | None) -> PodBuilder:
+        """Bound to ``node`` and Running; unbound and Pending when ``node`` is None."""
+        if node:
+            self.obj["spec"]["nodeName"] = node
+        self.obj["status"] = {"phase": "Running" if node else "Pending"}
         return self
 
     def gpus(self, count: Any, section: str = "limits", index: int = 0) -> PodBuilder:

@@ -23,6 +23,7 @@ from shared.policy.matching import MatchRules
 from shared.policy.tolerations import granted_toleration
 from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
+from tests.policy.builders import PodBuilder
 from tests.reconciler.builders import NS, START
 
 H = timedelta(hours=1)
@@ -92,31 +93,8 @@ def raw_pod(
     if ref:
         annotations[vocab.BOOKING_REFERENCE] = ref
         annotations[vocab.ADMISSION_CLAIM] = claim or f"claim-{name}"
-    spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "c",
-                "image": "busybox",
-                "resources": {"limits": {vocab.GPU_RESOURCE: str(gpus)}},
-            }
-        ],
-        "tolerations": [granted_toleration("a100")],
-    }
-    if node:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "uid": f"uid-{name}",
-            "labels": {vocab.GPU_CLASS_LABEL: "a100"},
-            "annotations": annotations,
-        },
-        "spec": spec,
-        "status": {"phase": "Running" if node else "Pending"},
-    }
+    pod = PodBuilder(name, ns).uid(f"uid-{name}").cls("a100").gpus(str(gpus))
+    return pod.notes(annotations).tolerate(**granted_toleration("a100")).on(node).build()
 
 
 class World:
