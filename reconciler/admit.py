@@ -298,18 +298,26 @@ class Admitter:
         (``_refused``) is left as it is."""
         pool = [*self._caches.reservations.items.values(), res]
         found = Route(Path.ADMIT, (res,))
-        for _ in range(ON_DEMAND_ATTEMPTS):
-            fresh = await self._reread(pod)
-            if fresh is None:
-                return None
-            got = await self._admit(fresh, found, pool, {}, now, path="on_demand")
-            if isinstance(got, Admitted):
-                if announce:
-                    await self.announce([got], now)
-                return got
-            if got is not Failed.REFUSED:
-                return None  # the claim failed, or the answer was lost (the hold kept)
-        return None
+        got: Attempt | None = None
+        # Announced by this call or its caller, never by a queue pass that sees the
+        # admission first (as if the webhook had made it: a second RuntimeGuaranteed).
+        self.announcer.expect(pod.uid)
+        try:
+            for _ in range(ON_DEMAND_ATTEMPTS):
+                fresh = await self._reread(pod)
+                if fresh is None:
+                    return None
+                got = await self._admit(fresh, found, pool, {}, now, path="on_demand")
+                if isinstance(got, Admitted):
+                    if announce:
+                        await self.announce([got], now)
+                    return got
+                if got is not Failed.REFUSED:
+                    return None  # the claim failed, or the answer was lost (the hold kept)
+            return None
+        finally:
+            if not isinstance(got, Admitted):
+                self.announcer.forget_expected(pod.uid)
 
     async def announce(self, admitted: list[Admitted], now: datetime) -> None:
         """``RuntimeGuaranteed`` (or ``BestEffortAdmitted``) for admissions this process

@@ -82,10 +82,27 @@ class Announcer:
         #: (reservation, claim) announced by this process → when; kept until the cache
         #: shows the ledger's announced flag (or, flag never seen, for a claim TTL).
         self.announced: dict[tuple[str, str], datetime] = {}
+        #: Pods (uids) whose admission by this process is under way or made and is
+        #: announced by ``announce`` (the on-demand path announces a batch's admissions
+        #: once its asks are done): ``all`` leaves them alone meanwhile, rather than take
+        #: their unannounced holds for the webhook's and announce them a second time.
+        self.expected: set[str] = set()
+
+    def expect(self, uid: str) -> None:
+        """The pod ``uid`` is being admitted here; ``announce`` will announce it."""
+        self.expected.add(uid)
+
+    def forget_expected(self, uid: str) -> None:
+        """The admission of ``uid`` did not happen (or was announced)."""
+        self.expected.discard(uid)
 
     async def announce(self, admitted: list[Admitted], now: datetime) -> None:
         """Announce admissions this process made."""
-        await asyncio.gather(*(self._one(a, now, False) for a in admitted))
+        try:
+            await asyncio.gather(*(self._one(a, now, False) for a in admitted))
+        finally:
+            for item in admitted:
+                self.expected.discard(item.pod.uid)
 
     async def all(self, pods: list[PodView], admitted: list[Admitted], now: datetime) -> None:
         """Announce ``admitted`` (this pass's) and every unannounced admitted pod."""
@@ -93,7 +110,7 @@ class Announcer:
         todo = {(a.reservation.name, a.claim): a for a in admitted}
         for pod in pods:
             res = by_name.get(pod.reference or "")
-            if res is None or pod.finished or pod.deleting:
+            if res is None or pod.finished or pod.deleting or pod.uid in self.expected:
                 continue
             hold = find_hold(res, pod)
             if hold is not None and not hold.announced and (res.name, hold.claim) not in todo:

@@ -451,3 +451,48 @@ def test_an_on_demand_admission_keeps_the_queues_backoff_for_its_pod() -> None:
         assert [h.pod for h in w.ledger_of().holds] == ["p"]
 
     run(scenario())
+
+
+def test_a_queue_pass_between_a_lease_admission_and_its_announcement_says_nothing() -> None:
+    """The on-demand path announces a batch's admissions once its asks are done. A queue
+    pass that sees such a pod admitted first must not take its unannounced hold for a
+    webhook admission and announce it too: one RuntimeGuaranteed, none counted as the
+    webhook's."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(gpus=1))
+        w.kube.add(PODS, gpu_pod("p", gated=False))
+        await w.sync()
+        got = await w.admitter.admit_under(
+            view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False
+        )
+        assert got is not None
+        await w.step()  # the queue's pass sees the admitted pod and its unannounced hold
+        assert w.kube.events(vocab.REASON_RUNTIME_GUARANTEED) == []
+        await w.admitter.announce([got], w.clock.now())
+        await w.step()
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+        assert w.ledger_of().holds[0].announced
+        assert w.admitter.announcer.expected == set()
+
+    run(scenario())
+
+
+def test_a_failed_lease_admission_leaves_its_pod_to_the_queues_announcer() -> None:
+    """When the on-demand admission fails, nothing is expected of the caller: a hold that
+    may still land (a lost answer) is announced by a queue pass once its pod shows it."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(gpus=1))
+        w.kube.add(PODS, gpu_pod("p", gated=False))
+        await w.sync()
+        w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
+        got = await w.admitter.admit_under(
+            view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False
+        )
+        assert got is None
+        assert w.admitter.announcer.expected == set()
+
+    run(scenario())
