@@ -39,7 +39,7 @@ from reconciler.rotation import Rotator
 from reconciler.settings import ReconcilerSettings
 from reconciler.sweep import Sweeper, SweepMetrics, VictimApp
 from reconciler.sync import ReservationSource, Syncer
-from reconciler.tasks import Tasks
+from reconciler.tasks import Tasks, end_within
 from reconciler.waiting import Knowledge
 from shared.clock import Clock
 from shared.gateway import Gateway
@@ -47,6 +47,8 @@ from shared.logs import log
 
 _log = logging.getLogger(__name__)
 ELECTION_TASK = "leader-election"
+#: The start of a leader term: the startup sync, then the loops are spawned.
+LEAD_TASK = "leader-start"
 SYNC_TASK = "reservation-sync"
 AUDIT_TASK = "capacity-audit"
 NOSHOW_TASK = "no-show"
@@ -265,7 +267,7 @@ class Reconciler:
                 self.standby.start()
         elif self._leading and self._lead_task is None:
             await self.standby.stop()
-            self._lead_task = asyncio.create_task(self._lead())
+            self._lead_task = asyncio.create_task(self._lead(), name=LEAD_TASK)
 
     async def _lead(self) -> None:
         """The startup sync, then the loops; the status of the mirrors that sync
@@ -279,8 +281,7 @@ class Reconciler:
 
     async def _stop_leading(self) -> None:
         if self._lead_task is not None:
-            self._lead_task.cancel()
-            await asyncio.gather(self._lead_task, return_exceptions=True)
+            await end_within({LEAD_TASK: self._lead_task}, self.tasks.grace_s)
             self._lead_task = None
         await self.tasks.cancel(*(n for n, _ in self.leader_loops()))
         self.caches.reset()

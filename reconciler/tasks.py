@@ -12,25 +12,50 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from shared.logs import log
 
 _log = logging.getLogger(__name__)
 
-#: Longest ``Tasks.cancel`` waits for cancelled tasks to end before going on (seconds).
+#: Longest a cancel waits for the cancelled tasks to end before going on (seconds).
 CANCEL_GRACE_S = 5.0
+
+
+#: Cancelled tasks that outlived their grace, held so they are not garbage-collected
+#: while still pending (the event loop keeps only weak references to tasks).
+_abandoned: set[asyncio.Task[Any]] = set()
+
+
+async def end_within(tasks: Mapping[str, asyncio.Task[Any]], grace_s: float) -> None:
+    """Cancel ``tasks`` (by name) and wait for them to end, at most ``grace_s``.
+
+    A task still running after the grace swallowed its cancel (Python 3.11's
+    ``asyncio.wait_for`` does when the cancel arrives as the awaited call completes).
+    It is logged by name as ``task.cancel_stuck``, cancelled once more and left
+    behind: the caller — a leadership change, a shutdown — goes on without it.
+    """
+    for task in tasks.values():
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks.values(), timeout=grace_s)
+    for name, task in tasks.items():
+        if not task.done():
+            log(_log, logging.ERROR, "task.cancel_stuck", task=name, grace_s=grace_s)
+            task.cancel()
+            _abandoned.add(task)
+            task.add_done_callback(_abandoned.discard)
 
 
 class Tasks:
     """Starts named loops under a guard and remembers which ones failed."""
 
-    def __init__(self) -> None:
+    def __init__(self, grace_s: float = CANCEL_GRACE_S) -> None:
         self.failed: dict[str, str] = {}
+        #: Longest ``cancel`` waits for the cancelled tasks (seconds).
+        self.grace_s = grace_s
         self._running: dict[str, asyncio.Task[None]] = {}
-        # Tasks that outlived their cancel: held so they are not garbage-collected
-        # while still pending (the event loop keeps only weak references).
-        self._abandoned: set[asyncio.Task[None]] = set()
 
     @property
     def healthy(self) -> bool:
@@ -47,27 +72,14 @@ class Tasks:
         self._running[name] = task
         return task
 
-    async def cancel(self, *names: str, grace_s: float = CANCEL_GRACE_S) -> None:
-        """Cancel the named tasks (all when none named) and wait at most ``grace_s``.
-
-        A task still running after the grace swallowed its cancel (Python 3.11's
-        ``asyncio.wait_for`` does when the cancel arrives as the awaited call
-        completes). It is logged by name as ``task.cancel_stuck``, cancelled once more
-        and no longer tracked: the caller goes on without it.
-        """
+    async def cancel(self, *names: str) -> None:
+        """Cancel the named tasks (all when none named); wait at most ``grace_s``
+        (``end_within``)."""
         chosen = {n: t for n, t in self._running.items() if not names or n in names}
-        for task in chosen.values():
-            task.cancel()
-        if chosen:
-            await asyncio.wait(chosen.values(), timeout=grace_s)
+        await end_within(chosen, self.grace_s)
         for name, task in chosen.items():
             if self._running.get(name) is task:
                 del self._running[name]
-            if not task.done():
-                log(_log, logging.ERROR, "task.cancel_stuck", task=name, grace_s=grace_s)
-                task.cancel()
-                self._abandoned.add(task)
-                task.add_done_callback(self._abandoned.discard)
 
     async def _guard(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         try:

@@ -8,8 +8,13 @@ import logging
 
 import pytest
 
+from reconciler.process import LEAD_TASK, Reconciler
+from reconciler.settings import load
 from reconciler.tasks import Tasks
+from shared.clock import ManualClock
 from shared.logs import fields_of
+from tests.fakekube import FakeKube
+from tests.reconciler.builders import NS, START, FakeSource
 
 
 async def waits_forever() -> None:
@@ -27,12 +32,12 @@ def test_cancel_goes_on_without_a_task_that_ignores_its_cancel(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario() -> None:
-        tasks = Tasks()
+        tasks = Tasks(grace_s=0.05)
         stuck = tasks.spawn("stubborn", ignores_its_first_cancel)
         fine = tasks.spawn("fine", waits_forever)
         await asyncio.sleep(0)  # both start and wait
         with caplog.at_level(logging.ERROR, logger="reconciler.tasks"):
-            await tasks.cancel(grace_s=0.05)
+            await tasks.cancel()
         assert fine.cancelled()
         assert tasks.running() == []
         assert tasks.healthy
@@ -53,5 +58,36 @@ def test_cancel_of_named_tasks_leaves_the_others_running() -> None:
         assert tasks.running() == ["nodes"]
         await tasks.cancel()
         assert tasks.running() == []
+
+    asyncio.run(scenario())
+
+
+def test_losing_leadership_goes_on_when_the_terms_start_swallows_its_cancel(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The start of a term (the startup sync) is cancelled when leadership is lost; a
+    sync that swallowed the cancel must not hang the change: the replica moves on."""
+
+    async def scenario() -> None:
+        env = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
+        settings, _ = load(env)
+        r = Reconciler(settings, FakeKube(), FakeSource(), ManualClock(START))  # type: ignore[arg-type]
+        r.tasks.grace_s = 0.05
+        syncing = asyncio.Event()
+
+        async def stubborn_sync(*, defer_status: bool = False) -> bool:
+            syncing.set()
+            await ignores_its_first_cancel()
+            return True
+
+        r.syncer.sync_once = stubborn_sync  # type: ignore[method-assign]
+        r._on_leadership(True)
+        await syncing.wait()
+        with caplog.at_level(logging.ERROR, logger="reconciler.tasks"):
+            async with asyncio.timeout(30):  # generous: without the bound it never returns
+                await r._stop_leading()
+        stuck_logs = [fields_of(r) for r in caplog.records if r.getMessage() == "task.cancel_stuck"]
+        assert stuck_logs == [{"task": LEAD_TASK, "grace_s": 0.05}]
+        await r.stop()
 
     asyncio.run(scenario())
