@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from reconciler.admit import ON_DEMAND_ATTEMPTS, Admitter
+from reconciler.announce import Admitted
 from reconciler.caches import Caches
 from reconciler.pods import PodView, project_pod
 from reconciler.queue import QueueMetrics, admission_patch, next_start
@@ -361,6 +362,23 @@ def test_a_pod_changed_since_the_caches_view_is_not_patched_and_decided_again() 
     run(scenario())
 
 
+async def lease_world(gpus: int = 1) -> World:
+    """An open booking of ``gpus`` GPUs (the just-granted lease) and the ungated pod ``p``
+    that asked for it, both in the caches."""
+    w = World(now=START + timedelta(minutes=1))
+    w.book(facts(gpus=gpus))
+    w.kube.add(PODS, gpu_pod("p", gated=False))
+    await w.sync()
+    return w
+
+
+async def admit_lease(w: World) -> Admitted | None:
+    """The on-demand path's admission of ``p`` under the lease, announced by the caller."""
+    return await w.admitter.admit_under(
+        view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False
+    )
+
+
 def test_a_lease_pod_the_scheduler_rewrites_between_read_and_patch_is_still_admitted() -> None:
     """The on-demand path reads its pod, claims, and patches with a ``test`` on the
     resourceVersion; a scheduler status write in between refuses the patch. The pod is
@@ -368,10 +386,7 @@ def test_a_lease_pod_the_scheduler_rewrites_between_read_and_patch_is_still_admi
     and the ledger holds exactly the one claim the pod carries."""
 
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.book(facts(gpus=1))
-        w.kube.add(PODS, gpu_pod("p", gated=False))
-        await w.sync()
+        w = await lease_world()
 
         def scheduler_writes() -> None:
             raw = w.pod("p")
@@ -381,8 +396,7 @@ def test_a_lease_pod_the_scheduler_rewrites_between_read_and_patch_is_still_admi
             w.kube.add(PODS, raw)
 
         w.kube.before["patch"] = scheduler_writes
-        res = w.ledger_of()
-        got = await w.admitter.admit_under(view(w.pod("p")), res, w.clock.now(), announce=False)
+        got = await admit_lease(w)
         assert got is not None
         notes = w.pod("p")["metadata"]["annotations"]
         assert notes[vocab.BOOKING_REFERENCE] == "res-1"
@@ -393,14 +407,9 @@ def test_a_lease_pod_the_scheduler_rewrites_between_read_and_patch_is_still_admi
 
 def test_a_lease_pod_whose_patch_is_always_refused_is_tried_a_bounded_number_of_times() -> None:
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.book(facts(gpus=1))
-        w.kube.add(PODS, gpu_pod("p", gated=False))
-        await w.sync()
+        w = await lease_world()
         w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
-        got = await w.admitter.admit_under(
-            view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False
-        )
+        got = await admit_lease(w)
         assert got is None
         assert w.ledger_of().holds == ()  # every refused attempt's claim dropped again
         assert w.kube.calls.count(("patch", PODS.plural)) == ON_DEMAND_ATTEMPTS
@@ -413,14 +422,9 @@ def test_a_lease_pod_whose_patch_answer_was_lost_is_not_tried_again() -> None:
     the hold is kept and no second claim is made — a retry would hold the GPU twice."""
 
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.book(facts(gpus=2))
-        w.kube.add(PODS, gpu_pod("p", gated=False))
-        await w.sync()
+        w = await lease_world(gpus=2)
         w.kube.faults["patch"] = ServerError(503, "the answer was lost")
-        got = await w.admitter.admit_under(
-            view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False
-        )
+        got = await admit_lease(w)
         assert got is None
         assert w.kube.calls.count(("patch", PODS.plural)) == 1
         assert len(w.ledger_of().holds) == 1
@@ -460,13 +464,8 @@ def test_a_queue_pass_between_a_lease_admission_and_its_announcement_says_nothin
     webhook's."""
 
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.book(facts(gpus=1))
-        w.kube.add(PODS, gpu_pod("p", gated=False))
-        await w.sync()
-        got = await w.admitter.admit_under(
-            view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False
-        )
+        w = await lease_world()
+        got = await admit_lease(w)
         assert got is not None
         await w.step()  # the queue's pass sees the admitted pod and its unannounced hold
         assert w.kube.events(vocab.REASON_RUNTIME_GUARANTEED) == []
@@ -484,14 +483,9 @@ def test_a_failed_lease_admission_leaves_its_pod_to_the_queues_announcer() -> No
     may still land (a lost answer) is announced by a queue pass once its pod shows it."""
 
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.book(facts(gpus=1))
-        w.kube.add(PODS, gpu_pod("p", gated=False))
-        await w.sync()
+        w = await lease_world()
         w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
-        got = await w.admitter.admit_under(
-            view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False
-        )
+        got = await admit_lease(w)
         assert got is None
         assert w.admitter.announcer.expected == set()
 
