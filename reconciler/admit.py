@@ -281,13 +281,20 @@ class Admitter:
         return Failed.CLAIM
 
     async def admit_under(
-        self, pod: PodView, res: GPUReservation, now: datetime, announce: bool = True
+        self,
+        pod: PodView,
+        res: GPUReservation,
+        now: datetime,
+        announce: bool = True,
+        fresh: PodView | None = None,
     ) -> Admitted | None:
         """Admit ``pod`` under ``res`` at once — a just-granted on-demand lease (``res``
         as written, with its resourceVersion) — and announce it (``announce``; else the
         caller passes it to ``announce`` later). The same claim and patch as a queued
         pod; None when the pod no longer waits or the claim or the patch failed (the
-        caller cancels the lease then).
+        caller cancels the lease then). ``fresh``: the pod as the caller has just read it
+        (``reread``, side by side with writing the lease's mirror), used by the first
+        attempt instead of reading again.
 
         A pod waiting for a lease is Pending, and the scheduler may rewrite its
         ``PodScheduled`` condition between the read and the patch: the patch's ``test`` on
@@ -304,7 +311,7 @@ class Admitter:
         self.announcer.expect(pod.uid)
         try:
             for _ in range(ON_DEMAND_ATTEMPTS):
-                fresh = await self._reread(pod)
+                fresh = fresh or await self.reread(pod)
                 if fresh is None:
                     return None
                 got = await self._admit(fresh, found, pool, {}, now, path="on_demand")
@@ -314,6 +321,7 @@ class Admitter:
                     return got
                 if got is not Failed.REFUSED:
                     return None  # the claim failed, or the answer was lost (the hold kept)
+                fresh = None  # refused: the pod changed since; read it again
             return None
         finally:
             if not isinstance(got, Admitted):
@@ -328,7 +336,7 @@ class Admitter:
         """Tell ``pod`` a waiting status on the shared throttle (one story per pod)."""
         await self.teller.say(pod, HOLD, status, now)
 
-    async def _reread(self, pod: PodView) -> PodView | None:
+    async def reread(self, pod: PodView) -> PodView | None:
         """The pod as it is now, when it still waits (R11 step 3); else None. The
         on-demand path's view was taken before a lease round trip: read it again rather
         than let a since-changed pod fail the patch and cost the lease."""

@@ -563,10 +563,17 @@ class Leaser:
         name = model.reference(row.id)
         with self.keeper.using(name):
             got = None
-            res = await self._writer.install(facts, now) if facts is not None else None
-            if facts is not None and res is not None:
-                at = max(self._clock.now(), facts.start)
-                got = await self._admitter.admit_under(pod, res, at, announce=False)
+            if facts is not None:
+                # The mirror's POST and the pod's re-read side by side: one round trip
+                # less between the grant and the toleration.
+                res, fresh = await asyncio.gather(
+                    self._writer.install(facts, now), self._admitter.reread(pod)
+                )
+                if res is not None and fresh is not None:
+                    at = max(self._clock.now(), facts.start)
+                    got = await self._admitter.admit_under(
+                        pod, res, at, announce=False, fresh=fresh
+                    )
             if got is not None:
                 self._admitted.append(got)
                 self.keeper.used(name)

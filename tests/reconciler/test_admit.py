@@ -490,3 +490,25 @@ def test_a_failed_lease_admission_leaves_its_pod_to_the_queues_announcer() -> No
         assert w.admitter.announcer.expected == set()
 
     run(scenario())
+
+
+def test_a_lease_admission_given_the_pods_read_uses_it_first_and_reads_again_after_a_refusal() -> (
+    None
+):
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(gpus=1))
+        w.kube.add(PODS, gpu_pod("p", gated=False))
+        await w.sync()
+        read = await w.admitter.reread(view(w.pod("p")))
+        assert read is not None
+        gets = w.kube.calls.count(("get", PODS.plural))
+        w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
+        got = await w.admitter.admit_under(
+            view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False, fresh=read
+        )
+        assert got is None
+        # the first attempt used the caller's read; each retry read the pod again
+        assert w.kube.calls.count(("get", PODS.plural)) - gets == ON_DEMAND_ATTEMPTS - 1
+
+    run(scenario())

@@ -216,6 +216,35 @@ def test_granted_lease_is_mirrored_and_the_pod_admitted_and_announced() -> None:
     run(scenario())
 
 
+class Overlapping(Kube):
+    """Notes whether the pod was read while the lease's GPUReservation was being created."""
+
+    read_during_create = False
+
+    async def create(
+        self, res: Any, body: dict[str, Any], namespace: str | None = None, dry_run: bool = False
+    ) -> Any:
+        if res is GPU_RESERVATIONS:
+            reads = self.calls.count(("get", PODS.plural))
+            for _ in range(20):  # the create's round trip: others may run meanwhile
+                await asyncio.sleep(0)
+            self.read_during_create = self.calls.count(("get", PODS.plural)) > reads
+        return await super().create(res, body, namespace, dry_run)
+
+
+def test_the_mirror_of_a_grant_and_the_pods_reread_go_side_by_side() -> None:
+    async def scenario() -> None:
+        w = World(Overlapping())
+        w.kube.add(PODS, jit_pod(), "alice")
+        await w.step()
+        assert w.pod()["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == "res-11"
+        assert isinstance(w.kube, Overlapping)
+        assert w.kube.read_during_create
+        assert w.kube.calls.count(("get", PODS.plural)) == 1  # the admission used that read
+
+    run(scenario())
+
+
 def test_a_refused_patch_cancels_the_lease_and_the_next_ask_uses_a_fresh_key() -> None:
     async def scenario() -> None:
         w = World()
