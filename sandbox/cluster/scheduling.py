@@ -90,12 +90,17 @@ def node_infos(
 ) -> dict[str, NodeInfo]:
     """Every node with what its bound, unfinished pods request."""
     reads = reads or Reads()
-    infos = {str(n["metadata"]["name"]): NodeInfo(n) for n in nodes}
+    by_name = {str(n["metadata"]["name"]): n for n in nodes}
+    requested: dict[str, Resources] = {name: {} for name in by_name}
+    counts = dict.fromkeys(by_name, 0)
     for pod in pods:
         name = (pod.get("spec") or {}).get("nodeName")
-        if occupies_node(pod) and name in infos:
-            infos[name] = charge(infos[name], reads.of(pod)[0])
-    return infos
+        if name in requested and occupies_node(pod):
+            total = requested[name]
+            for resource, amount in reads.of(pod)[0].items():
+                total[resource] = total.get(resource, Decimal(0)) + amount
+            counts[name] += 1
+    return {name: NodeInfo(n, requested[name], counts[name]) for name, n in by_name.items()}
 
 
 def charge(info: NodeInfo, wanted: Resources) -> NodeInfo:
