@@ -195,6 +195,8 @@ class Leaser:
         self._asks = asyncio.Semaphore(ASK_CONCURRENCY)
         self._wake = asyncio.Event()
         self.batches = 0
+        #: Seconds the last trigger's settle waited (the ``ondemand.batch`` line).
+        self._settled_s = 0.0
         caches.pods.listeners.append(self._pod_changed)
         caches.nodes.listeners.append(lambda _k, _o, _n: self._recheck())
         caches.reservations.listeners.append(self._reservation_changed)
@@ -272,11 +274,15 @@ class Leaser:
         """Let a burst of arrivals (and the scheduler's verdicts on them) collect so they
         share one batch: wait ``SETTLE_S`` more while triggers keep coming or a waiting
         pod has no verdict yet, at most ``SETTLE_MAX_S`` in all."""
-        for _ in range(round(SETTLE_MAX_S / SETTLE_S)):
-            self._wake.clear()
-            await self._clock.sleep(SETTLE_S)
-            if not self._wake.is_set() and not self._unjudged():
-                return
+        began = self._clock.now()
+        try:
+            for _ in range(round(SETTLE_MAX_S / SETTLE_S)):
+                self._wake.clear()
+                await self._clock.sleep(SETTLE_S)
+                if not self._wake.is_set() and not self._unjudged():
+                    return
+        finally:
+            self._settled_s = (self._clock.now() - began).total_seconds()
 
     def _unjudged(self) -> bool:
         """Whether a waiting, ungated GPU pod has no scheduler verdict yet (guard 1a
@@ -338,6 +344,20 @@ class Leaser:
         granted = await self._select(eligible, ctx)
         await asyncio.gather(*(self._ask(pod, ctx) for pod in granted))
         admitted, self._admitted = self._admitted, []
+        if eligible:
+            log(
+                _log,
+                logging.INFO,
+                "ondemand.batch",
+                batch=self.batches,
+                due=len(due),
+                eligible=len(eligible),
+                asked=len(granted),
+                admitted=len(admitted),
+                settled_s=round(self._settled_s, 3),
+                took_s=round((self._clock.now() - ctx.now).total_seconds(), 3),
+            )
+        self._settled_s = 0.0
         if admitted:  # in the background: the trailing batch need not wait for it
             task = asyncio.create_task(self._admitter.announce(admitted, self._clock.now()))
             self._announcing.add(task)

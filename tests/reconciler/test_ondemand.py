@@ -8,10 +8,12 @@ its fast path, a malformed app answer, the teardown, and ONDEMAND_LEASE_ENABLED=
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from reconciler.admit import Admitter
@@ -47,6 +49,7 @@ from shared.appclient.outcomes import (
 )
 from shared.clock import ManualClock
 from shared.errors import Invalid, ServerError
+from shared.logs import fields_of
 from shared.policy.ondemand import Held
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
 from tests.cluster.builders import node as cluster_node
@@ -519,5 +522,29 @@ def test_the_settle_waits_for_the_schedulers_verdicts_within_its_bound() -> None
         assert not settle.done()
         await w.clock.advance(0.1)  # the bound: SETTLE_MAX_S
         await asyncio.wait_for(settle, 30)
+
+    run(scenario())
+
+
+def test_a_batch_that_asked_says_what_it_did_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod("a"), "alice")
+        w.kube.add(PODS, jit_pod("b", verdict=False), "alice")  # held: no verdict yet
+        with caplog.at_level(logging.INFO, logger="reconciler.ondemand"):
+            await w.step()
+            await w.step()  # nothing due: no line
+        lines = [fields_of(r) for r in caplog.records if r.getMessage() == "ondemand.batch"]
+        assert lines == [
+            {
+                "batch": 1,
+                "due": 2,
+                "eligible": 1,
+                "asked": 1,
+                "admitted": 1,
+                "settled_s": 0.0,
+                "took_s": 0.0,
+            }
+        ]
 
     run(scenario())
