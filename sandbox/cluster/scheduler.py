@@ -11,9 +11,12 @@ change the pod's resourceVersion under a client that just read it — kube-sched
 does not retry a pod parked as unschedulable until an event moves it). A pass runs on
 every change and at least every ``passes.RESYNC_S`` seconds.
 
-A pass decides every pod first, then sends the API calls of its decisions — bindings,
-``Unschedulable`` conditions and their Events — up to ``API_CONCURRENCY`` at once, and
-waits for all of them before the next pass. kube-scheduler does not block its
+A pass decides every pod first, then sends the API calls of its decisions — bindings
+and ``Unschedulable`` conditions, then their Events — up to ``API_CONCURRENCY`` at
+once, and waits for all of them before the next pass. The Events go after every
+binding and condition of the pass, as kube-scheduler's event recorder sends them
+apart from the calls that decide a pod's fate: 200 verdicts no longer wait behind 200
+Events (the verdict is what the lease path waits for). kube-scheduler does not block its
 scheduling cycle on the API either: the binding cycle has always run in its own
 goroutine, and from 1.34 (``SchedulerAsyncAPICalls``, beta, on by default) status
 patches and bindings go through an asynchronous dispatcher; Events always went through
@@ -39,6 +42,9 @@ from shared.resources import PODS
 log = logging.getLogger(__name__)
 
 REASON_UNSCHEDULABLE = "Unschedulable"
+#: An Event to record once the pass's bindings and conditions are sent: the pod, the
+#: reporting component, type, reason and message (``events.record``'s arguments).
+Told = tuple[dict[str, Any], str, str, str, str]
 #: API calls (a binding, or a condition with its Event) one pass has in flight at once.
 API_CONCURRENCY = 16
 
@@ -81,15 +87,19 @@ class Scheduler(Passes):
         call has ended."""
         limit = asyncio.Semaphore(API_CONCURRENCY)
 
-        async def send(placement: Placement) -> None:
+        async def send(placement: Placement) -> Told | None:
             async with limit:
                 if placement.node is not None:
-                    await self._bind(placement.pod, placement.node)
-                else:
-                    await self._unschedulable(placement)
+                    return await self._bind(placement.pod, placement.node)
+                return await self._unschedulable(placement)
+
+        async def tell(told: Told) -> None:
+            async with limit:
+                await events.record(self._gateway, self._clock, *told)
 
         placements = schedule(snapshot(self._nodes), self._with_assumed(), self._reads)
         ended = await asyncio.gather(*(send(p) for p in placements), return_exceptions=True)
+        await asyncio.gather(*(tell(t) for t in ended if isinstance(t, tuple)))
         for outcome in ended:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -111,7 +121,7 @@ class Scheduler(Passes):
         self._reads.keep(present)
         return pods
 
-    async def _bind(self, pod: dict[str, Any], node: str) -> None:
+    async def _bind(self, pod: dict[str, Any], node: str) -> Told | None:
         meta = pod["metadata"]
         body = {
             "apiVersion": "v1",
@@ -124,25 +134,23 @@ class Scheduler(Passes):
             await self._gateway.request("POST", path, None, body)
         except (Conflict, NotFound) as exc:
             log.info("binding %s/%s refused: %s", meta["namespace"], meta["name"], exc)
-            return
+            return None
         self._assumed[str(meta["uid"])] = node
         message = f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}"
-        await events.record(
-            self._gateway, self._clock, pod, DEFAULT_SCHEDULER, "Normal", "Scheduled", message
-        )
+        return (pod, DEFAULT_SCHEDULER, "Normal", "Scheduled", message)
 
-    async def _unschedulable(self, placement: Placement) -> None:
+    async def _unschedulable(self, placement: Placement) -> Told | None:
         pod = placement.pod
         current = pod_scheduled(pod) or {}
         if (current.get("reason"), current.get("message")) == (
             REASON_UNSCHEDULABLE,
             placement.message,
         ):
-            return
+            return None
         meta = pod["metadata"]
         uid, version = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
         if self._told.get(uid) == (placement.message, version):
-            return  # written already; the watch has not brought the write back yet
+            return None  # written already; the watch has not brought the write back yet
         condition = {
             "type": "PodScheduled",
             "status": "False",
@@ -157,14 +165,6 @@ class Scheduler(Passes):
                 PODS, meta["name"], patch, meta["namespace"], "merge", subresource="status"
             )
         except NotFound:
-            return
+            return None
         self._told[uid] = (placement.message, version)
-        await events.record(
-            self._gateway,
-            self._clock,
-            pod,
-            DEFAULT_SCHEDULER,
-            "Warning",
-            "FailedScheduling",
-            placement.message,
-        )
+        return (pod, DEFAULT_SCHEDULER, "Warning", "FailedScheduling", placement.message)

@@ -92,6 +92,22 @@ async def test_a_pass_sends_its_verdicts_and_bindings_at_once_and_waits_for_them
     assert len([c for c in sent if c[0] == "event"]) == 8
 
 
+async def test_a_pass_sends_every_binding_and_verdict_before_any_event() -> None:
+    """The Events trail the calls that decide each pod's fate, as kube-scheduler's event
+    recorder sends them apart: the last verdict does not wait behind earlier Events."""
+    gateway = HeldGateway()
+    gateway.gate.set()
+    waiting = [pod(f"w{i}", gpus=1) for i in range(5)]
+    fitting = [pod(f"t{i}", gpus=1, tolerations=[reservation_toleration()]) for i in range(2)]
+    await loaded(gateway, waiting + fitting).run_once()
+    kinds = [what for what, _ in gateway.calls]
+    assert sorted(kinds[:7]) == ["bind"] * 2 + ["patch"] * 5
+    assert kinds[7:] == ["event"] * 7
+    assert sorted(n for what, n in gateway.calls if what == "event") == sorted(
+        [f"w{i}" for i in range(5)] + [f"t{i}" for i in range(2)]
+    )
+
+
 async def test_the_calls_in_flight_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scheduler_module, "API_CONCURRENCY", 3)
     gateway = HeldGateway()
