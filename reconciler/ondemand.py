@@ -84,7 +84,7 @@ ASK_CONCURRENCY = 16
 #: while triggers keep coming or the scheduler has yet to judge a waiting pod, at most
 #: SETTLE_MAX_S in all.
 SETTLE_S = 0.1
-SETTLE_MAX_S = 1.0
+SETTLE_MAX_S = 1.5
 #: R18: at most this many of the pod's ``galends/*`` annotations go with an offer,
 #: each value cut to MAX_NOTE characters.
 MAX_NOTES = 32

@@ -20,7 +20,7 @@ from reconciler.admit import Admitter
 from reconciler.caches import Caches
 from reconciler.metrics import Metrics
 from reconciler.mirror import MirrorWriter
-from reconciler.ondemand import Leaser
+from reconciler.ondemand import SETTLE_MAX_S, SETTLE_S, Leaser
 from reconciler.queue import QueueMetrics
 from reconciler.settings import load
 from reconciler.waiting import Knowledge
@@ -517,10 +517,10 @@ def test_the_settle_waits_for_the_schedulers_verdicts_within_its_bound() -> None
         await w.caches.pods.relist()
         settle = asyncio.create_task(w.leaser._settle())
         await asyncio.sleep(0)  # it starts its first sleep now
-        for _ in range(9):
-            await w.clock.advance(0.1)
+        for _ in range(round(SETTLE_MAX_S / SETTLE_S) - 1):
+            await w.clock.advance(SETTLE_S)
         assert not settle.done()
-        await w.clock.advance(0.1)  # the bound: SETTLE_MAX_S
+        await w.clock.advance(SETTLE_S)  # the bound: SETTLE_MAX_S
         await asyncio.wait_for(settle, 30)
 
     run(scenario())
