@@ -335,7 +335,8 @@ class Leaser:
                 ):
                     gate = (cls, str(pre.held))
                     gated[gate] = gated.get(gate, 0) + 1
-                told.append(self._hold(pod, self.tracks[pod.uid], pre, ctx))
+                self._held_by(self.tracks[pod.uid], pre, ctx.now)
+                told.append(self._hold(pod, pre, ctx))
         await asyncio.gather(*told)
         self.gates.report(gated, ctx.now, bool(due), self._stuck, self._deficits)
         if eligible:
@@ -453,12 +454,17 @@ class Leaser:
 
     # --- holds ---------------------------------------------------------------------------
 
-    async def _hold(self, pod: PodView, track: Track, pre: Preflight, ctx: Context) -> None:
-        """Hold ``pod`` (its ``track`` taken with the batch: the pod may leave the
-        candidates while the batch's holds are told) and tell it why."""
-        track.due = ondemand.hold_until(ctx.now)
+    @staticmethod
+    def _held_by(track: Track, pre: Preflight, now: datetime) -> None:
+        """Record the hold on the candidate's track — at once, while vetting: a verdict
+        that arrives before the batch's holds are told must find the track waiting for
+        it (R21), or the pod waits for its 30 s retry."""
+        track.due = ondemand.hold_until(now)
         track.held = pre.held
         track.waiting_verdict = pre.held is Held.NO_VERDICT
+
+    async def _hold(self, pod: PodView, pre: Preflight, ctx: Context) -> None:
+        """Tell ``pod`` why it is held (ungated first when it waits for a verdict)."""
         gate = self._settings.queue.gate_name
         if pre.held is Held.NO_VERDICT and gate is not None and gate in pod.gates:
             await self._ungate(pod, gate)

@@ -49,7 +49,9 @@ from shared.appclient.outcomes import (
 )
 from shared.clock import ManualClock
 from shared.errors import Invalid, ServerError
+from shared.gateway import WatchEvent
 from shared.logs import fields_of
+from shared.policy import ondemand as policy_ondemand
 from shared.policy.ondemand import Held
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
 from tests.cluster.builders import node as cluster_node
@@ -297,6 +299,38 @@ def test_no_verdict_holds_until_the_scheduler_gives_one() -> None:
         assert w.leaser.tracks["uid-job"].due == w.clock.now()
         await w.step()
         assert len(w.app.asks) == 1
+
+    run(scenario())
+
+
+def test_a_verdict_arriving_while_the_batch_tells_its_holds_makes_the_pod_due_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch vets on its snapshot and then tells its holds concurrently; a verdict
+    the watch delivers in between must still find the track waiting for it (R21)."""
+
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(verdict=False), "alice")
+        for cache in (w.caches.pods, w.caches.nodes, w.caches.reservations):
+            await cache.relist()
+
+        def deliver() -> None:  # the watch event, after the vetting, before the holds
+            pod = w.pod()
+            pod["status"]["conditions"] = [UNSCHEDULABLE]
+            pod["metadata"]["resourceVersion"] = "99"
+            w.caches.pods.apply(WatchEvent("MODIFIED", pod))
+
+        vet = policy_ondemand.preflight
+
+        def vetting(*args: Any) -> Any:
+            asyncio.get_running_loop().call_soon(deliver)
+            return vet(*args)
+
+        monkeypatch.setattr(policy_ondemand, "preflight", vetting)
+        await w.leaser.once()
+        assert w.app.asks == []
+        assert w.leaser.tracks["uid-job"].due == w.clock.now()  # not in 30 s
 
     run(scenario())
 
