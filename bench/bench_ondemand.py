@@ -29,7 +29,6 @@ from typing import Any
 
 import httpx
 
-from bench.bench_scale import cpu_s
 from bench.bench_window_open import (
     admin_gateway,
     aligned_clock,
@@ -38,6 +37,7 @@ from bench.bench_window_open import (
     rank,
     tolerated,
 )
+from bench.procstat import cpu_s
 from bench.sandboxed import measured
 from sandbox.kube.server import KubeServer
 from sandbox.kube.store import Change

@@ -43,6 +43,7 @@ from typing import Any
 
 from bench.bench_webhook import conditions, write_json
 from bench.bench_window_open import one_class_app
+from bench.procstat import cpu_s, rss_mib
 from sandbox.reconciler_component import ReconcilerProcess, install
 from sandbox.runner import Sandbox, SandboxContext
 from shared import vocab
@@ -129,18 +130,6 @@ async def create_pods(gateway: Gateway, n: int) -> float:
     t0 = time.monotonic()
     await asyncio.gather(*(one(i) for i in range(n)))
     return time.monotonic() - t0
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 async def ready_after(replica: ReconcilerProcess, started: float, timeout_s: float) -> float:

@@ -48,6 +48,7 @@ import httpx
 
 from bench import loadgen
 from bench.loadgen import Load, Outcome, Target
+from bench.procstat import rss_mib
 from bench.sandboxed import thread_cpu_s
 from sandbox.ports import free_port
 from sandbox.reconciler_component import ROOT
@@ -277,13 +278,6 @@ def cpu_per_request(
     }
     per["total"] = sum(per.values())
     return per
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def cell(c: int, path: str, out: Outcome, fails: int | None) -> dict[str, Any]:
