@@ -2,10 +2,11 @@
 
 Every admitted pod whose ledger hold is not marked announced — admitted by the
 reconciler's queue, by an on-demand lease, or by the webhook at creation — gets the
-Event, then its hold is bound to the pod and marked (``ledger.announce``), so a restart
-does not say it twice. For a hold this process did not create, the pod's Events are read
-back first (a status wiped between the Event and the mark must not announce twice).
-What this process announced is remembered only until the cache shows the mark.
+Event, then its hold is bound to the pod and marked (``ledger.announce_all``: one write
+per reservation for all the holds one call announced), so a restart does not say it
+twice. For a hold this process did not create, the pod's Events are read back first (a
+status wiped between the Event and the mark must not announce twice). What this process
+announced is remembered only until the cache shows the mark.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class Announcer:
     async def announce(self, admitted: list[Admitted], now: datetime) -> None:
         """Announce admissions this process made."""
         try:
-            await asyncio.gather(*(self._one(a, now, False) for a in admitted))
+            await self._many([(a, False) for a in admitted], now)
         finally:
             for item in admitted:
                 self.expected.discard(item.pod.uid)
@@ -117,8 +118,62 @@ class Announcer:
                 todo[(res.name, hold.claim)] = Admitted(pod, res, hold.claim)
         self._forget(by_name, now)
         ours = {(a.reservation.name, a.claim) for a in admitted}
-        fresh = [(key, a) for key, a in todo.items() if key not in self.announced]
-        await asyncio.gather(*(self._one(a, now, key not in ours) for key, a in fresh))
+        fresh = [(a, key not in ours) for key, a in todo.items() if key not in self.announced]
+        await self._many(fresh, now)
+
+    async def _many(self, items: list[tuple[Admitted, bool]], now: datetime) -> None:
+        """Each item's Event (``True``: a hold this process did not create, read back
+        first), then one ledger write per reservation binding and marking every hold
+        whose Event went out — not one write per pod: a window opening for ten pods of
+        one booking would make ten writes race on one object."""
+        pool = list(self._caches.reservations.items.values())
+        ends: dict[str, datetime] = {}  # the guarantee end per reservation, this call
+        sent = await asyncio.gather(*(self._say(a, w, pool, ends, now) for a, w in items))
+        marks: dict[str, dict[str, tuple[str, str]]] = {}
+        for (item, _), ok in zip(items, sent, strict=True):
+            if ok:
+                marks.setdefault(item.reservation.name, {})[item.claim] = (
+                    item.pod.name,
+                    item.pod.uid,
+                )
+        await asyncio.gather(*(self._mark(name, pods, now) for name, pods in marks.items()))
+
+    async def _say(
+        self,
+        item: Admitted,
+        webhook: bool,
+        pool: list[GPUReservation],
+        ends: dict[str, datetime],
+        now: datetime,
+    ) -> bool:
+        """The Event of one admission (unless read back as sent); whether it is out."""
+        res, pod = item.reservation, item.pod
+        if res.facts.kind is Kind.BEST_EFFORT:
+            reason, text = vocab.REASON_BEST_EFFORT_ADMITTED, wording.best_effort_admitted(res)
+        else:
+            if res.name not in ends:
+                ends[res.name] = guaranteed_until(res, pool, now, self._settings.rules)
+            reason = vocab.REASON_RUNTIME_GUARANTEED
+            text = wording.runtime_guaranteed(res, ends[res.name], self._zone)
+        told = webhook and await self._told_before(pod, reason, res.name)
+        if not told and not await self._send(pod, reason, text, now):
+            return False
+        self.announced[(res.name, item.claim)] = now
+        if webhook:
+            self._metrics.admissions.labels("webhook").inc()
+        return True
+
+    async def _mark(self, name: str, pods: dict[str, tuple[str, str]], now: datetime) -> None:
+        """Bind the holds ``pods`` names (claim → pod name, uid) and mark them announced."""
+        deadline = time.monotonic() + MARK_DEADLINE_S
+        await ledger.amend(
+            self._gateway,
+            self._ns,
+            name,
+            lambda cur: ledger.announce_all(cur, pods),
+            now=now,
+            deadline=deadline,
+        )
 
     def _forget(self, by_name: dict[str, GPUReservation], now: datetime) -> None:
         """Drop what the ledger now remembers: a hold the cache shows announced, or gone
@@ -133,28 +188,6 @@ class Announcer:
                 or (hold is None and at < cutoff)
             ):
                 del self.announced[key]
-
-    async def _one(self, item: Admitted, now: datetime, webhook: bool) -> None:
-        res, pod = item.reservation, item.pod
-        pool = list(self._caches.reservations.items.values())
-        if res.facts.kind is Kind.BEST_EFFORT:
-            reason, text = vocab.REASON_BEST_EFFORT_ADMITTED, wording.best_effort_admitted(res)
-        else:
-            until = guaranteed_until(res, pool, now, self._settings.rules)
-            reason = vocab.REASON_RUNTIME_GUARANTEED
-            text = wording.runtime_guaranteed(res, until, self._zone)
-        told = webhook and await self._told_before(pod, reason, res.name)
-        if not told and not await self._send(pod, reason, text, now):
-            return
-        self.announced[(res.name, item.claim)] = now
-        if webhook:
-            self._metrics.admissions.labels("webhook").inc()
-
-        def mark(cur: GPUReservation) -> GPUReservation:
-            return ledger.announce(ledger.bind(cur, item.claim, pod.name, pod.uid), item.claim)
-
-        deadline = time.monotonic() + MARK_DEADLINE_S
-        await ledger.amend(self._gateway, self._ns, res.name, mark, now=now, deadline=deadline)
 
     async def _told_before(self, pod: PodView, reason: str, res_name: str) -> bool:
         """Whether the pod already carries our announcement of ``res_name`` (read back).

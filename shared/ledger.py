@@ -100,9 +100,16 @@ def bind(res: GPUReservation, claim_id: str, pod: str, pod_uid: str) -> GPUReser
     return replace(res, holds=holds)
 
 
-def announce(res: GPUReservation, claim_id: str) -> GPUReservation:
-    """``res`` with the hold ``claim_id`` marked announced (RuntimeGuaranteed sent)."""
-    holds = tuple(replace(h, announced=True) if h.claim == claim_id else h for h in res.holds)
+def announce_all(res: GPUReservation, pods: Mapping[str, tuple[str, str]]) -> GPUReservation:
+    """``res`` with each hold whose claim id is in ``pods`` (claim → pod name, uid) tied
+    to that pod and marked announced (the ``RuntimeGuaranteed`` Event was sent), for
+    many claims in one walk over the holds."""
+    holds = tuple(
+        replace(h, pod=pods[h.claim][0], pod_uid=pods[h.claim][1], announced=True)
+        if h.claim in pods
+        else h
+        for h in res.holds
+    )
     return replace(res, holds=holds)
 
 

@@ -146,3 +146,12 @@ def test_rebuild_from_nothing_is_the_same_ledger() -> None:
     assert {(h.claim, h.gpus, h.pod_uid) for h in again.holds} == {
         (h.claim, h.gpus, h.pod_uid) for h in first.holds
     }
+
+
+def test_announce_all_binds_and_marks_only_the_named_holds() -> None:
+    res = reservation(hold("a", 1), hold("b", 2), hold("c", 1))
+    marked = ledger.announce_all(res, {"a": ("pod-a", "uid-a"), "c": ("pod-c", "uid-c")})
+    assert marked.holds[0] == replace(res.holds[0], pod="pod-a", pod_uid="uid-a", announced=True)
+    assert marked.holds[1] == res.holds[1]
+    assert marked.holds[2] == replace(res.holds[2], pod="pod-c", pod_uid="uid-c", announced=True)
+    assert ledger.announce_all(res, {"gone": ("p", "u")}) == res

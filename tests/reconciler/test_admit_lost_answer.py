@@ -8,7 +8,7 @@ from typing import Any
 
 from shared import vocab
 from shared.errors import Forbidden, ServerError
-from shared.resources import PODS, Resource
+from shared.resources import GPU_RESERVATIONS, PODS, Resource
 from tests.reconciler.builders import START
 from tests.reconciler.test_admit import Kube, World, facts, gpu_pod, run
 
@@ -65,6 +65,10 @@ def test_a_patch_that_did_not_land_keeps_the_hold_until_the_ttl() -> None:
 
 
 def test_the_announcer_forgets_admissions_once_the_ledger_says_announced() -> None:
+    """Three pods of one booking admitted by one pass: three Events, then one ledger
+    write binding and marking all three holds (not three writes racing on one object);
+    the next pass forgets them."""
+
     async def scenario() -> None:
         w = World(now=START + timedelta(minutes=1))
         w.book(facts(gpus=4))
@@ -72,7 +76,11 @@ def test_the_announcer_forgets_admissions_once_the_ledger_says_announced() -> No
             w.kube.add(PODS, gpu_pod(name))
         await w.step()
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 3
-        assert all(h.announced for h in w.ledger_of().holds)
+        writes = [c for c in w.kube.calls if c == ("replace", GPU_RESERVATIONS.plural)]
+        assert len(writes) == 2  # the group claim, then the announcement marks
+        holds = w.ledger_of().holds
+        assert sorted(str(h.pod_uid) for h in holds) == ["uid-a", "uid-b", "uid-c"]
+        assert all(h.announced for h in holds)
         await w.step()  # the pass after: the cache shows every hold announced
         assert w.admitter.announcer.announced == {}  # memory does not grow with every admission
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 3
