@@ -154,10 +154,14 @@ def findings(
     now: datetime,
     *,
     mirror_current: bool,
+    holders: Mapping[str, list[PodView]] | None = None,
 ) -> list[Finding]:
-    """Every pod in breach, in a stable order (no side effects)."""
+    """Every pod of ``pods`` in breach, in a stable order (no side effects). ``holders``
+    (``earliest_holders``) must cover every live pod carrying a claim one of ``pods``
+    carries; by default it is built from ``pods`` themselves."""
     pods = list(pods)
-    holders = earliest_holders(pods)
+    if holders is None:
+        holders = earliest_holders(pods)
     found = []
     for pod in pods:
         if not in_scope(pod, scope):
@@ -212,10 +216,26 @@ class Backstop(EvictingPass[Finding]):
         self.scope = scope
         self._mirror_current = mirror_current
 
-    def _due(self, pods: Mapping[str, PodView], now: datetime) -> list[Finding]:
+    def _due(
+        self, chosen: Mapping[str, PodView], pods: Mapping[str, PodView], now: datetime
+    ) -> list[Finding]:
         current = self._mirror_current()
+        holders = None
+        if chosen is not pods:
+            # A pass over touched pods: the pods sharing a claim with one of them are
+            # decided too (a copy seen before its original is the copy once the
+            # original shows), and the claims' holders come from the whole cache.
+            claims = {p.claim for p in chosen.values() if p.claim}
+            sharing = {k: p for k, p in pods.items() if p.claim in claims} if claims else {}
+            chosen = {**chosen, **sharing}
+            holders = earliest_holders(sharing.values())
         return findings(
-            pods.values(), self._reservations(), self.scope, now, mirror_current=current
+            chosen.values(),
+            self._reservations(),
+            self.scope,
+            now,
+            mirror_current=current,
+            holders=holders,
         )
 
     async def _act(self, finding: Finding, now: datetime, taken: dict[str, int]) -> bool:
@@ -273,7 +293,7 @@ def wire(backstop: Backstop, caches: Caches) -> None:
 
     def pod_changed(key: str, old: PodView | None, new: PodView | None) -> None:
         if new is not None and new.declared:
-            backstop.touch()
+            backstop.touch(key)
 
     def reservation_changed(key: str, old: object, new: object) -> None:
         backstop.touch()

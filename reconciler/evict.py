@@ -30,7 +30,6 @@ restart between the Event and the delete deletes without a second Event.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -44,7 +43,7 @@ from reconciler.guarantees import GuaranteeKeeper
 from reconciler.pods import PodView, project_pod
 from reconciler.relink import Cause, Emit, Relinker
 from reconciler.settings import ReconcilerSettings
-from reconciler.upkeep import passes
+from reconciler.upkeep import Dirty, passes
 from shared import vocab
 from shared.clock import Clock
 from shared.errors import Conflict, KubeError, NotFound
@@ -142,7 +141,11 @@ class EvictingPass(ABC, Generic[D]):
     reason, and the pass itself (a template): once the caches are ready, the subclass's
     pure decision ``_due`` over the pods at one instant, then ``_handle`` for each pod
     not already handled (a pod stays marked as handled while its deletion has not shown
-    in the cache; a failed one is tried again on the next pass)."""
+    in the cache; a failed one is tried again on the next pass).
+
+    A pod event touches that pod: the next pass decides on the pods touched since the
+    last one (``reconciler.upkeep.Dirty``); a reservation change and the tick decide on
+    every pod."""
 
     def __init__(
         self, ctx: PassContext, *, on_evicted: Callable[[str], None] | None = None
@@ -155,43 +158,55 @@ class EvictingPass(ABC, Generic[D]):
         self._reservations = ctx.reservations
         self._ready = ctx.ready
         self._on_evicted = on_evicted
-        self._wake = asyncio.Event()
-        #: uids handled by this process whose deletion the cache has not shown yet.
-        self._handled: set[str] = set()
+        self.dirty = Dirty()
+        #: uids handled by this process whose deletion the cache has not shown yet (→
+        #: the pod's cache key).
+        self._handled: dict[str, str] = {}
         self.evicted: dict[str, int] = {}
+        #: Passes run, and the pods the last one decided on (what a pass cost).
+        self.passes = 0
+        self.looked = 0
 
-    def touch(self) -> None:
-        """Something the pass reads changed: look again soon."""
-        self._wake.set()
+    def touch(self, key: str | None = None) -> None:
+        """Pod ``key`` changed (None: something every pod depends on): look again soon."""
+        self.dirty.touch(key)
 
     async def run(self, tick_s: float) -> None:
         """Run the pass on changes, and every ``tick_s`` as a backstop."""
-        await passes(self._ready, self._wake, self.once, self._clock, tick_s)
+        await passes(self._ready, self.dirty, self.once, self._clock, tick_s)
 
-    async def once(self) -> int:
-        """One pass; the number of pods acted on."""
+    async def once(self, keys: set[str] | None = None) -> int:
+        """One pass over the pods ``keys`` names (None: every pod); the number of pods
+        acted on."""
         if not self._ready():
             return 0
+        self.passes += 1
         now = self._clock.now()
         pods = self._pods()
         self._forget_gone(pods)
+        chosen = pods if keys is None else {k: pods[k] for k in keys if k in pods}
         # GPUs this pass moved onto each reservation (the cache does not show them yet).
         taken: dict[str, int] = {}
         done = 0
-        for item in self._due(pods, now):
+        due = self._due(chosen, pods, now)
+        self.looked = len(chosen)
+        for item in due:
             uid = item.pod.uid
             if uid in self._handled:
                 continue
-            self._handled.add(uid)
+            self._handled[uid] = item.pod.key
             if await self._handle(item, now, taken):
                 done += 1
             else:
-                self._handled.discard(uid)  # retried on the next pass
+                self._handled.pop(uid, None)  # retried on the next pass
         return done
 
     @abstractmethod
-    def _due(self, pods: Mapping[str, PodView], now: datetime) -> list[D]:
-        """The decision: every pod to act on, in a stable order (no side effects)."""
+    def _due(
+        self, chosen: Mapping[str, PodView], pods: Mapping[str, PodView], now: datetime
+    ) -> list[D]:
+        """The decision: every pod of ``chosen`` (some or all of ``pods``, the whole
+        cache) to act on, in a stable order (no side effects)."""
 
     async def _handle(self, item: D, now: datetime, taken: dict[str, int]) -> bool:
         """Decide on ``item`` again from fresh reads and act on what still holds, under
@@ -218,8 +233,12 @@ class EvictingPass(ABC, Generic[D]):
         """Act on one pod the fresh reads confirmed (the lock is held)."""
 
     def _forget_gone(self, pods: Mapping[str, PodView]) -> None:
-        """Drop handled uids the cache no longer shows alive."""
-        self._handled &= {p.uid for p in pods.values() if not p.deleting}
+        """Drop handled uids the cache no longer shows alive (only the handled pods are
+        looked up: a pass over a few touched pods must not walk the cache)."""
+        for uid, key in list(self._handled.items()):
+            pod = pods.get(key)
+            if pod is None or pod.uid != uid or pod.deleting:
+                del self._handled[uid]
 
     def _count(self, reason: str) -> None:
         """One more eviction of ``reason``."""
@@ -241,8 +260,10 @@ class Evictor(EvictingPass[Eviction]):
         super().__init__(ctx, on_evicted=on_evicted)
         self._zone = zone
 
-    def _due(self, pods: Mapping[str, PodView], now: datetime) -> list[Eviction]:
-        return evictions(pods.values(), self._reservations(), now)
+    def _due(
+        self, chosen: Mapping[str, PodView], pods: Mapping[str, PodView], now: datetime
+    ) -> list[Eviction]:
+        return evictions(chosen.values(), self._reservations(), now)
 
     async def _still_due(self, ev: Eviction, now: datetime) -> Eviction | None:
         """``ev`` for the pod as it is now (re-read), or None when it no longer applies:
@@ -385,8 +406,8 @@ class Upholders:
     def _pod_changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
         if new is not None and new.reference is not None:
             self.keeper.touch_pod(key)
-            self.relinker.touch()
-            self.evictor.touch()
+            self.relinker.touch(key)
+            self.evictor.touch(key)
 
     def _reservation_changed(self, key: str, old: object, new: object) -> None:
         self.keeper.touch_all()

@@ -22,14 +22,13 @@ promptly) and on the ``QUEUE_PROCESSOR_INTERVAL`` tick.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
 from reconciler.pods import PodView
-from reconciler.upkeep import until_ready, wait_either
+from reconciler.upkeep import Dirty, until_ready, wait_either
 from shared import vocab
 from shared.clock import Clock, format_utc
 from shared.errors import KubeError
@@ -185,49 +184,52 @@ class GuaranteeKeeper:
         self._reservations = reservations
         self._ready = ready
         self._use_group = use_group
-        self._dirty: set[str] = set()
-        self._all = True
-        self._wake = asyncio.Event()
+        self.dirty = Dirty()
+        #: The soonest future guarantee end among the pods the passes saw (the timer):
+        #: set by a pass over every pod, lowered by a pass over touched pods.
+        self._soonest: datetime | None = None
         self.writes = 0
+        self.passes = 0
 
     def touch_pod(self, key: str) -> None:
         """Reconsider one pod soon (it changed)."""
-        self._dirty.add(key)
-        self._wake.set()
+        self.dirty.touch(key)
 
     def touch_all(self) -> None:
         """Reconsider every pod soon (a reservation changed)."""
-        self._all = True
-        self._wake.set()
+        self.dirty.touch()
 
     async def run(self, tick_s: float) -> None:
         """Passes on changes, at the next guarantee end, and every ``tick_s``."""
         await until_ready(self._ready)
         while True:
-            keys = None if self._all else set(self._dirty)
-            self._all = False
-            self._dirty.clear()
-            self._wake.clear()
-            await self.once(keys)
-            if await wait_either(self._clock.sleep(self._nap(tick_s)), self._wake.wait()):
-                self._all = True
+            await self.once(self.dirty.take())
+            if await wait_either(self._clock.sleep(self._nap(tick_s)), self.dirty.wake.wait()):
+                self.dirty.touch()
 
     def _nap(self, tick_s: float) -> float:
-        now = self._clock.now()
-        end = next_end(self._pods().values(), self._reservations(), now, use_group=self._use_group)
-        if end is None:
+        if self._soonest is None:
             return tick_s
-        return min(tick_s, max(0.0, (end - now).total_seconds()) + 0.001)
+        left = (self._soonest - self._clock.now()).total_seconds()
+        return min(tick_s, max(0.0, left) + 0.001)
 
     async def once(self, keys: set[str] | None = None) -> int:
         """One pass over ``keys`` (or every pod); the number of pods patched."""
         if not self._ready():
             return 0
+        self.passes += 1
         now = self._clock.now()
+        if self._soonest is not None and self._soonest <= now:
+            keys = None  # a guarantee ended: every pod under it flips to overstay
         reservations = self._reservations()
         pool = [r.facts for r in reservations.values()]
         pods = self._pods()
-        chosen = pods.values() if keys is None else [pods[k] for k in keys if k in pods]
+        chosen = list(pods.values()) if keys is None else [pods[k] for k in keys if k in pods]
+        soonest = next_end(chosen, reservations, now, use_group=self._use_group)
+        if keys is None or self._soonest is None:
+            self._soonest = soonest
+        elif soonest is not None:
+            self._soonest = min(self._soonest, soonest)
         patched = 0
         notes: dict[str, dict[str, str]] = {}  # per reservation, for this pass
         for pod in chosen:

@@ -65,6 +65,40 @@ def holds_reference(pod: PodView) -> str | None:
     return pod.reference
 
 
+class Holding:
+    """How many live pods hold each booking reference (``holds_reference``), kept by a
+    listener on the pod cache. The no-show decision reads only *which* bookings are
+    held, so ``touch`` (the loop's wake-up) is called when a booking gains its first
+    holder or loses its last — not on every pod admitted under it (a window opening
+    for ten pods of a booking wakes the loop once, not ten times)."""
+
+    def __init__(self, touch: Callable[[], None]) -> None:
+        self._touch = touch
+        self._count: dict[str, int] = {}
+
+    def changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
+        """The pod cache's listener."""
+        before = holds_reference(old) if old is not None else None
+        after = holds_reference(new) if new is not None else None
+        if before == after:
+            return
+        if before is not None:
+            left = self._count.get(before, 0) - 1
+            if left > 0:
+                self._count[before] = left
+            else:
+                self._count.pop(before, None)
+                self._touch()
+        if after is not None:
+            self._count[after] = self._count.get(after, 0) + 1
+            if self._count[after] == 1:
+                self._touch()
+
+    def clear(self) -> None:
+        """Forget every count (the pod cache was emptied without telling listeners)."""
+        self._count.clear()
+
+
 def live_references(pods: Iterable[dict[str, Any]]) -> set[str]:
     """Booking references of live pods in a raw LIST (the fresh re-verification)."""
     refs = set()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from shared import vocab
@@ -75,16 +76,18 @@ class PodView:
         return dict(self.notes)
 
     def note(self, key: str) -> str | None:
-        """One ``galends/*`` annotation (a scan of the few pairs: the hot properties
-        below run for every pod on every pass, where building a dict showed up)."""
+        """One ``galends/*`` annotation (a scan of the few pairs)."""
         return next((value for name, value in self.notes if name == key), None)
 
-    @property
+    # The hot properties below run for every pod on every pass of several loops: each
+    # is computed once per view (the view is immutable; a change is a new view).
+
+    @cached_property
     def reference(self) -> str | None:
         """``res-<id>`` the pod was admitted under, if any."""
         return self.note(vocab.BOOKING_REFERENCE)
 
-    @property
+    @cached_property
     def claim(self) -> str | None:
         return self.note(vocab.ADMISSION_CLAIM)
 
@@ -101,12 +104,12 @@ class PodView:
         """The pod as a ledger entry of its reservation."""
         return PodUse(self.name, self.uid, self.gpus, self.claim, self.admitted_at)
 
-    @property
+    @cached_property
     def admitted_at(self) -> datetime | None:
         """``galends/admitted-at`` as an instant (None when absent or unreadable)."""
         return _instant(self.note(vocab.ADMITTED_AT))
 
-    @property
+    @cached_property
     def created_at(self) -> datetime | None:
         """``metadata.creationTimestamp`` as an instant (None when absent or unreadable)."""
         return _instant(self.created)

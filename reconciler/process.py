@@ -30,10 +30,9 @@ from reconciler.forecast import Standby, forecaster
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
 from reconciler.metrics import Metrics
-from reconciler.noshow import Canceller, NoShows, holds_reference
+from reconciler.noshow import Canceller, Holding, NoShows
 from reconciler.ondemand import LeaseApp, Leaser
 from reconciler.overstay import OverstayReporter
-from reconciler.pods import PodView
 from reconciler.queue import QueueMetrics
 from reconciler.rotation import Rotator
 from reconciler.settings import ReconcilerSettings
@@ -179,7 +178,9 @@ class Reconciler:
             mirror=self.syncer.record,
         )
         self.caches.reservations.listeners.append(lambda *_: self.noshows.touch())
-        self.caches.pods.listeners.append(self._pod_hold_changed)
+        #: Wakes the no-show loop when a booking gains its first or loses its last holder.
+        self.holding = Holding(self.noshows.touch)
+        self.caches.pods.listeners.append(self.holding.changed)
         self._leading = False
         self._stopping = False
         self._lead_task: asyncio.Task[None] | None = None
@@ -209,13 +210,6 @@ class Reconciler:
             (AUDIT_TASK, self.auditor.run),
             (NOSHOW_TASK, self.noshows.run),
         ]
-
-    def _pod_hold_changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
-        """Wake the no-show loop when a pod starts or stops holding a booking."""
-        before = holds_reference(old) if old is not None else None
-        after = holds_reference(new) if new is not None else None
-        if before != after:
-            self.noshows.touch()
 
     def _class_labels(self) -> set[str] | None:
         """The app's class labels once its class list was fetched (else unknown)."""
@@ -285,6 +279,7 @@ class Reconciler:
             self._lead_task = None
         await self.tasks.cancel(*(n for n, _ in self.leader_loops()))
         self.caches.reset()
+        self.holding.clear()
         self.noshows.reset()
         self.auditor.reset()
 

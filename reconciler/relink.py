@@ -42,7 +42,7 @@ from zoneinfo import ZoneInfo
 
 from reconciler.guarantees import live_end, patch_ops
 from reconciler.pods import PodView
-from reconciler.upkeep import until_ready, wait_either
+from reconciler.upkeep import Dirty, until_ready, wait_either
 from shared import ledger, vocab
 from shared.clock import Clock
 from shared.errors import KubeError, ServerError
@@ -196,8 +196,10 @@ class Relinker:
         self.rules = rules
         self.enabled = enabled
         self._zone = zone
-        self._wake = asyncio.Event()
+        self.dirty = Dirty()
         self.moved = 0
+        #: Adoption passes run.
+        self.passes = 0
         #: Held while a pod's booking reference is decided on and changed (a re-link
         #: here, an eviction in ``reconciler.evict``), so the two never act on one pod
         #: at once.
@@ -208,18 +210,19 @@ class Relinker:
         self._refused: dict[str, tuple[str, datetime]] = {}
         self._retry_s = retry_s
 
-    def touch(self) -> None:
-        """A pod or reservation changed: look again soon."""
-        self._wake.set()
+    def touch(self, key: str | None = None) -> None:
+        """Pod ``key`` changed (None: a reservation, or anything every pod depends on):
+        look again soon — at the pods touched since the last pass, or at every pod."""
+        self.dirty.touch(key)
 
     async def run(self, tick_s: float) -> None:
-        """The adoption pass on changes, at the next window start / guarantee end, and
-        every ``tick_s``."""
+        """The adoption pass on changes (over the pods touched), at the next window
+        start / guarantee end and every ``tick_s`` (over every pod)."""
         await until_ready(self._ready)
         while True:
-            self._wake.clear()
-            await self.adopt_overstays()
-            await wait_either(self._clock.sleep(self._nap(tick_s)), self._wake.wait())
+            await self.adopt_overstays(self.dirty.take())
+            if await wait_either(self._clock.sleep(self._nap(tick_s)), self.dirty.wake.wait()):
+                self.dirty.touch()
 
     def _nap(self, tick_s: float) -> float:
         now = self._clock.now()
@@ -233,20 +236,31 @@ class Relinker:
             return tick_s
         return min(tick_s, (soonest - now).total_seconds() + 0.001)
 
-    async def adopt_overstays(self) -> int:
-        """R26 over every pod; the number moved."""
+    async def adopt_overstays(self, keys: set[str] | None = None) -> int:
+        """R26 over the pods ``keys`` names (None: every pod); the number moved."""
         if not self.enabled or not self._ready():
             return 0
+        self.passes += 1
         now = self._clock.now()
         reservations = self._reservations()
         use_group = self.rules.use_group
         taken: dict[str, int] = {}
         moved = 0
-        pods = list(self._pods().values())
-        for uid in self._refused.keys() - {p.uid for p in pods}:
-            del self._refused[uid]
+        cached = self._pods()
+        if keys is None:
+            pods = list(cached.values())
+            for uid in self._refused.keys() - {p.uid for p in pods}:
+                del self._refused[uid]
+        else:
+            pods = [cached[k] for k in sorted(keys) if k in cached]
+        # Overstay depends on the reservation alone: its chain is walked once per pass.
+        over: dict[str | None, bool] = {}
         for pod in pods:
-            if not movable(pod) or not overstaying(pod, reservations, now, use_group=use_group):
+            if not movable(pod):
+                continue
+            if pod.reference not in over:
+                over[pod.reference] = overstaying(pod, reservations, now, use_group=use_group)
+            if not over[pod.reference]:
                 continue
             if cancelled_in_window(reservations.get(pod.reference or ""), now):
                 continue  # the cancellation path re-links it (ReservationRelinked) or evicts

@@ -53,6 +53,15 @@ def declared(
     return created(raw, NOW - timedelta(minutes=1))
 
 
+def wired(b: Backstop) -> Any:
+    """Stand-ins for the caches' listener lists, with the backstop's listeners on them."""
+    caches = SimpleNamespace(
+        pods=SimpleNamespace(listeners=[]), reservations=SimpleNamespace(listeners=[])
+    )
+    wire(b, caches)  # type: ignore[arg-type]
+    return caches
+
+
 def daemon(raw: dict[str, Any]) -> dict[str, Any]:
     raw["metadata"]["ownerReferences"] = [
         {
@@ -270,10 +279,7 @@ def test_a_declaring_pod_seen_by_the_cache_is_evicted_without_waiting_for_a_tick
     evicts at the same instant (the tick is an hour away)."""
     w = open_world()
     b = backstop(w)
-    caches = SimpleNamespace(
-        pods=SimpleNamespace(listeners=[]), reservations=SimpleNamespace(listeners=[])
-    )
-    wire(b, caches)  # type: ignore[arg-type]
+    caches = wired(b)
 
     async def scenario() -> None:
         task = asyncio.create_task(b.run(3600.0))
@@ -295,24 +301,69 @@ def test_a_declaring_pod_seen_by_the_cache_is_evicted_without_waiting_for_a_tick
 def test_only_pods_declaring_the_toleration_and_reservations_wake_it() -> None:
     w = open_world()
     b = backstop(w)
-    caches = SimpleNamespace(
-        pods=SimpleNamespace(listeners=[]), reservations=SimpleNamespace(listeners=[])
-    )
-    wire(b, caches)  # type: ignore[arg-type]
+    caches = wired(b)
     w.add_pod(declared("plain", tolerations=[]))
     w.add_pod(declared("job"))
     pods = w.pods()
     [on_pod] = caches.pods.listeners
     [on_reservation] = caches.reservations.listeners
+    b.dirty.take()  # the first pass looks at everything
     on_pod("alice/plain", None, pods["alice/plain"])
-    assert not b._wake.is_set()
+    assert not b.dirty.wake.is_set()
     on_pod("alice/job", None, pods["alice/job"])
-    assert b._wake.is_set()
-    b._wake.clear()
+    assert b.dirty.wake.is_set()
+    assert b.dirty.take() == {"alice/job"}  # a pod event: the next pass looks at that pod
     on_reservation("res-1", None, None)
-    assert b._wake.is_set()
+    assert b.dirty.wake.is_set()
+    assert b.dirty.take() is None  # a reservation event: at every pod
 
 
 async def settle() -> None:
     for _ in range(50):
         await asyncio.sleep(0)
+
+
+def test_a_pass_over_the_original_alone_still_finds_the_copy_seen_before_it() -> None:
+    """A pass over touched pods decides on the pods sharing their claims too: the copy
+    arrived in the cache first (and was left: no earlier holder yet); the original's
+    event alone must get it evicted, with the holders taken from the whole cache."""
+    w = open_world()
+    w.add_pod(created(raw_pod("first", "res-1", claim="c1"), NOW - timedelta(seconds=30)), "res-1")
+    w.add_pod(created(raw_pod("copy", "res-1", claim="c1"), NOW - timedelta(seconds=5)))
+    w.add_pod(declared("other"))  # in breach too, but not touched: left to a full pass
+    b = backstop(w)
+    assert run(b.once({"alice/first"})) == 1
+    assert not w.exists("copy")
+    assert w.exists("first")
+    assert w.exists("other")
+    assert b.looked == 1
+
+
+def test_a_burst_of_pod_events_costs_one_pass_over_the_pods_it_touched() -> None:
+    """Many declaring pods appear while the backstop waits: their events coalesce into
+    one pass, which decides on those pods only — not one full pass per event."""
+    w = open_world()
+    for i in range(30):
+        w.add_pod(created(raw_pod(f"quiet{i}", "res-1"), NOW), "res-1")
+    b = backstop(w)
+    caches = wired(b)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(b.run(3600.0))
+        await settle()
+        assert (b.passes, b.looked) == (1, 30)  # the first pass: every pod
+        for i in range(20):
+            w.add_pod(declared(f"job{i}"))
+        pods = w.pods()
+        for i in range(20):
+            for listener in caches.pods.listeners:
+                listener(f"alice/job{i}", None, pods[f"alice/job{i}"])
+        for _ in range(10):
+            await settle()
+        assert (b.passes, b.looked) == (2, 20)
+        assert not any(w.exists(f"job{i}") for i in range(20))
+        assert all(w.exists(f"quiet{i}") for i in range(30))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    run(scenario())

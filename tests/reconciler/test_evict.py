@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from reconciler.evict import evictions, message
@@ -126,3 +127,43 @@ def test_with_adoption_off_cancelled_pods_are_evicted() -> None:
     w.book(facts(2, START, START + 2 * H))
     run(w.evictor.once())
     assert not w.exists("job")
+
+
+def test_a_pass_over_touched_pods_decides_on_those_pods_only() -> None:
+    """A pod event touches one pod: the pass decides on it (a pod re-linked onto the
+    cancelled booking is evicted) and on no other (left to a full pass)."""
+    w = cancelled_world()
+    w.add_pod(raw_pod("moved", "res-1"), hold_on="res-1")
+    assert run(w.evictor.once({"alice/moved", "alice/gone"})) == 1
+    assert not w.exists("moved")
+    assert w.exists("job")
+    assert w.evictor.looked == 1
+    assert run(w.evictor.once()) == 1  # the full pass (tick, reservation change)
+    assert not w.exists("job")
+
+
+def test_a_burst_of_pod_events_costs_one_pass() -> None:
+    """Pods admitted under an open booking while the evictor waits (a window opening):
+    however many events, one pass over the pods they touched."""
+    w = World(NOW)
+    w.book(facts(1, START, START + 3 * H, gpus=50))
+
+    async def scenario() -> None:
+        task = asyncio.create_task(w.evictor.run(3600.0))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert (w.evictor.passes, w.evictor.looked) == (1, 0)
+        for i in range(40):
+            w.add_pod(raw_pod(f"p{i}", "res-1"), hold_on="res-1")
+            w.evictor.touch(f"alice/p{i}")
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert (w.evictor.passes, w.evictor.looked) == (2, 40)
+        await w.clock.advance(3600)  # the tick: every pod
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert (w.evictor.passes, w.evictor.looked) == (3, 40)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    run(scenario())

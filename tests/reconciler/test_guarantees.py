@@ -145,3 +145,31 @@ def test_next_end_is_the_soonest_future_guarantee_end() -> None:
     assert next_end(w.pods().values(), w.reservations(), IN_FIRST, use_group=False) == (
         START + H / 2
     )
+
+
+def test_a_pod_event_before_the_guarantee_end_keeps_the_timer_and_looks_at_that_pod() -> None:
+    """The pass a pod event causes looks at that pod alone, and the timer the full pass
+    set (the first chain's end) still flips the first pod at its end, not at the tick."""
+    w = chained_world()
+    w.book(facts(3, START, START + 3 * H, owner="bob"))
+
+    async def go() -> None:
+        task = asyncio.create_task(w.keeper.run(tick_s=3600 * 24))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert w.keeper.passes == 1
+        w.add_pod(raw_pod("late", "res-3", ns="bob"))
+        w.keeper.touch_pod("bob/late")
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert w.keeper.passes == 2
+        assert w.notes("late", "bob")[vocab.GUARANTEED_UNTIL] == format_utc(START + 3 * H)
+        await w.clock.advance((START + 2 * H - IN_FIRST).total_seconds() + 1)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert w.notes("job")[vocab.GUARANTEE_STATUS] == vocab.GUARANTEE_STATUS_OVERSTAY
+        assert w.notes("late", "bob")[vocab.GUARANTEE_STATUS] != vocab.GUARANTEE_STATUS_OVERSTAY
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    run(go())

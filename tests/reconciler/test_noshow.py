@@ -11,13 +11,15 @@ import pytest
 
 from reconciler.caches import Caches
 from reconciler.metrics import Metrics
-from reconciler.noshow import NoShows
+from reconciler.noshow import Holding, NoShows
+from reconciler.pods import project_pod
 from reconciler.settings import load
 from shared import model
 from shared.appclient import Cancelled, CancelReason, CancelResult, Transient, TransientReason
 from shared.clock import ManualClock, format_utc
 from shared.logs import fields_of
 from shared.policy import noshow
+from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
 from tests.reconciler.builders import END, NS, START, pod, reservation
@@ -376,3 +378,26 @@ def test_a_failing_cancel_is_not_retried_before_the_next_tick_however_often_woke
         assert len(w.app.calls) == 2
 
     asyncio.run(scenario())
+
+
+def test_the_no_show_loop_wakes_when_a_booking_gains_its_first_or_loses_its_last_holder() -> None:
+    """Ten pods admitted under one booking wake the loop once; it wakes again only when
+    the last of them stops holding it (finished, leaving or gone)."""
+    woken: list[int] = []
+    holding = Holding(lambda: woken.append(1))
+
+    def view(name: str, phase: str = "Running") -> Any:
+        raw = pod(name, "res-1", phase=phase)
+        raw["metadata"]["uid"] = f"uid-{name}"
+        return project_pod(raw, MatchRules())
+
+    for i in range(10):
+        holding.changed(f"alice/p{i}", None, view(f"p{i}"))
+    assert len(woken) == 1
+    for i in range(9):
+        holding.changed(f"alice/p{i}", view(f"p{i}"), view(f"p{i}", "Succeeded"))
+    assert len(woken) == 1
+    holding.changed("alice/p9", view("p9"), None)
+    assert len(woken) == 2
+    holding.changed("alice/unadmitted", None, project_pod(pod("u", None), MatchRules()))
+    assert len(woken) == 2
