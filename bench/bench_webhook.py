@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonpatch
 
 from bench import loadgen
 from bench.loadgen import Load, Outcome, Target
@@ -94,7 +95,8 @@ def mode() -> Mode:
 
 
 class MemoryStore:
-    """GET / PUT-status with resourceVersion checks, LIST for the cache."""
+    """GET / PUT-status / JSON-Patch-status with resourceVersion checks, LIST for the
+    cache."""
 
     def __init__(self, objects: list[dict[str, Any]]) -> None:
         self.objects = {o["metadata"]["name"]: o for o in objects}
@@ -118,6 +120,18 @@ class MemoryStore:
         meta = {**current["metadata"], "resourceVersion": str(self.rv)}
         self.objects[name] = {**current, "status": body["status"], "metadata": meta}
         return await self.get(res, name)
+
+    async def patch(
+        self,
+        res: Any,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        patch_type: str = "json",
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        patched = jsonpatch.apply_patch(self.objects[name], patch)
+        return await self.replace(res, name, patched, namespace, subresource)
 
     async def list_all(self, res: Any, namespace: Any = None, **_: Any) -> ListResult:
         return ListResult(list(self.objects.values()), str(self.rv))

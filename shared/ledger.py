@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from shared import model
 from shared.errors import Conflict, KubeError, NotFound
@@ -219,6 +219,18 @@ class LedgerGateway(Protocol):
         """PUT an object or one of its subresources."""
         ...
 
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: dict[str, Any] | list[dict[str, Any]],
+        namespace: str | None = None,
+        patch_type: Literal["json", "merge", "strategic"] = "json",
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """PATCH an object or one of its subresources (a JSON Patch by default)."""
+        ...
+
 
 @dataclass(frozen=True)
 class ClaimResult:
@@ -343,10 +355,13 @@ async def claim_group(
 
     The read-decide-write loop of ``claim`` (same ``deadline`` and ``cached`` rules),
     deciding the whole group at once (``decide_group``): a 409 re-reads and re-decides
-    every ask, so each is told the outcome of the write that landed. The holds already
-    stored are written back as they were read; only the new ones are encoded. A stop
+    every ask, so each is told the outcome of the write that landed. The write is a
+    JSON Patch of ``/status`` that appends the new holds to the stored ones, conditional
+    on the resourceVersion read (``appended_ops``: 409 when stale, exactly as a PUT),
+    so neither the request nor its encoding grows with the holds already stored. A stop
     (not found, deadline, error) is every ask's reason. ``cached_parsed`` is ``cached``
-    parsed already (a watch cache keeps both), so it is not parsed again.
+    parsed already (a watch cache keeps both), so it is not parsed again; nor is the
+    server's answer (``written_view``).
     """
     conflicts = 0
     raw = cached
@@ -365,10 +380,11 @@ async def claim_group(
             updated, reasons, new = decide_group(last, asks, claim_ids)
             if not new:
                 return [ClaimResult(False, None, last, r, conflicts, raw) for r in reasons]
-            body = appended_body(raw, updated, new, max(a.now for a in asks))
-            written = await _put(gateway, namespace, name, body, deadline, monotonic)
+            entries = [model.hold_to_status(h) for h in new]
+            ops = _ops(raw, updated, entries, max(a.now for a in asks))
+            written = await _patch(gateway, namespace, name, ops, deadline, monotonic)
             if written is not None:
-                res, echoed = _echo(written, updated)
+                res, echoed = written_view(written, last, entries, updated)
                 return [
                     ClaimResult(
                         r == "admitted", cid if r == "admitted" else None, res, r, conflicts, echoed
@@ -439,25 +455,38 @@ async def _read(
         raise _Stop("error") from exc
 
 
-def appended_body(
-    raw: dict[str, Any], res: GPUReservation, new: Sequence[Hold], now: datetime
-) -> dict[str, Any]:
-    """The ``/status`` PUT body adding ``new`` holds to ``raw`` (``res`` is the result).
+def appended_ops(
+    raw: dict[str, Any], res: GPUReservation, entries: Sequence[dict[str, Any]], now: datetime
+) -> list[dict[str, Any]]:
+    """The JSON Patch of ``/status`` that adds the hold ``entries`` to ``raw``'s ledger
+    (``res`` is the result), conditional on ``raw``'s resourceVersion.
 
-    The stored hold entries go back verbatim (they were validated when ``raw`` was
-    parsed), so a claim's cost does not grow with re-encoding every hold it did not
-    touch; ``status_body`` gives the same status for the same ledger.
+    The first operation replaces ``metadata.resourceVersion`` with the one read: the
+    apiserver takes a resourceVersion a patch sets as a precondition and answers 409
+    when the object changed since (kubernetes-facts §2), so the patch lands only on
+    the ledger it was decided on — the stored holds are exactly ``raw``'s, and are
+    neither sent nor re-encoded. A ``raw`` without a resourceVersion would make the
+    patch unconditional: ``ValueError``. Applied to ``raw``, the patch gives the
+    status ``status_body`` would write for ``res``.
     """
+    version = (raw.get("metadata") or {}).get("resourceVersion")
+    if not isinstance(version, str) or not version:
+        raise ValueError("the object read has no resourceVersion to write against")
+    ops: list[dict[str, Any]] = [
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": version}
+    ]
+    totals = {"usedGpus": res.used_gpus, "phase": res.facts.phase(now).value}
     status = raw.get("status")
-    status = dict(status) if isinstance(status, dict) else {}
-    stored = status.get("holds")
-    stored = stored if isinstance(stored, list) else []
-    status["holds"] = [*stored, *(model.hold_to_status(h) for h in new)]
-    status["usedGpus"] = res.used_gpus
-    status["phase"] = res.facts.phase(now).value
-    body = dict(raw)
-    body["status"] = status
-    return body
+    stored = status.get("holds") if isinstance(status, dict) else None
+    if isinstance(stored, list) and stored:
+        ops += [{"op": "add", "path": "/status/holds/-", "value": e} for e in entries]
+        return ops + [{"op": "add", "path": f"/status/{k}", "value": v} for k, v in totals.items()]
+    # No hold yet: ``raw`` may be a re-encoding of a parsed view (the reconciler's) whose
+    # empty status the stored object lacks, and an ``add`` under a missing parent is
+    # refused — so the whole status is written, as a PUT would (nothing to save here).
+    whole = dict(status) if isinstance(status, dict) else {}
+    whole.update(holds=[*entries], **totals)
+    return [*ops, {"op": "add", "path": "/status", "value": whole}]
 
 
 async def _write(
@@ -485,6 +514,26 @@ async def _put(
 ) -> dict[str, Any] | None:
     """PUT ``/status``: the object as written; ``None`` on a 409 (someone wrote first)."""
     call = gateway.replace(GPU_RESERVATIONS, name, body, namespace, subresource="status")
+    return await _written(call, name, deadline, monotonic)
+
+
+async def _patch(
+    gateway: LedgerGateway,
+    namespace: str,
+    name: str,
+    ops: list[dict[str, Any]],
+    deadline: float,
+    monotonic: Callable[[], float],
+) -> dict[str, Any] | None:
+    """JSON Patch ``/status``: the object as written; ``None`` on a 409 (stale)."""
+    call = gateway.patch(GPU_RESERVATIONS, name, ops, namespace, "json", subresource="status")
+    return await _written(call, name, deadline, monotonic)
+
+
+async def _written(
+    call: Awaitable[dict[str, Any]], name: str, deadline: float, monotonic: Callable[[], float]
+) -> dict[str, Any] | None:
+    """The answer to a ledger write; ``None`` on a 409; a stop for anything else."""
     try:
         return await _within(call, deadline, monotonic)
     except Conflict:
@@ -507,6 +556,28 @@ def _echo(
         return updated, None  # the write succeeded; an odd echo does not undo it
 
 
+def written_view(
+    written: dict[str, Any],
+    read: GPUReservation,
+    entries: Sequence[dict[str, Any]],
+    updated: GPUReservation,
+) -> tuple[GPUReservation, dict[str, Any] | None]:
+    """What ``model.from_object(written)`` gives for the answer to an ``appended_ops``
+    write, without parsing the answer's holds again: the ledger ``read`` (the object at
+    the precondition's resourceVersion) with the new hold ``entries`` read as stored,
+    under the answer's resourceVersion. The spec cannot have changed (the write was
+    conditional on that version, and ``/status`` writes leave the spec alone). An answer
+    without a resourceVersion is parsed whole (``_echo``)."""
+    version = (written.get("metadata") or {}).get("resourceVersion")
+    if not isinstance(version, str) or not version:
+        return _echo(written, updated)
+    try:
+        added = tuple(model.hold_from_status(e, len(read.holds) + i) for i, e in enumerate(entries))
+    except ValueError:
+        return _echo(written, updated)
+    return replace(read, holds=(*read.holds, *added), resource_version=version), written
+
+
 async def _within(call: Awaitable[T], deadline: float, monotonic: Callable[[], float]) -> T:
     remaining = deadline - monotonic()
     if remaining <= 0:
@@ -518,6 +589,16 @@ async def _within(call: Awaitable[T], deadline: float, monotonic: Callable[[], f
             return await call
     except TimeoutError as exc:
         raise _Stop("deadline") from exc
+
+
+def _ops(
+    raw: dict[str, Any], res: GPUReservation, entries: list[dict[str, Any]], now: datetime
+) -> list[dict[str, Any]]:
+    try:
+        return appended_ops(raw, res, entries, now)
+    except ValueError as exc:
+        log(_log, logging.WARNING, "ledger.malformed", reservation=res.name, error=str(exc))
+        raise _Stop("error") from exc
 
 
 def _parse(raw: dict[str, Any], name: str) -> GPUReservation:

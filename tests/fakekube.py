@@ -25,9 +25,11 @@ patches and selectors use the emulator's code.
 Test knobs: ``add`` stores an object as is (setup, no rules); ``down`` fails every call
 like an unreachable apiserver; ``fail_next`` raises the queued errors one per call;
 ``faults[verb]`` raises on every call of that verb until removed; ``before[verb]`` runs
-once before the next call of that verb (a concurrent writer); ``yields`` is how often a
-call yields to the loop first (to interleave concurrent callers); ``on_write`` sees every
-stored write. ``calls``, ``gets`` and ``writes`` count what happened.
+once before the next call of that verb (a concurrent writer); either may be keyed
+``"<verb> <plural>"`` instead (``"patch pods"``) to touch only that resource's calls;
+``yields`` is how often a call yields to the loop first (to interleave concurrent
+callers); ``on_write`` sees every stored write. ``calls``, ``gets`` and ``writes`` count
+what happened.
 """
 
 from __future__ import annotations
@@ -235,15 +237,17 @@ class FakeKube:
         self.calls.append((verb, res.plural))
         if self.down:
             raise ServerError(0, "connection refused")
-        hook = self.before.pop(verb, None)
+        narrow = f"{verb} {res.plural}"
+        hook = self.before.pop(verb, None) or self.before.pop(narrow, None)
         if hook is not None:
             hook()
         for _ in range(self.yields()):
             await asyncio.sleep(0)
         if self.fail_next:
             raise self.fail_next.pop(0)
-        if verb in self.faults:
-            raise self.faults[verb]
+        fault = self.faults.get(verb) or self.faults.get(narrow)
+        if fault is not None:
+            raise fault
 
     def _insert(
         self, res: Resource, body: Obj, namespace: str | None, dry_run: bool = False

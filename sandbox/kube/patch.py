@@ -63,7 +63,7 @@ def json_patch(target: Obj, ops: Any) -> Obj:
         )
     try:
         patch = jsonpatch.JsonPatch(ops)
-        result = patch.apply(clone(target))
+        result = patch.apply(clone(target), in_place=True)  # the clone is ours: no second copy
     except jsonpatch.JsonPatchTestFailed as exc:
         raise _rejected(str(exc)) from exc
     except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException) as exc:

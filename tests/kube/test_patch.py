@@ -196,3 +196,33 @@ def test_unknown_patch_type_is_415(api: httpx.Client, ns: str) -> None:
     """Rule: an unknown PATCH content type → 415."""
     _setup(api, ns)
     assert _patch(api, f"{CM.format(ns=ns)}/c", {}, "text/plain").status_code == 415
+
+
+def test_json_patch_of_a_custom_resources_status(api: httpx.Client, ns: str, widgets: str) -> None:
+    """Rule: a JSON Patch of ``/status`` applies to the whole stored object but writes only
+    its status (a spec edit in it is dropped), takes a ``replace`` of
+    ``metadata.resourceVersion`` as a precondition (409 when stale), and is atomic: an
+    operation that cannot apply (422) leaves the object as it was, including the
+    operations before it (the ledger's claim write, ``shared.ledger.appended_ops``)."""
+    body = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "s"}}
+    created = api.post(widgets.format(ns=ns), json={**body, "spec": {"size": 1}}).json()
+    status_path = f"{widgets.format(ns=ns)}/s/status"
+    version = created["metadata"]["resourceVersion"]
+    ops: list[dict[str, Any]] = [
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": version},
+        {"op": "add", "path": "/status", "value": {"used": 1}},
+        {"op": "replace", "path": "/spec/size", "value": 9},
+    ]
+    written = _patch(api, status_path, ops, "application/json-patch+json")
+    assert written.status_code == 200
+    assert (written.json()["status"], written.json()["spec"]["size"]) == ({"used": 1}, 1)
+    stale = _patch(api, status_path, ops, "application/json-patch+json")
+    assert (stale.status_code, stale.json()["reason"]) == (409, "Conflict")
+    half = [
+        {"op": "add", "path": "/status/used", "value": 5},
+        {"op": "add", "path": "/status/missing/deeper", "value": 1},
+    ]
+    assert _patch(api, status_path, half, "application/json-patch+json").status_code == 422
+    stored = api.get(f"{widgets.format(ns=ns)}/s").json()
+    assert stored["status"] == {"used": 1}
+    assert stored["metadata"]["resourceVersion"] == written.json()["metadata"]["resourceVersion"]

@@ -115,7 +115,7 @@ def test_endless_conflicts_end_at_the_deadline() -> None:
     async def always_conflict(*args, **kwargs):
         raise Conflict(409, "modified", "Conflict")
 
-    store.replace = always_conflict  # type: ignore[method-assign]
+    store.patch = always_conflict  # type: ignore[method-assign]
     result = asyncio.run(claim(store, 1, deadline=7.0, monotonic=lambda: next(clock)))
     assert result.reason == "deadline"
     assert result.conflicts >= 2

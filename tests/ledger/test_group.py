@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import replace
+from typing import Any
 
+import jsonpatch
 import pytest
 
 from shared import ledger, model
@@ -80,12 +83,63 @@ def test_stored_hold_entries_go_back_verbatim() -> None:
     assert entries[1]["gpus"] == 1
 
 
-def test_appended_body_matches_a_full_encoding() -> None:
+def test_appended_ops_give_the_status_a_full_encoding_gives() -> None:
     res = model.GPUReservation(facts(gpus=8), (model.Hold("a", 1, NOW, "p", "u", True),))
     raw = model.to_object(res, NAMESPACE, NOW)
+    raw["metadata"]["resourceVersion"] = "7"
     new = model.Hold("b", 2, NOW, "q")
     updated = ledger.add_hold(res, new)
-    assert ledger.appended_body(raw, updated, [new], NOW) == ledger.status_body(raw, updated, NOW)
+    ops = ledger.appended_ops(raw, updated, [model.hold_to_status(new)], NOW)
+    assert ops[0] == {"op": "replace", "path": "/metadata/resourceVersion", "value": "7"}
+    assert all(op["path"] != "/status/holds/0" for op in ops)  # stored holds are not sent
+    assert jsonpatch.apply_patch(raw, ops) == ledger.status_body(raw, updated, NOW)
+
+
+@pytest.mark.parametrize(
+    "status",
+    [None, {}, {"holds": None, "noShow": {"at": "x"}}, {"holds": [], "noShow": {"at": "y"}}],
+    ids=["no-status", "empty-status", "null-holds", "empty-holds"],
+)
+def test_appended_ops_start_a_ledger_that_has_none_yet(status: dict[str, Any] | None) -> None:
+    """A ledger without holds gets its status written whole, other status fields as
+    they were: the object read may be a re-encoding whose empty status the stored
+    object lacks, and an ``add`` under a missing parent would be refused."""
+    res = model.GPUReservation(facts(gpus=8))
+    raw = model.to_object(res, NAMESPACE, NOW)
+    raw["metadata"]["resourceVersion"] = "3"
+    if status is None:
+        raw.pop("status", None)
+    else:
+        raw["status"] = status
+    new = model.Hold("b", 2, NOW, "q")
+    ops = ledger.appended_ops(raw, ledger.add_hold(res, new), [model.hold_to_status(new)], NOW)
+    status_after = jsonpatch.apply_patch(raw, ops)["status"]
+    assert status_after["holds"] == [model.hold_to_status(new)]
+    assert status_after["usedGpus"] == 2
+    assert {k: v for k, v in (status or {}).items() if k != "holds"}.items() <= status_after.items()
+
+
+def test_a_ledger_read_without_a_resource_version_is_never_written() -> None:
+    """Without a version to write against the patch would be unconditional (able to
+    land on a ledger it was not decided on): the claim stops with ``error``."""
+    store = store_with(8)
+    cached = dict(store.stored("res-1"), metadata={"name": "res-1"})
+    results = group(store, 1, cached=cached)
+    assert [r.reason for r in results] == ["error"]
+    assert store.writes == 0
+
+
+def test_the_written_view_is_what_parsing_the_answer_gives() -> None:
+    """The cache gets the read ledger plus the new holds under the answer's version —
+    equal to a full parse of the answer, down to the stored instants' precision."""
+    store = store_with(8, model.Hold("old", 2, NOW, "p-old", "uid-old"))
+    late = NOW.replace(microsecond=654321)
+    results = asyncio.run(
+        ledger.claim_group(store, NAMESPACE, "res-1", [ledger.Ask(1, "p", late)], deadline=FAR)
+    )
+    assert results[0].raw is not None
+    assert results[0].reservation == model.from_object(results[0].raw)
+    assert results[0].reservation == store.reservation("res-1")
 
 
 @pytest.mark.parametrize("parsed", [False, True], ids=["raw-cached", "parsed-cached-too"])
@@ -116,14 +170,15 @@ def test_endless_conflicts_end_every_ask_at_the_deadline() -> None:
     async def always_conflict(*args, **kwargs):
         raise Conflict(409, "modified", "Conflict")
 
-    store.replace = always_conflict  # type: ignore[method-assign]
+    store.patch = always_conflict  # type: ignore[method-assign]
     results = group(store, 1, 2, deadline=7.0, monotonic=lambda: next(clock))
     assert [r.reason for r in results] == ["deadline", "deadline"]
     assert not any(r.admitted for r in results)
 
 
 def test_a_cached_parse_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the cache's parse of the cached object, a write parses only the server's echo."""
+    """With the cache's parse of the cached object, a write parses nothing whole: not
+    the cached object, not the server's answer (only the new holds are read)."""
     store = store_with(8)
     cached = store.stored("res-1")
     parses: list[str] = []
@@ -135,9 +190,24 @@ def test_a_cached_parse_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(model, "from_object", counted)
     group(store, 1, cached=cached)
-    assert len(parses) == 2
+    assert len(parses) == 1  # the cached object, not parsed yet
     parses.clear()
     fresh = store.stored("res-1")
     results = group(store, 1, cached=fresh, cached_parsed=real(fresh))
     assert [r.reason for r in results] == ["admitted"]
-    assert parses == [results[0].reservation.resource_version]  # type: ignore[union-attr]
+    assert parses == []
+
+
+def test_a_re_encoded_cached_object_claims_on_a_ledger_stored_without_status() -> None:
+    """The reconciler hands ``model.to_object`` of its view as the cached object: an
+    empty ``status`` the stored object (fresh, never written) does not have."""
+    store = FakeStore()
+    res = model.GPUReservation(facts(gpus=8))
+    stored = store.put(res)
+    stored.pop("status", None)
+    store.stored("res-1").pop("status", None)
+    version = store.stored("res-1")["metadata"]["resourceVersion"]
+    cached = model.to_object(replace(res, resource_version=version), NAMESPACE, NOW)
+    results = group(store, 2, cached=cached)
+    assert [r.reason for r in results] == ["admitted"]
+    assert ledger.used(store.reservation("res-1")) == 2

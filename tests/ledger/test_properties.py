@@ -27,14 +27,17 @@ class Run:
         self.store.put(model.GPUReservation(facts(gpus=budget)))
         self.store.on_write = self.check
         self.results: list[tuple[int, ledger.ClaimResult]] = []
-        inner = self.store.replace
+        # Claims write by JSON Patch, releases by PUT: both meet injected conflicts.
+        self.store.replace = self.flaky(self.store.replace, conflict_rate)  # type: ignore[method-assign]
+        self.store.patch = self.flaky(self.store.patch, conflict_rate)  # type: ignore[method-assign]
 
-        async def flaky(*args: Any, **kwargs: Any) -> dict[str, Any]:
-            if rng.random() < conflict_rate:
+    def flaky(self, inner: Any, conflict_rate: float) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.rng.random() < conflict_rate:
                 raise Conflict(409, "injected", "Conflict")
             return await inner(*args, **kwargs)
 
-        self.store.replace = flaky  # type: ignore[method-assign]
+        return call
 
     def check(self, obj: dict[str, Any]) -> None:
         assert sum(h["gpus"] for h in obj["status"]["holds"]) <= self.budget

@@ -273,10 +273,10 @@ def test_patch_failure_drops_the_claim_again() -> None:
         w = World(now=START + timedelta(minutes=1))
         w.book(facts())
         w.kube.add(PODS, gpu_pod("p"))
-        w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
+        w.kube.faults["patch pods"] = Invalid(422, "refused", "Invalid")
         await w.step()
         assert w.ledger_of().holds == ()
-        del w.kube.faults["patch"]
+        del w.kube.faults["patch pods"]
         await w.step()  # the pod is unchanged: no retry before the backstop tick
         assert w.ledger_of().holds == ()
         await w.clock.advance(w.settings.queue_interval_s)
@@ -395,7 +395,7 @@ def test_a_lease_pod_the_scheduler_rewrites_between_read_and_patch_is_still_admi
             ]
             w.kube.add(PODS, raw)
 
-        w.kube.before["patch"] = scheduler_writes
+        w.kube.before["patch pods"] = scheduler_writes
         got = await admit_lease(w)
         assert got is not None
         notes = w.pod("p")["metadata"]["annotations"]
@@ -408,7 +408,7 @@ def test_a_lease_pod_the_scheduler_rewrites_between_read_and_patch_is_still_admi
 def test_a_lease_pod_whose_patch_is_always_refused_is_tried_a_bounded_number_of_times() -> None:
     async def scenario() -> None:
         w = await lease_world()
-        w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
+        w.kube.faults["patch pods"] = Invalid(422, "refused", "Invalid")
         got = await admit_lease(w)
         assert got is None
         assert w.ledger_of().holds == ()  # every refused attempt's claim dropped again
@@ -423,7 +423,7 @@ def test_a_lease_pod_whose_patch_answer_was_lost_is_not_tried_again() -> None:
 
     async def scenario() -> None:
         w = await lease_world(gpus=2)
-        w.kube.faults["patch"] = ServerError(503, "the answer was lost")
+        w.kube.faults["patch pods"] = ServerError(503, "the answer was lost")
         got = await admit_lease(w)
         assert got is None
         assert w.kube.calls.count(("patch", PODS.plural)) == 1
@@ -442,9 +442,9 @@ def test_an_on_demand_admission_keeps_the_queues_backoff_for_its_pod() -> None:
         w.book(facts(gpus=2))
         w.book(facts(rid=2, gpus=1))
         w.kube.add(PODS, gpu_pod("p", gpus=2))
-        w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
+        w.kube.faults["patch pods"] = Invalid(422, "refused", "Invalid")
         await w.step()
-        del w.kube.faults["patch"]
+        del w.kube.faults["patch pods"]
         too_small = w.ledger_of(2)
         got = await w.admitter.admit_under(view(w.pod("p")), too_small, w.clock.now())
         assert got is None
@@ -484,7 +484,7 @@ def test_a_failed_lease_admission_leaves_its_pod_to_the_queues_announcer() -> No
 
     async def scenario() -> None:
         w = await lease_world()
-        w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
+        w.kube.faults["patch pods"] = Invalid(422, "refused", "Invalid")
         got = await admit_lease(w)
         assert got is None
         assert w.admitter.announcer.expected == set()
@@ -503,7 +503,7 @@ def test_a_lease_admission_given_the_pods_read_uses_it_first_and_reads_again_aft
         read = await w.admitter.reread(view(w.pod("p")))
         assert read is not None
         gets = w.kube.calls.count(("get", PODS.plural))
-        w.kube.faults["patch"] = Invalid(422, "refused", "Invalid")
+        w.kube.faults["patch pods"] = Invalid(422, "refused", "Invalid")
         got = await w.admitter.admit_under(
             view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False, fresh=read
         )

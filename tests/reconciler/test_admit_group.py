@@ -73,7 +73,7 @@ def test_a_write_by_someone_else_is_counted_before_the_group_is_admitted() -> No
             taken = ledger.add_hold(res, model.Hold("elsewhere", 3, w.clock.now()))
             w.kube.add(GPU_RESERVATIONS, model.to_object(taken, NS, w.clock.now()), NS)
 
-        w.kube.before["replace"] = other_replica
+        w.kube.before["patch"] = other_replica  # the ledger write comes first
         await w.admitter.once()
         await w.sync()
         assert len(admitted(w, names)) == 5

@@ -79,7 +79,7 @@ def test_a_refused_relink_is_not_retried_until_the_pod_changes_or_the_tick() -> 
         w.book(facts(1, START, START + timedelta(hours=1), gpus=4))
         w.book(facts(2, START + timedelta(hours=2), START + timedelta(hours=3)))
         w.add_pod(raw_pod("job", "res-1"), hold_on="res-1")
-        w.kube.faults["patch"] = Forbidden(403, "denied by policy", "Forbidden")
+        w.kube.faults["patch pods"] = Forbidden(403, "denied by policy", "Forbidden")
         writes: list[str] = []
         w.kube.on_write = lambda obj: writes.append(obj.get("kind", ""))
         # Each refused move writes the reservation twice (claim, release), and that
@@ -87,7 +87,7 @@ def test_a_refused_relink_is_not_retried_until_the_pod_changes_or_the_tick() -> 
         assert await w.relinker.adopt_overstays() == 0
         assert await w.relinker.adopt_overstays() == 0
         assert writes.count(vocab.CRD_KIND) == 2
-        del w.kube.faults["patch"]
+        del w.kube.faults["patch pods"]
         await w.clock.advance(300)
         assert await w.relinker.adopt_overstays() == 1
 

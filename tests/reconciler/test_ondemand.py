@@ -254,13 +254,13 @@ def test_a_refused_patch_cancels_the_lease_and_the_next_ask_uses_a_fresh_key() -
     async def scenario() -> None:
         w = World()
         w.kube.add(PODS, jit_pod(), "alice")
-        w.kube.faults["patch"] = Invalid(422, "denied by a policy webhook")
+        w.kube.faults["patch pods"] = Invalid(422, "denied by a policy webhook")
         await w.step()
         assert w.app.cancels == [(11, CancelReason.CONTROLLER_REVOKED)]
         assert vocab.BOOKING_REFERENCE not in (w.pod()["metadata"].get("annotations") or {})
         res = model.from_object(w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-11")])
         assert res.facts.state is model.State.CANCELLED
-        del w.kube.faults["patch"]
+        del w.kube.faults["patch pods"]
         await w.clock.advance(300)
         await w.step()
         assert [a.idempotency_key for a in w.app.asks] == ["uid-job", "uid-job.2"]
@@ -434,7 +434,7 @@ def test_a_lost_patch_answer_keeps_the_lease_for_upkeep_to_settle() -> None:
     async def scenario() -> None:
         w = World()
         w.kube.add(PODS, jit_pod(), "alice")
-        w.kube.faults["patch"] = ServerError(503, "the answer was lost")
+        w.kube.faults["patch pods"] = ServerError(503, "the answer was lost")
         await w.step()
         assert w.app.cancels == [], "the patch may still land: the lease stays"
         res = model.from_object(w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-11")])

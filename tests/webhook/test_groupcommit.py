@@ -139,16 +139,19 @@ class Run:
         self.store.put(model.GPUReservation(facts(gpus=budget)))
         self.store.on_write = self.check
         self.rng = rng
-        inner = self.store.replace
+        # Claims write by JSON Patch, releases by PUT: both meet injected conflicts.
+        self.store.replace = self.flaky(self.store.replace, conflict_rate)  # type: ignore[method-assign]
+        self.store.patch = self.flaky(self.store.patch, conflict_rate)  # type: ignore[method-assign]
+        self.replicas = [commit(self.store), commit(self.store)]
+        self.results: list[tuple[int, ClaimResult]] = []
 
-        async def flaky(*args: Any, **kwargs: Any) -> dict[str, Any]:
-            if rng.random() < conflict_rate:
+    def flaky(self, inner: Any, conflict_rate: float) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.rng.random() < conflict_rate:
                 raise Conflict(409, "injected", "Conflict")
             return await inner(*args, **kwargs)
 
-        self.store.replace = flaky  # type: ignore[method-assign]
-        self.replicas = [commit(self.store), commit(self.store)]
-        self.results: list[tuple[int, ClaimResult]] = []
+        return call
 
     def check(self, obj: dict[str, Any]) -> None:
         assert sum(h["gpus"] for h in obj["status"]["holds"]) <= self.budget
@@ -215,7 +218,7 @@ async def test_concurrent_admissions_share_a_write_and_count_its_409_once() -> N
     def other_writer() -> None:
         store.bump("res-1", lambda r: ledger.add_hold(r, model.Hold("elsewhere", 1, NOW)))
 
-    store.before["replace"] = other_writer
+    store.before["patch"] = other_writer
     docs = await asyncio.gather(*(call(admission, review(gpu_pod(1).build())) for _ in range(3)))
     assert all(d["response"]["warnings"][0].startswith("admitted under") for d in docs)
     assert ledger.used(store.reservation("res-1")) == 4
