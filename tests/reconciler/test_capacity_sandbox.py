@@ -217,10 +217,13 @@ async def no_show(tmp_path: Path) -> None:
         # tests/reconciler/test_noshow.py); here the bound is a liveness one, well within
         # the acceptance's one tick (QUEUE_PROCESSOR_INTERVAL).
         assert -1 <= (parse_utc(calls[0]["at"]) - due).total_seconds() <= LATE_CANCEL_S
-        got = await eventually(lambda: record(w, unused), 5)
+        # The record of the cancel is written after the app answered it: wait for it (the
+        # pending record, attempts 0, is there from the declaration on).
+        await eventually(lambda: _has(lambda: record(w, unused), "cancelledAt"), 5)
+        got = await record(w, unused)
+        assert got is not None
         assert got["attempts"] == 1
         assert 0 <= (parse_utc(got["declaredAt"]) - due).total_seconds() <= LATE_CANCEL_S
-        await eventually(lambda: _has(lambda: record(w, unused), "cancelledAt"), 5)
         await eventually(lambda: _cancelled(config, names[0]), 10)
         wide = await run(config, "get", vocab.CRD_SHORT_NAME, "-n", NS, names[0], "-o", "wide")
         header, row = wide.splitlines()[:2]
