@@ -111,7 +111,7 @@ class Kubelet(Passes):
                 self._at(pod, "remove", self._grace_deadline(meta), self._remove)
         elif bound and phase == "Pending":
             await self._start(pod)
-        elif phase == "Running" and run_seconds(pod) is not None:
+        elif phase == "Running" and not self._timed(pod, "finish") and run_seconds(pod) is not None:
             started = parse_utc(
                 (pod.get("status") or {}).get("startTime") or meta["creationTimestamp"]
             )
@@ -127,6 +127,12 @@ class Kubelet(Passes):
         if isinstance(grace, int):
             return self._clock.now() + timedelta(seconds=grace)
         return parse_utc(meta["deletionTimestamp"])
+
+    def _timed(self, pod: dict[str, Any], purpose: str) -> bool:
+        """Whether the pod has its ``purpose`` timer already (a pass over every pod on
+        every change need not work out its deadline again)."""
+        existing = self._timers.get(str(pod["metadata"].get("uid", "")))
+        return existing is not None and existing[0] == purpose
 
     def _at(
         self,
