@@ -60,3 +60,27 @@ async def test_a_request_waits_for_a_free_lane_within_its_own_timeout() -> None:
     finally:
         release.set()
         await http.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_request_frees_its_lane() -> None:
+    entered = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slow":
+            entered.set()
+            await asyncio.Event().wait()  # never answers
+        return httpx.Response(200, json={})
+
+    http = Http("http://app", "gpures_x", httpx.MockTransport(handler), lanes=1)
+    try:
+        slow = asyncio.create_task(http.send("GET", "/slow", seconds=30.0))
+        await entered.wait()
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        after = await http.send("GET", "/quick", seconds=30.0)
+        assert isinstance(after, Answer)
+        assert after.status == 200
+    finally:
+        await http.aclose()
