@@ -235,11 +235,15 @@ class Admitter:
         latest: dict[str, GPUReservation] = {}
         stamps: list[Awaitable[Attempt]] = []
         others: list[tuple[PodView, Route]] = []
+        # The guarantee end depends on the reservation alone: one chain walk per group.
+        until = guaranteed_until(first, pool, now, self._settings.rules)
         for (pod, found), result in zip(items, got, strict=True):
             if result.reservation is not None:
                 latest[first.name] = result.reservation
             if result.admitted and result.claim is not None and result.reservation is not None:
-                stamps.append(self._stamp(pod, result.reservation, result.claim, pool, now))
+                stamps.append(
+                    self._stamp(pod, result.reservation, result.claim, pool, now, until=until)
+                )
             elif result.reason not in {"error", "deadline"} and len(found.candidates) > 1:
                 others.append((pod, replace(found, candidates=found.candidates[1:])))
         done = [a for a in await bounded(stamps, PATCH_CONCURRENCY) if isinstance(a, Admitted)]
@@ -360,10 +364,13 @@ class Admitter:
         pool: list[GPUReservation],
         now: datetime,
         path: str = "reserved",
+        until: datetime | None = None,
     ) -> Attempt:
         """Patch the pod after a successful claim; drop the hold again if the patch was
-        refused, keep it if its answer was lost (it may still land)."""
-        until = guaranteed_until(res, pool, now, self._settings.rules)
+        refused, keep it if its answer was lost (it may still land). ``until`` is the
+        reservation's guarantee end when the caller has it already."""
+        if until is None:
+            until = guaranteed_until(res, pool, now, self._settings.rules)
         patch = queue.admission_patch(pod, res, claim, until, now, self._settings.queue.gate_name)
         try:
             await self._gateway.patch(PODS, pod.name, patch, pod.namespace)
