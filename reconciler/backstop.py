@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from reconciler.caches import Caches
+from reconciler.caches import Caches, ledger_only
 from reconciler.evict import EvictingPass, PassContext, eviction_reason, remove
 from reconciler.pods import PodView
 from shared import model, vocab
@@ -289,14 +289,18 @@ class Backstop(EvictingPass[Finding]):
 
 
 def wire(backstop: Backstop, caches: Caches) -> None:
-    """Wake ``backstop`` when a pod declaring the toleration or a reservation changes."""
+    """Wake ``backstop`` when a pod declaring the toleration or a reservation's facts
+    change."""
 
     def pod_changed(key: str, old: PodView | None, new: PodView | None) -> None:
         if new is not None and new.declared:
             backstop.touch(key)
 
-    def reservation_changed(key: str, old: object, new: object) -> None:
-        backstop.touch()
+    def reservation_changed(
+        key: str, old: GPUReservation | None, new: GPUReservation | None
+    ) -> None:
+        if not ledger_only(old, new):  # the rule never reads the holds
+            backstop.touch()
 
     caches.pods.listeners.append(pod_changed)
     caches.reservations.listeners.append(reservation_changed)

@@ -38,7 +38,7 @@ from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
-from reconciler.caches import Caches
+from reconciler.caches import Caches, ledger_only
 from reconciler.guarantees import GuaranteeKeeper
 from reconciler.pods import PodView, project_pod
 from reconciler.relink import Cause, Emit, Relinker
@@ -357,8 +357,9 @@ EVICT_TASK = "evictions"
 
 class Upholders:
     """The guarantee keeper, the re-linker and the evictor of one leader term, fed by
-    the caches: a reservation change wakes all three; a change of an admitted pod
-    wakes the keeper for that pod and the other two for a pass."""
+    the caches: a reservation change wakes all three for a pass over every pod (the
+    keeper and the evictor not when only its ledger moved: they decide on facts); a
+    change of an admitted pod wakes all three for that pod."""
 
     def __init__(
         self,
@@ -409,7 +410,10 @@ class Upholders:
             self.relinker.touch(key)
             self.evictor.touch(key)
 
-    def _reservation_changed(self, key: str, old: object, new: object) -> None:
-        self.keeper.touch_all()
-        self.relinker.touch()
-        self.evictor.touch()
+    def _reservation_changed(
+        self, key: str, old: GPUReservation | None, new: GPUReservation | None
+    ) -> None:
+        self.relinker.touch()  # its room: a ledger change may make space for a re-link
+        if not ledger_only(old, new):
+            self.keeper.touch_all()
+            self.evictor.touch()

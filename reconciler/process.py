@@ -24,7 +24,7 @@ import uvicorn
 from reconciler import backstop, events
 from reconciler.admit import Admitter
 from reconciler.audit import CapacityAuditor
-from reconciler.caches import STALL_S, Caches
+from reconciler.caches import STALL_S, Caches, ledger_only
 from reconciler.evict import Upholders
 from reconciler.forecast import Standby, forecaster
 from reconciler.http import HttpState, build_app
@@ -40,6 +40,7 @@ from reconciler.sweep import Sweeper, SweepMetrics, VictimApp
 from reconciler.sync import ReservationSource, Syncer
 from reconciler.tasks import Tasks, end_within
 from reconciler.waiting import Knowledge
+from shared import model
 from shared.clock import Clock
 from shared.gateway import Gateway
 from shared.logs import log
@@ -158,7 +159,6 @@ class Reconciler:
             lock=self.upholders.relinker.lock,
             metrics=SweepMetrics(self.metrics.registry),
         )
-        self.caches.reservations.listeners.append(lambda *_: self.sweeper.touch())
         if settings.preemption.overstay_report and isinstance(source, VictimApp):
             reporter = OverstayReporter(
                 source, clock, self.caches.by_name, use_group=settings.rules.use_group
@@ -177,7 +177,7 @@ class Reconciler:
             self.caches.ready,
             mirror=self.syncer.record,
         )
-        self.caches.reservations.listeners.append(lambda *_: self.noshows.touch())
+        self.caches.reservations.listeners.append(self._reservation_changed)
         #: Wakes the no-show loop when a booking gains its first or loses its last holder.
         self.holding = Holding(self.noshows.touch)
         self.caches.pods.listeners.append(self.holding.changed)
@@ -210,6 +210,16 @@ class Reconciler:
             (AUDIT_TASK, self.auditor.run),
             (NOSHOW_TASK, self.noshows.run),
         ]
+
+    def _reservation_changed(
+        self, key: str, old: model.GPUReservation | None, new: model.GPUReservation | None
+    ) -> None:
+        """Wake the no-show loop and the preemption sweep when a reservation's facts or
+        no-show record changed: neither reads the holds (the pods tell which bookings
+        are held and what they use)."""
+        if not ledger_only(old, new):
+            self.noshows.touch()
+            self.sweeper.touch()
 
     def _class_labels(self) -> set[str] | None:
         """The app's class labels once its class list was fetched (else unknown)."""

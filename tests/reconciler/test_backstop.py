@@ -316,6 +316,12 @@ def test_only_pods_declaring_the_toleration_and_reservations_wake_it() -> None:
     on_reservation("res-1", None, None)
     assert b.dirty.wake.is_set()
     assert b.dirty.take() is None  # a reservation event: at every pod
+    res = w.reservations()["res-1"]
+    claimed = replace(res, holds=(model.Hold("c", 1, NOW),), resource_version="9")
+    on_reservation("res-1", res, claimed)  # its ledger alone moved: the rule reads no holds
+    assert not b.dirty.wake.is_set()
+    on_reservation("res-1", res, replace(res, facts=replace(res.facts, owner="bob")))
+    assert b.dirty.take() is None
 
 
 async def settle() -> None:
