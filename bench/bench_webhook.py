@@ -49,8 +49,7 @@ import jsonpatch
 
 from bench import loadgen
 from bench.loadgen import Load, Outcome, Target
-from bench.procstat import rss_mib
-from bench.sandboxed import thread_cpu_s
+from bench.procstat import rss_mib, thread_cpu_s
 from sandbox.ports import free_port
 from sandbox.reconciler_component import ROOT
 from sandbox.runner import Sandbox, SandboxContext
@@ -281,7 +280,7 @@ def cpu_per_request(
     before: dict[str, float], after: dict[str, float], requests: int
 ) -> dict[str, float]:
     """Milliseconds of the server's CPU per request it answered over a cell (warm-up
-    included on both sides), by thread and in total (``bench.sandboxed.thread_cpu_s``
+    included on both sides), by thread and in total (``bench.procstat.thread_cpu_s``
     readings)."""
     if requests <= 0:
         return {}

@@ -19,7 +19,11 @@ scheduler and kubelet are not started ("tolerated" is the reconciler's work alon
 
 Lags are in sandbox seconds; ``wall = sandbox / factor`` (``BENCH_CLOCK_FACTOR``,
 default 1, where the two are equal). The HTTP watch client runs in a process of its
-own. Afterwards the ledgers are checked: no booking may hold more GPUs
+own. CPU seconds are read from the window start to the last pod tolerated and to
+``TAIL_S`` after the start (the announcements trail): the reconciler's process (and its
+event loop's thread) from ``/proc``, this process (both emulators) from
+``time.process_time`` — per admitted pod, the figure least moved by other work on the
+machine. Afterwards the ledgers are checked: no booking may hold more GPUs
 than it has. Gives up ``GIVE_UP_S`` wall seconds after the window opened and says so.
 """
 
@@ -44,7 +48,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from bench.procstat import cpu_s
+from bench.procstat import cpu_s, thread_cpu_s
 from sandbox.kube.server import KubeServer
 from sandbox.kube.store import Change
 from sandbox.reconciler_component import ReconcilerProcess, install
@@ -325,15 +329,35 @@ async def overbooked(gateway: Gateway, namespace: str) -> tuple[int, int]:
     return held, over
 
 
+@dataclass(frozen=True)
+class Cpu:
+    """CPU seconds over a span: the reconciler process (and of it, its event loop's
+    thread), and this process (both emulators)."""
+
+    reconciler: float
+    loop: float
+    emulators: float
+
+    def __sub__(self, other: Cpu) -> Cpu:
+        return Cpu(
+            self.reconciler - other.reconciler,
+            self.loop - other.loop,
+            self.emulators - other.emulators,
+        )
+
+
 @dataclass
 class Burst:
-    """CPU seconds (reconciler process, this process) from the window start until every
-    pod was tolerated, and until ``TAIL_S`` after the start: CPU per admitted pod is
-    the yardstick that the other work on a shared machine moves least."""
+    """CPU from the window start until every pod was tolerated, and until ``TAIL_S``
+    after the start: CPU per admitted pod is the yardstick that the other work on a
+    shared machine moves least."""
 
-    admitted: tuple[float, float] | None = None
-    tail: tuple[float, float] | None = None
-    pods: int = 0
+    admitted: Cpu | None = None
+    tail: Cpu | None = None
+
+
+def cpu_now(pid: int) -> Cpu:
+    return Cpu(cpu_s(pid), thread_cpu_s(pid).get("main", 0.0), time.process_time())
 
 
 async def sample_cpu(
@@ -341,26 +365,16 @@ async def sample_cpu(
 ) -> None:
     """Fill ``burst``: CPU read at the window start, when all ``total`` pods are
     committed tolerated, and ``TAIL_S`` after the start."""
-
-    def both() -> tuple[float, float]:
-        return cpu_s(pid), time.process_time()
-
     while (left := (opens - clock.now()).total_seconds()) > 0:
         await clock.sleep(min(left, 0.005) if left < 0.05 else left - 0.04)
-    start = both()
+    start = cpu_now(pid)
     tail_at = opens + timedelta(seconds=TAIL_S)
-    while burst.admitted is None or clock.now() < tail_at:
+    while burst.admitted is None or burst.tail is None:
         if burst.admitted is None and len(committed.seen) >= total:
-            now = both()
-            burst.admitted = (now[0] - start[0], now[1] - start[1])
+            burst.admitted = cpu_now(pid) - start
         if burst.tail is None and clock.now() >= tail_at:
-            now = both()
-            burst.tail = (now[0] - start[0], now[1] - start[1])
+            burst.tail = cpu_now(pid) - start
         await asyncio.sleep(0.01)
-    if burst.tail is None:
-        now = both()
-        burst.tail = (now[0] - start[0], now[1] - start[1])
-    burst.pods = len(committed.seen)
 
 
 def cpu_lines(burst: Burst, total: int) -> list[str]:
@@ -373,10 +387,12 @@ def cpu_lines(burst: Burst, total: int) -> list[str]:
         if got is None:
             lines.append(f"CPU {what}: not reached")
             continue
-        rec, own = got
+        per = 1000 / total
         lines.append(
-            f"CPU {what}: reconciler {rec:.2f} s ({rec / total * 1000:.2f} ms/pod), "
-            f"emulators (bench process) {own:.2f} s ({own / total * 1000:.2f} ms/pod)"
+            f"CPU {what}: reconciler {got.reconciler:.2f} s ({got.reconciler * per:.2f} "
+            f"ms/pod; its event loop {got.loop:.2f} s, other threads "
+            f"{got.reconciler - got.loop:.2f} s), emulators (bench process) "
+            f"{got.emulators:.2f} s ({got.emulators * per:.2f} ms/pod)"
         )
     return lines
 

@@ -85,24 +85,3 @@ def spread(what: str, values: list[float | None], give_up_s: float) -> str:
     marks = f"p50 {rank(got, 0.5):.3f} s, p99 {rank(got, 0.99):.3f} s, max {got[-1]:.3f} s"
     lost = len(values) - len(got)
     return f"{what}: {marks} ({len(got)} measured" + (f", {lost} lost)" if lost else ")")
-
-
-def thread_cpu_s(pid: int) -> dict[str, float]:
-    """CPU seconds (user + system) each thread of ``pid`` has used, summed by thread
-    name (``/proc/<pid>/task/*/stat``): ``main`` for the process's first thread (an
-    asyncio program's event loop), ``other <name>`` for the rest by their OS name, a
-    numbered pool's workers (``w_0``, ``w_1``…) together. CPython does not give its
-    threads OS names, so a Python program's other threads are all ``other python``.
-    A thread that ended meanwhile is missing from the later reading."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    found: dict[str, float] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            head, _, tail = (task / "stat").read_text().rpartition(")")
-        except OSError:
-            continue  # the thread ended while we read
-        name = head.split("(", 1)[1].rstrip("_0123456789") or "?"
-        name = "main" if task.name == str(pid) else f"other {name}"
-        fields = tail.split()
-        found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
-    return found
