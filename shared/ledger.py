@@ -360,8 +360,7 @@ async def claim_group(
     on the resourceVersion read (``appended_ops``: 409 when stale, exactly as a PUT),
     so neither the request nor its encoding grows with the holds already stored. A stop
     (not found, deadline, error) is every ask's reason. ``cached_parsed`` is ``cached``
-    parsed already (a watch cache keeps both), so it is not parsed again; nor is the
-    server's answer (``written_view``).
+    parsed already (a watch cache keeps both), so it is not parsed again.
     """
     conflicts = 0
     raw = cached
@@ -384,7 +383,7 @@ async def claim_group(
             ops = _ops(raw, updated, entries, max(a.now for a in asks))
             written = await _patch(gateway, namespace, name, ops, deadline, monotonic)
             if written is not None:
-                res, echoed = written_view(written, last, entries, updated)
+                res, echoed = _echo(written, updated)
                 return [
                     ClaimResult(
                         r == "admitted", cid if r == "admitted" else None, res, r, conflicts, echoed
@@ -554,28 +553,6 @@ def _echo(
         return model.from_object(written), written
     except ValueError:
         return updated, None  # the write succeeded; an odd echo does not undo it
-
-
-def written_view(
-    written: dict[str, Any],
-    read: GPUReservation,
-    entries: Sequence[dict[str, Any]],
-    updated: GPUReservation,
-) -> tuple[GPUReservation, dict[str, Any] | None]:
-    """What ``model.from_object(written)`` gives for the answer to an ``appended_ops``
-    write, without parsing the answer's holds again: the ledger ``read`` (the object at
-    the precondition's resourceVersion) with the new hold ``entries`` read as stored,
-    under the answer's resourceVersion. The spec cannot have changed (the write was
-    conditional on that version, and ``/status`` writes leave the spec alone). An answer
-    without a resourceVersion is parsed whole (``_echo``)."""
-    version = (written.get("metadata") or {}).get("resourceVersion")
-    if not isinstance(version, str) or not version:
-        return _echo(written, updated)
-    try:
-        added = tuple(model.hold_from_status(e, len(read.holds) + i) for i, e in enumerate(entries))
-    except ValueError:
-        return _echo(written, updated)
-    return replace(read, holds=(*read.holds, *added), resource_version=version), written
 
 
 async def _within(call: Awaitable[T], deadline: float, monotonic: Callable[[], float]) -> T:

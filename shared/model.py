@@ -246,12 +246,6 @@ HOLD_MEMO_SIZE = 4096
 _HOLDS: dict[tuple[Any, ...], Hold] = {}
 
 
-def hold_from_status(raw: Any, index: int) -> Hold:
-    """Entry ``index`` of ``status.holds`` read as ``from_object`` reads it (memoised);
-    ``ValueError`` names the bad field."""
-    return _known_hold(raw, index)
-
-
 def _known_hold(raw: Any, index: int) -> Hold:
     """``_hold`` through the memo (same result, same errors)."""
     if not isinstance(raw, dict):
