@@ -14,10 +14,12 @@ store), then end to end, as a user's pod creation meets it:
 - for each ``c``: the baseline, then the webhook's three paths — **claim** (a GPU pod
   of an owner whose booking is open with room: a ledger claim per pod), **no match**
   (a GPU pod of a namespace without bookings), **non-GPU** (a plain pod); each figure
-  beside the baseline's as a ratio. While the claim load runs, a stand-in for the
-  reconciler's upkeep drops the booking's oldest holds every 0.25 s (keeping 64, as
-  pods finishing would), through ``ledger.amend`` like the reconciler: the ledger
-  stays the size a real booking has, and those writes are real contention;
+  beside the baseline's as a ratio. The claim booking has 128 GPUs, and while each
+  cell runs a stand-in for the reconciler's upkeep passes over it back to back
+  (``upkeep_pass`` through ``ledger.amend``, as ``reconciler.upkeep`` does while pods
+  stream in): each pass binds the new holds to their pods and drops all but the
+  newest 32 (the older pods finished), so the ledger stays within the booking and its
+  writes are the reconciler's real contention;
 - a **burst**: 50 connections each sending one create at once for a booking of exactly
   50 GPUs; every one must be admitted at creation (fail-opens counted from the
   webhook's own ``fail_open_total``).
@@ -39,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -71,8 +73,15 @@ NS = vocab.PRODUCT_NAME
 POLICY = PolicySettings(MatchRules(), None, STRIP, frozenset(), NS)
 LEVELS = (1, 10, 50)
 PATHS = ("baseline", "claim", "nomatch", "nongpu")
-#: Holds the upkeep stand-in leaves on the claim booking.
-KEEP_HOLDS = 64
+#: GPUs of the claim booking: a large booking (16 nodes of 8 GPUs). Its ledger can
+#: never hold more than this, as a real booking's cannot.
+CLAIM_GPUS = 128
+#: Holds the upkeep stand-in leaves after each pass (the older pods have finished).
+KEEP_HOLDS = 32
+#: Pause between two upkeep passes: the reconciler's pass follows the pod events at once
+#: (``reconciler.upkeep.Keeper``: woken by each pod event, no debounce); this stands for
+#: the watch delivering the new pods and the pass's own work.
+UPKEEP_PAUSE_S = 0.01
 BURST = 50
 
 
@@ -217,19 +226,37 @@ def booking(rid: int, owner: str, gpus: int) -> dict[str, Any]:
     return body
 
 
+def upkeep_pass(res: model.GPUReservation) -> model.GPUReservation:
+    """What one reconciler upkeep pass does to the claim booking's ledger while pods
+    stream in (pure): every new hold is bound to its pod (the pod cache now shows it),
+    and the holds of the pods that finished are dropped — here all but the newest
+    ``KEEP_HOLDS``, so the booking never fills."""
+    bound = tuple(
+        h if h.bound else replace(h, pod=h.pod or h.claim, pod_uid=f"uid-{h.claim}")
+        for h in res.holds[-KEEP_HOLDS:]
+    )
+    return replace(res, holds=bound)
+
+
 async def upkeep(gateway: Gateway, name: str, stop: asyncio.Event) -> int:
-    """Drop all but the newest ``KEEP_HOLDS`` holds every 0.25 s; writes made."""
-
-    def trim(res: model.GPUReservation) -> model.GPUReservation:
-        return ledger.drop(res, {h.claim for h in res.holds[:-KEEP_HOLDS]})
-
+    """A stand-in for the reconciler's upkeep of the claim booking: passes back to back
+    (``UPKEEP_PAUSE_S`` apart), each a ``ledger.amend`` (GET, then a conditional PUT
+    when the ledger changed) applying ``upkeep_pass``; writes made."""
     writes = 0
+    changed = False
+
+    def change(res: model.GPUReservation) -> model.GPUReservation:
+        nonlocal changed
+        updated = upkeep_pass(res)
+        changed = updated.holds != res.holds
+        return updated
+
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 0.25)
+            await asyncio.wait_for(stop.wait(), UPKEEP_PAUSE_S)
         now = SystemClock().now()
-        got = await ledger.amend(gateway, NS, name, trim, now=now, deadline=time.monotonic() + 2)
-        writes += got is not None
+        got = await ledger.amend(gateway, NS, name, change, now=now, deadline=time.monotonic() + 2)
+        writes += got is not None and changed
     return writes
 
 
@@ -257,6 +284,7 @@ CELL_SAMPLES = (
     "fail_open_total",
     "claim_group_size_count",
     "claim_group_size_sum",
+    "ledger_conflicts_total",
 )
 
 
@@ -348,7 +376,7 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
             component.mount.cert_file, component.mount.key_file
         )
         loadgen.pin(baseline.pid, server=True)
-        for body in (booking(1, "alice", 10**6), booking(2, "burst", BURST)):
+        for body in (booking(1, "alice", CLAIM_GPUS), booking(2, "burst", BURST)):
             await gateway.create(GPU_RESERVATIONS, body, NS)
         await asyncio.sleep(1.0)  # the replica's watch delivers them
         webhook = Target("127.0.0.1", replica.port)
@@ -370,9 +398,9 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 out = await asyncio.to_thread(loadgen.run_load, target, load)
                 cpu_after = thread_cpu_s(server_pid)
                 stop.set()
-                await trimmer
+                upkeep_writes = await trimmer
                 after = counted(replica.health_url, *CELL_SAMPLES)
-                answered, fails, groups, grouped = (
+                answered, fails, groups, grouped, conflicts = (
                     int(a - b) for a, b in zip(after, before, strict=True)
                 )
                 cells.append(cell(c, path, out, None if path == "baseline" else fails))
@@ -381,6 +409,8 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                     answered = round(len(out.latencies) * (1 + run.warmup_s / run.measure_s))
                 cells[-1]["cpu_ms_per_request"] = cpu_per_request(cpu, cpu_after, answered)
                 cells[-1]["claim_groups"] = {"groups": groups, "claims": grouped}
+                cells[-1]["ledger_conflicts"] = conflicts
+                cells[-1]["upkeep_writes"] = upkeep_writes
         fails_before = fail_opens(replica.health_url)
         burst_load = Load("claim", BURST, 0, 0, per_connection=1, owner="burst")
         out = await asyncio.to_thread(loadgen.run_load, webhook, burst_load)
@@ -428,7 +458,8 @@ def table(found: dict[str, Any]) -> list[str]:
             parts = ", ".join(f"{k} {v:.3f}" for k, v in cpu.items() if k != "total")
             groups = c["claim_groups"]
             mean = (
-                f"; {groups['claims'] / groups['groups']:.1f} claims per group commit"
+                f"; {groups['claims'] / groups['groups']:.1f} claims per group commit, "
+                f"{c['ledger_conflicts']} 409s, {c['upkeep_writes']} upkeep writes"
                 if groups["groups"]
                 else ""
             )
