@@ -35,7 +35,7 @@ from shared.errors import KubeError
 from shared.logs import log
 from shared.model import GPUReservation, ReservationFacts, State
 from shared.policy.annotations import guarantee_status, reservation_facts
-from shared.policy.windows import guarantee_end
+from shared.policy.windows import Kin, guarantee_end, kin, kin_key
 from shared.resources import PODS
 
 _log = logging.getLogger(__name__)
@@ -84,14 +84,18 @@ def kept_live(pod: PodView) -> bool:
 
 def live_end(
     res: GPUReservation | None,
-    pool: Iterable[ReservationFacts],
+    pool: Iterable[ReservationFacts] | Mapping[Kin, list[ReservationFacts]],
     now: datetime,
     *,
     use_group: bool,
 ) -> datetime | None:
-    """The end of the chained guarantee (R9); None when there is none (R10)."""
+    """The end of the chained guarantee (R9); None when there is none (R10). ``pool``
+    is every reservation's facts, or them grouped by ``windows.kin`` (a pass computing
+    many ends groups them once)."""
     if res is None or res.facts.state is not State.ACTIVE:
         return None
+    if isinstance(pool, Mapping):
+        pool = pool.get(kin_key(res.facts), [])
     return guarantee_end(res.facts, pool, now, use_group=use_group)
 
 
@@ -115,7 +119,7 @@ def differing(pod: PodView, wanted: Mapping[str, str]) -> dict[str, str]:
 
 def wanted_notes(
     res: GPUReservation | None,
-    pool: Iterable[ReservationFacts],
+    pool: Iterable[ReservationFacts] | Mapping[Kin, list[ReservationFacts]],
     now: datetime,
     *,
     use_group: bool,
@@ -154,11 +158,11 @@ def next_end(
     """The soonest future guarantee end among live admitted pods (the timer's instant).
 
     The end depends on the reservation only, so it is computed once per reservation in
-    use, not once per pod (500 pods admitted at a window open re-ran the chain walk for
-    each one, on every pod event)."""
-    pool = [r.facts for r in reservations.values()]
+    use, not once per pod (500 pods admitted at a window opening re-ran the chain walk
+    for each one, on every pod event), over the bookings that could chain with it."""
+    pools = kin(r.facts for r in reservations.values())
     used = {pod.reference for pod in pods if kept_live(pod) and pod.reference is not None}
-    ends = (live_end(reservations.get(ref), pool, now, use_group=use_group) for ref in used)
+    ends = (live_end(reservations.get(ref), pools, now, use_group=use_group) for ref in used)
     return min((end for end in ends if end is not None and end > now), default=None)
 
 
@@ -222,7 +226,7 @@ class GuaranteeKeeper:
         if self._soonest is not None and self._soonest <= now:
             keys = None  # a guarantee ended: every pod under it flips to overstay
         reservations = self._reservations()
-        pool = [r.facts for r in reservations.values()]
+        pool = kin(r.facts for r in reservations.values())
         pods = self._pods()
         chosen = list(pods.values()) if keys is None else [pods[k] for k in keys if k in pods]
         soonest = next_end(chosen, reservations, now, use_group=self._use_group)

@@ -20,7 +20,7 @@ from reconciler.guarantees import live_end
 from reconciler.pods import PodView
 from shared.model import GPUReservation, ReservationFacts, State, parse_reference
 from shared.policy.preemption import Holder, Room
-from shared.policy.windows import chain
+from shared.policy.windows import chain, kin, kin_key
 from shared.settings import EnvReader
 
 
@@ -126,7 +126,7 @@ def guarantee_of(
     """The live guarantee end of pods under ``ref`` and the names they claim.
 
     ``facts`` may be narrowed to the bookings that could chain (same owner, class and
-    GPU count — ``chain_pools``); the chain rule itself is ``windows.chain``'s."""
+    GPU count — ``windows.kin``); the chain rule itself is ``windows.chain``'s."""
     res = reservations.get(ref)
     pool = list(facts)
     end = live_end(res, pool, now, use_group=use_group)
@@ -134,19 +134,6 @@ def guarantee_of(
     if res is not None and res.facts.state is State.ACTIVE:
         claims.update(link.name for link in chain(res.facts, pool, now, use_group=use_group))
     return end, frozenset(claims)
-
-
-def chain_pools(
-    reservations: Mapping[str, GPUReservation],
-) -> dict[tuple[str, str, int], list[ReservationFacts]]:
-    """Reservations grouped by what a chain link must share with its anchor (owner,
-    class, GPU count), so each pod's chain is walked over its own few candidates
-    instead of every reservation."""
-    pools: dict[tuple[str, str, int], list[ReservationFacts]] = {}
-    for r in reservations.values():
-        f = r.facts
-        pools.setdefault((f.owner, f.gpu_class, f.gpu_count), []).append(f)
-    return pools
 
 
 def holders_of(
@@ -158,7 +145,7 @@ def holders_of(
 ) -> list[Holder]:
     """Every live admitted GPU pod bound to a node, as a ``Holder`` (the guarantee is
     computed once per reservation, not per pod)."""
-    pools = chain_pools(reservations)
+    pools = kin(r.facts for r in reservations.values())
     known: dict[str, tuple[datetime | None, frozenset[str]]] = {}
     found = []
     for pod in pods:
@@ -171,8 +158,7 @@ def holders_of(
             continue
         if ref not in known:
             res = reservations.get(ref)
-            key = (res.facts.owner, res.facts.gpu_class, res.facts.gpu_count) if res else None
-            facts = pools.get(key, []) if key else []
+            facts = pools.get(kin_key(res.facts), []) if res else []
             known[ref] = guarantee_of(ref, reservations, facts, now, use_group=use_group)
         end, claims = known[ref]
         found.append(

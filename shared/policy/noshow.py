@@ -30,7 +30,7 @@ from typing import Any
 
 from shared.clock import format_utc, parse_utc
 from shared.model import GPUReservation, Kind, ReservationFacts, State
-from shared.policy.windows import chain
+from shared.policy.windows import chain, kin, kin_key
 
 #: Key of the no-show record in a GPUReservation's status.
 STATUS_KEY = "noShow"
@@ -154,12 +154,13 @@ def claimed(
 ) -> set[str]:
     """Reservation names live pods hold (``held``: their booking references), each
     with the bookings its chained guarantee runs through."""
-    pool = list(reservations.values())
+    pools = kin(reservations.values())
     out: set[str] = set()
     for name in set(held):
         out.add(name)
         anchor = reservations.get(name)
         if anchor is not None and anchor.state is State.ACTIVE:
+            pool = pools.get(kin_key(anchor), [])
             out.update(link.name for link in chain(anchor, pool, now, use_group=use_group))
     return out
 

@@ -39,6 +39,26 @@ def within_horizon(facts: ReservationFacts, now: datetime, horizon: timedelta) -
     return facts.start <= now + horizon and has_time_left(facts, now)
 
 
+Kin = tuple[str, str, int]
+
+
+def kin_key(facts: ReservationFacts) -> Kin:
+    """What every link of a chain shares with its anchor under any rules: owner, class
+    label and GPU count (``_links`` compares the group too when the feature is on)."""
+    return (facts.owner, facts.gpu_class, facts.gpu_count)
+
+
+def kin(pool: Iterable[ReservationFacts]) -> dict[Kin, list[ReservationFacts]]:
+    """``pool`` grouped by ``kin_key``. A chain walked over its anchor's group alone is
+    the chain walked over the whole pool, so a pass computing many guarantees groups
+    the pool once and each walk reads a few bookings, not every reservation (the walk
+    over the whole pool, once per reservation in use, was O(reservations²))."""
+    groups: dict[Kin, list[ReservationFacts]] = {}
+    for facts in pool:
+        groups.setdefault(kin_key(facts), []).append(facts)
+    return groups
+
+
 def _links(
     anchor: ReservationFacts,
     bookings: Iterable[ReservationFacts],

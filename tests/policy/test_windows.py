@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared import model
 from shared.policy.windows import (
@@ -12,6 +14,8 @@ from shared.policy.windows import (
     expired,
     guarantee_end,
     is_open,
+    kin,
+    kin_key,
     runtime_limit_seconds,
     within_horizon,
 )
@@ -105,3 +109,45 @@ def test_chain_lists_the_links_in_order() -> None:
 )
 def test_runtime_limit_seconds(until: object, best_effort: bool, expected: int) -> None:
     assert runtime_limit_seconds(until, NOW, best_effort=best_effort) == expected  # type: ignore[arg-type]
+
+
+@st.composite
+def pools(draw: st.DrawFn) -> list[model.ReservationFacts]:
+    """Up to 12 bookings over two owners, classes, counts and groups, on whole hours
+    around NOW (so many abut), some cancelled or best-effort."""
+    out = []
+    for rid in range(1, draw(st.integers(1, 12)) + 1):
+        start_h = draw(st.integers(-3, 4))
+        out.append(
+            reservation(
+                rid,
+                owner=draw(st.sampled_from(["alice", "bob"])),
+                gpu_class=draw(st.sampled_from(["h100", "a100"])),
+                gpus=draw(st.sampled_from([1, 2])),
+                start=NOW + timedelta(hours=start_h),
+                end=NOW + timedelta(hours=start_h + draw(st.integers(1, 3))),
+                kind=draw(st.sampled_from([model.Kind.BOOKING, model.Kind.BEST_EFFORT])),
+                state=draw(st.sampled_from([model.State.ACTIVE, model.State.CANCELLED])),
+                group=draw(st.sampled_from([None, "lab", "ops"])),
+            ).facts
+        )
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), st.booleans())
+def test_a_chain_over_its_anchors_kin_is_the_chain_over_the_whole_pool(
+    pool: list[model.ReservationFacts], use_group: bool
+) -> None:
+    """``kin`` groups the pool by what every link shares with its anchor, so a pass may
+    walk each chain over its anchor's group alone."""
+    groups = kin(pool)
+    assert sorted(f.id for g in groups.values() for f in g) == sorted(f.id for f in pool)
+    for anchor in pool:
+        mine = groups[kin_key(anchor)]
+        assert chain(anchor, mine, NOW, use_group=use_group) == chain(
+            anchor, pool, NOW, use_group=use_group
+        )
+        assert guarantee_end(anchor, mine, NOW, use_group=use_group) == guarantee_end(
+            anchor, pool, NOW, use_group=use_group
+        )
