@@ -70,7 +70,9 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The decision. ``edited`` is the pod to diff against (None: no change)."""
+    """The decision. ``edited`` is the pod to diff against (None: no change); it may be
+    the request's own pod object when the decision changes nothing — never edit it in
+    place (``admit`` stamps a copy)."""
 
     outcome: Outcome
     edited: dict[str, Any] | None = None
@@ -168,13 +170,19 @@ def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 def _sanitise(
     pod: dict[str, Any], prof: PodProfile, ctx: Context
 ) -> tuple[dict[str, Any], list[str], str | None]:
-    """(edited copy, warnings, denial message): forged state removed or refused."""
-    edited, warnings = edit_copy(pod), []
+    """(pod as edited, warnings, denial message): forged state removed or refused.
+
+    The pod comes back as it was — the caller's own object, which nobody may edit in
+    place — when there is nothing to remove (most pods: the copy was ≈ a quarter of a
+    no-change answer's work); otherwise an edited copy."""
     forged = _forged(pod)
+    declared = tol.reservation_tolerations(pod) if is_gpu_pod(prof) else []
+    if not forged and not declared:
+        return pod, [], None
+    edited, warnings = edit_copy(pod), []
     if forged:
         _strip_annotations(edited, forged)
         warnings.append(wording.annotations_removed(forged))
-    declared = tol.reservation_tolerations(pod) if is_gpu_pod(prof) else []
     if declared and ctx.policy.toleration_policy == DENY:
         return edited, warnings, wording.toleration_denied()
     if declared:
@@ -202,6 +210,7 @@ def _queued(
         return Verdict(Outcome.QUEUED, edited, (*warnings, text), gpus=gpus, reservation=res.name)
     gate = ctx.policy.gate_name
     if gate:
+        edited = edit_copy(edited)  # it may be the request's own pod (``_sanitise``)
         _add_gate(edited, gate)
     if found.wait is Wait.OPENS_LATER:
         text = wording.opens_later(res, bool(gate), ctx.zone)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 from typing import Any
 
@@ -279,3 +280,24 @@ def test_a_booking_declared_a_no_show_admits_no_new_pod_and_chains_nothing() -> 
     verdict = create(gpu_pod(1), first, follow)
     assert verdict.outcome is Outcome.ADMIT
     assert verdict.candidates[0].guaranteed_until == NOW + HOUR
+
+
+def test_a_pod_with_nothing_to_remove_is_not_copied_and_never_edited_in_place() -> None:
+    """Nothing forged to remove: the verdict carries the request's own pod (no copy,
+    no patch); a queued pod's gate and an admitted pod's stamps go on copies, so the
+    request's pod is never changed."""
+    pod = gpu_pod(1).build()
+    before = copy.deepcopy(pod)
+    matched = decide_create(pod, "alice", [reservation(1)], ctx(gate_name=GATE))
+    assert matched.outcome is Outcome.ADMIT
+    assert matched.edited is pod
+    admit(pod, matched.candidates[0], "claim-1", ctx(gate_name=GATE))
+    nothing = decide_create(pod, "nobody", [], ctx())
+    assert nothing.outcome is Outcome.NO_MATCH
+    assert nothing.edited is pod
+    full = reservation(1, gpus=2, holds=(1, 1))
+    queued = decide_create(pod, "alice", [full], ctx(gate_name=GATE))
+    assert queued.outcome is Outcome.QUEUED
+    assert queued.edited is not None
+    assert queued.edited["spec"]["schedulingGates"] == [{"name": GATE}]
+    assert pod == before
