@@ -285,6 +285,7 @@ CELL_SAMPLES = (
     "claim_group_size_count",
     "claim_group_size_sum",
     "ledger_conflicts_total",
+    'requests_total{outcome="queued"}',
 )
 
 
@@ -400,7 +401,7 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 stop.set()
                 upkeep_writes = await trimmer
                 after = counted(replica.health_url, *CELL_SAMPLES)
-                answered, fails, groups, grouped, conflicts = (
+                answered, fails, groups, grouped, conflicts, queued = (
                     int(a - b) for a, b in zip(after, before, strict=True)
                 )
                 cells.append(cell(c, path, out, None if path == "baseline" else fails))
@@ -410,6 +411,7 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 cells[-1]["cpu_ms_per_request"] = cpu_per_request(cpu, cpu_after, answered)
                 cells[-1]["claim_groups"] = {"groups": groups, "claims": grouped}
                 cells[-1]["ledger_conflicts"] = conflicts
+                cells[-1]["queued"] = queued
                 cells[-1]["upkeep_writes"] = upkeep_writes
         fails_before = fail_opens(replica.health_url)
         burst_load = Load("claim", BURST, 0, 0, per_connection=1, owner="burst")
@@ -459,7 +461,8 @@ def table(found: dict[str, Any]) -> list[str]:
             groups = c["claim_groups"]
             mean = (
                 f"; {groups['claims'] / groups['groups']:.1f} claims per group commit, "
-                f"{c['ledger_conflicts']} 409s, {c['upkeep_writes']} upkeep writes"
+                f"{c['ledger_conflicts']} 409s, {c['upkeep_writes']} upkeep writes, "
+                f"{c['queued']} queued"
                 if groups["groups"]
                 else ""
             )
