@@ -21,7 +21,6 @@ go to ``$BENCH_OUT/ondemand.json``. A measurement, never a pass/fail check.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from datetime import datetime
 from pathlib import Path
@@ -29,23 +28,13 @@ from typing import Any
 
 import httpx
 
-from bench.bench_window_open import (
-    admin_gateway,
-    aligned_clock,
-    key_of,
-    one_class_app,
-    rank,
-    tolerated,
-)
+from bench.bench_window_open import aligned_clock, key_of, one_class_app, tolerated
 from bench.procstat import cpu_s
-from bench.sandboxed import measured
-from sandbox.kube.server import KubeServer
+from bench.sandboxed import Box, measured, rank, with_replica
 from sandbox.kube.store import Change
-from sandbox.reconciler_component import ReconcilerProcess
-from sandbox.runner import Sandbox, SandboxContext
+from sandbox.runner import SandboxContext
 from shared import model, vocab
 from shared.clock import ScaledClock
-from shared.gateway import Gateway
 from shared.resources import GPU_RESERVATIONS, PODS
 
 USERS = 50
@@ -171,72 +160,67 @@ async def metric_sum(http: httpx.AsyncClient, url: str, prefix: str) -> float:
 async def measure(state: Path) -> dict[str, Any]:
     clock = aligned_clock(1.0)
     ctx = SandboxContext(state_dir=state, scenario=scenario(), clock=clock)
-    box = Sandbox(ctx, ["kube", "app", "cluster"])
-    await box.start()
-    server: KubeServer = ctx.handles["kube"]
-    seen = Seen(clock)
-    _, subscription = server.store.subscribe("", PODS.plural, server.store.resource_version)
-    subscription.queue = seen
-    mirrored = Mirrored(clock)
-    group, plural = GPU_RESERVATIONS.group, GPU_RESERVATIONS.plural
-    _, mirrors = server.store.subscribe(group, plural, server.store.resource_version)
-    mirrors.queue = mirrored
-    replica: ReconcilerProcess | None = None
-    gateway: Gateway | None = None
+    # Not pushed to, as this benchmark always ran: no booking exists, and the app's
+    # pushes of the leases the replica itself creates would be work it never counted.
+    async with with_replica(ctx, ["kube", "app", "cluster"], ENV, pushed=False) as box:
+        store = box.kube.store
+        seen = Seen(clock)
+        _, subscription = store.subscribe("", PODS.plural, store.resource_version)
+        subscription.queue = seen
+        mirrored = Mirrored(clock)
+        group, plural = GPU_RESERVATIONS.group, GPU_RESERVATIONS.plural
+        _, mirrors = store.subscribe(group, plural, store.resource_version)
+        mirrors.queue = mirrored
+        try:
+            return await burst(ctx, box, seen, mirrored)
+        finally:
+            store.unsubscribe(subscription)
+            store.unsubscribe(mirrors)
+
+
+async def burst(ctx: SandboxContext, box: Box, seen: Seen, mirrored: Mirrored) -> dict[str, Any]:
+    """Every candidate created at once; the figures once the last is tolerated."""
+    replica = box.replica
     total = USERS * PODS_PER_USER
-    try:
-        _, gateway = await admin_gateway(ctx, state)
-        replica = ReconcilerProcess(ctx, "r0", ENV)
-        await replica.start()
-        await asyncio.sleep(1.0)  # the leader's caches are listed
-        limit = asyncio.Semaphore(CREATE_CONCURRENCY)
-        gw = gateway
+    await asyncio.sleep(1.0)  # the leader's caches are listed
+    limit = asyncio.Semaphore(CREATE_CONCURRENCY)
 
-        async def create(owner: str, index: int) -> None:
-            async with limit:
-                await gw.create(PODS, manifest(owner, index), owner)
+    async def create(owner: str, index: int) -> None:
+        async with limit:
+            await box.gateway.create(PODS, manifest(owner, index), owner)
 
-        assert replica.proc is not None
-        pid = replica.proc.pid
-        cpu0, rcpu0 = time.process_time(), cpu_s(pid)
-        t0 = time.monotonic()
-        await asyncio.gather(*(create(u, i) for u in users() for i in range(PODS_PER_USER)))
-        created_s = time.monotonic() - t0
-        deadline = time.monotonic() + GIVE_UP_S
-        while len(seen.tolerated) < total and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.1)  # the store's feed is synchronous: poll its tally
-        cpu, rcpu = time.process_time() - cpu0, cpu_s(pid) - rcpu0
-        async with httpx.AsyncClient(timeout=10) as http:
-            calls = await metric_sum(http, replica.url, "gpu_reservation_ondemand_app_calls_total")
-            batches = await metric_sum(http, replica.url, "gpu_reservation_ondemand_batches_total")
-        app = ctx.handles["app"]
-        granted: dict[str, datetime] = {}
-        for key_text, rid in app.state.idempotency.items():
-            pod = seen.uids.get(key_text.split(".")[0])
-            stored = mirrored.stored.get(model.reference(rid))
-            if pod is not None and stored is not None:
-                granted.setdefault(pod, stored)
-        return {
-            "candidates": total,
-            "created_s": round(created_s, 3),
-            "seen_to_verdict_s": lags(seen.created, seen.verdict),
-            "seen_to_granted_s": lags(seen.created, granted),
-            "seen_to_tolerated_s": lags(seen.created, seen.tolerated),
-            "leases": len(granted),
-            "batches": batches,
-            "app_calls_per_candidate": round(calls / total, 3),
-            "bench_cpu_ms_per_candidate": round(1000 * cpu / total, 2),
-            "reconciler_cpu_ms_per_candidate": round(1000 * rcpu / total, 2),
-        }
-    finally:
-        server.store.unsubscribe(subscription)
-        server.store.unsubscribe(mirrors)
-        if replica is not None:
-            await replica.stop()
-        if gateway is not None:
-            gateway.close()
-        await box.stop()
-        gc.collect()
+    assert replica.proc is not None
+    pid = replica.proc.pid
+    cpu0, rcpu0 = time.process_time(), cpu_s(pid)
+    t0 = time.monotonic()
+    await asyncio.gather(*(create(u, i) for u in users() for i in range(PODS_PER_USER)))
+    created_s = time.monotonic() - t0
+    deadline = time.monotonic() + GIVE_UP_S
+    while len(seen.tolerated) < total and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.1)  # the store's feed is synchronous: poll its tally
+    cpu, rcpu = time.process_time() - cpu0, cpu_s(pid) - rcpu0
+    async with httpx.AsyncClient(timeout=10) as http:
+        calls = await metric_sum(http, replica.url, "gpu_reservation_ondemand_app_calls_total")
+        batches = await metric_sum(http, replica.url, "gpu_reservation_ondemand_batches_total")
+    app = ctx.handles["app"]
+    granted: dict[str, datetime] = {}
+    for key_text, rid in app.state.idempotency.items():
+        pod = seen.uids.get(key_text.split(".")[0])
+        stored = mirrored.stored.get(model.reference(rid))
+        if pod is not None and stored is not None:
+            granted.setdefault(pod, stored)
+    return {
+        "candidates": total,
+        "created_s": round(created_s, 3),
+        "seen_to_verdict_s": lags(seen.created, seen.verdict),
+        "seen_to_granted_s": lags(seen.created, granted),
+        "seen_to_tolerated_s": lags(seen.created, seen.tolerated),
+        "leases": len(granted),
+        "batches": batches,
+        "app_calls_per_candidate": round(calls / total, 3),
+        "bench_cpu_ms_per_candidate": round(1000 * cpu / total, 2),
+        "reconciler_cpu_ms_per_candidate": round(1000 * rcpu / total, 2),
+    }
 
 
 def run() -> list[str]:

@@ -20,11 +20,8 @@ Counted, and printed (a measurement, never a pass/fail check):
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import random
-import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,11 +30,10 @@ from typing import Any
 
 import httpx
 
-from bench.bench_window_open import admin_gateway, one_class_app
-from sandbox.kube.server import KubeServer
+from bench.bench_window_open import one_class_app
+from bench.sandboxed import in_fresh_state, with_replica
 from sandbox.kube.store import Change
-from sandbox.reconciler_component import ReconcilerProcess
-from sandbox.runner import Sandbox, SandboxContext
+from sandbox.runner import SandboxContext
 from shared import model, vocab
 from shared.errors import KubeError, NotFound
 from shared.gateway import Gateway
@@ -212,34 +208,19 @@ async def settle(gateway: Gateway, namespace: str) -> tuple[float, list[str]]:
 async def measure(state: Path, seed: int) -> list[str]:
     ctx = SandboxContext(state_dir=state, scenario=scenario())
     ctx.handles["webhook.replicas"] = 3
-    box = Sandbox(ctx, ["kube", "app", "webhook"])
-    await box.start()
-    server: KubeServer = ctx.handles["kube"]
-    replica: ReconcilerProcess | None = None
-    gateway: Gateway | None = None
-    subscription = None
-    try:
-        _, gateway = await admin_gateway(ctx, state)
-        replica = ReconcilerProcess(ctx, "r0", ENV)
-        await replica.start()
-        ctx.endpoints["reconciler"] = replica.url
+    async with with_replica(ctx, ["kube", "app", "webhook"], ENV) as box:
+        gateway, store = box.gateway, box.kube.store
         budgets = await book(ctx.endpoints["app"], gateway, ctx.namespace)
         admitted = Admitted(budgets)
-        _, subscription = server.store.subscribe("", PODS.plural, server.store.resource_version)
+        _, subscription = store.subscribe("", PODS.plural, store.resource_version)
         subscription.queue = admitted  # type: ignore[assignment]
-        load = Load()
-        await drive(gateway, random.Random(seed), load)
-        took, wrong = await settle(gateway, ctx.namespace)
-        return report(load, admitted, took, wrong, seed)
-    finally:
-        if subscription is not None:
-            server.store.unsubscribe(subscription)
-        if replica is not None:
-            await replica.stop()
-        if gateway is not None:
-            gateway.close()
-        await box.stop()
-        gc.collect()
+        try:
+            load = Load()
+            await drive(gateway, random.Random(seed), load)
+            took, wrong = await settle(gateway, ctx.namespace)
+            return report(load, admitted, took, wrong, seed)
+        finally:
+            store.unsubscribe(subscription)
 
 
 async def book(app: str, gateway: Gateway, namespace: str) -> dict[str, int]:
@@ -285,11 +266,7 @@ def report(load: Load, admitted: Admitted, took: float, wrong: list[str], seed: 
 
 def run() -> list[str]:
     seed = int(os.environ.get("BENCH_SOAK_SEED", "14"))
-    state = Path(tempfile.mkdtemp(prefix="bench-soak-"))
-    try:
-        return asyncio.run(measure(state, seed))
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+    return in_fresh_state("soak", lambda state: measure(state, seed))
 
 
 if __name__ == "__main__":

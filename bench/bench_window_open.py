@@ -31,14 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import math
 import multiprocessing
 import multiprocessing.process
 import os
 import queue
-import shutil
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -49,10 +45,10 @@ from typing import Any, Protocol
 import httpx
 
 from bench.procstat import cpu_s, thread_cpu_s
-from sandbox.kube.server import KubeServer
+from bench.sandboxed import Box, in_fresh_state, rank, with_replica
 from sandbox.kube.store import Change
-from sandbox.reconciler_component import ReconcilerProcess, install
-from sandbox.runner import Sandbox, SandboxContext
+from sandbox.reconciler_component import ReconcilerProcess
+from sandbox.runner import SandboxContext
 from shared import ledger, model, vocab
 from shared.clock import ScaledClock, format_utc, parse_utc
 from shared.errors import KubeError
@@ -149,11 +145,6 @@ def tolerated(pod: dict[str, Any]) -> bool:
 def key_of(pod: dict[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
-def rank(ordered: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 class Committed(asyncio.Queue[Change | None]):
@@ -463,76 +454,69 @@ def aligned_clock(factor: float) -> ScaledClock:
     return ScaledClock(factor, epoch=datetime.fromtimestamp(started, UTC), started_at=started)
 
 
-async def admin_gateway(ctx: SandboxContext, state: Path) -> tuple[Path, Gateway]:
-    """The sandbox's admin kubeconfig written under ``state``, the chart's namespace, CRD
-    and RBAC installed with it, and a gateway on it (the caller closes it)."""
-    assert ctx.kubeconfig is not None
-    admin = state / "admin.kubeconfig"
-    admin.write_text(ctx.kubeconfig, encoding="utf-8")
-    await install(admin, ctx.namespace)
-    return admin, Gateway.from_kubeconfig(str(admin))
-
-
 async def measure(state: Path, factor: float) -> list[str]:
     # Started at any instant: the sandbox hands the reconciler its epoch to the fraction
     # (sandbox.runner.clock_env), so both processes read the same time.
     clock = ScaledClock(factor)
     ctx = SandboxContext(state_dir=state, scenario=scenario(), clock=clock)
-    box = Sandbox(ctx, ["kube", "app"])
-    await box.start()
-    replica: ReconcilerProcess | None = None
-    gateway: Gateway | None = None
-    watcher: WatchChild | None = None
-    server: KubeServer = ctx.handles["kube"]
-    committed = Committed(clock)
-    _, subscription = server.store.subscribe("", PODS.plural, server.store.resource_version)
-    subscription.queue = committed
-    setup = Setup()
+    async with with_replica(ctx, ["kube", "app"], ENV) as box:
+        store = box.kube.store
+        committed = Committed(clock)
+        _, subscription = store.subscribe("", PODS.plural, store.resource_version)
+        subscription.queue = committed
+        watcher: WatchChild | None = None
+        try:
+            opens = (clock.now() + timedelta(seconds=LEAD_WALL_S * factor)).replace(microsecond=0)
+            setup = Setup()
+            async with httpx.AsyncClient(timeout=10) as http:
+                await prepare(http, box.gateway, ctx.endpoints["app"], opens, setup)
+            wall_to_open = (opens - clock.now()).total_seconds() / factor
+            deadline = time.monotonic() + wall_to_open + GIVE_UP_S
+            watcher = WatchChild.start(str(box.admin), clock, BOOKINGS * GPUS_PER_BOOKING, deadline)
+            timeout = wall_to_open + GIVE_UP_S + 5
+            return await opening(box, clock, committed, watcher, opens, setup, timeout)
+        finally:
+            store.unsubscribe(subscription)
+            if watcher is not None:
+                watcher.close()
+
+
+async def opening(
+    box: Box,
+    clock: ScaledClock,
+    committed: Committed,
+    watcher: WatchChild,
+    opens: datetime,
+    setup: Setup,
+    timeout_s: float,
+) -> list[str]:
+    """Once every pod was told it waits, the window opens: the figures once all are
+    tolerated (or ``timeout_s`` wall seconds have passed)."""
+    gateway, replica, factor = box.gateway, box.replica, clock.factor
     total = BOOKINGS * GPUS_PER_BOOKING
-    try:
-        admin, gateway = await admin_gateway(ctx, state)
-        replica = ReconcilerProcess(ctx, "r0", ENV)
-        await replica.start()
-        ctx.endpoints["reconciler"] = replica.url
-        opens = (clock.now() + timedelta(seconds=LEAD_WALL_S * factor)).replace(microsecond=0)
-        async with httpx.AsyncClient(timeout=10) as http:
-            await prepare(http, gateway, ctx.endpoints["app"], opens, setup)
-        wall_to_open = (opens - clock.now()).total_seconds() / factor
-        deadline = time.monotonic() + wall_to_open + GIVE_UP_S
-        watcher = WatchChild.start(str(admin), clock, total, deadline)
-        await asyncio.to_thread(watcher.ready.wait, 30)
-        await settle(gateway, clock, opens, setup)
-        setup.early = len(committed.seen)
-        assert replica.proc is not None
-        burst = Burst()
-        sampler = asyncio.create_task(
-            sample_cpu(replica.proc.pid, clock, opens, committed, total, burst)
-        )
-        watched, errors = await asyncio.to_thread(watcher.collect, wall_to_open + GIVE_UP_S + 5)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(30):
-                await sampler
-        held, over = await overbooked(gateway, ctx.namespace)
-        await replica.stop()  # flushes its log
-        lines = header(opens, factor, setup)
-        lines += figures("committed (apiserver store)", committed.seen, opens, factor, total)
-        lines += figures(
-            "patch answered (reconciler log)", own_view(replica, opens), opens, factor, total
-        )
-        lines += figures("seen by an HTTP watch client", watched, opens, factor, total)
-        lines += cpu_lines(burst, total)
-        lines.append(f"ledgers: {held} GPUs held in total, {over} bookings over their count")
-        return lines + [f"watch error: {e}" for e in errors]
-    finally:
-        server.store.unsubscribe(subscription)
-        if watcher is not None:
-            watcher.close()
-        if replica is not None:
-            await replica.stop()
-        if gateway is not None:
-            gateway.close()
-        await box.stop()
-        gc.collect()
+    await asyncio.to_thread(watcher.ready.wait, 30)
+    await settle(gateway, clock, opens, setup)
+    setup.early = len(committed.seen)
+    assert replica.proc is not None
+    burst = Burst()
+    sampler = asyncio.create_task(
+        sample_cpu(replica.proc.pid, clock, opens, committed, total, burst)
+    )
+    watched, errors = await asyncio.to_thread(watcher.collect, timeout_s)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(30):
+            await sampler
+    held, over = await overbooked(gateway, box.ctx.namespace)
+    await replica.stop()  # flushes its log
+    lines = header(opens, factor, setup)
+    lines += figures("committed (apiserver store)", committed.seen, opens, factor, total)
+    lines += figures(
+        "patch answered (reconciler log)", own_view(replica, opens), opens, factor, total
+    )
+    lines += figures("seen by an HTTP watch client", watched, opens, factor, total)
+    lines += cpu_lines(burst, total)
+    lines.append(f"ledgers: {held} GPUs held in total, {over} bookings over their count")
+    return lines + [f"watch error: {e}" for e in errors]
 
 
 def header(opens: datetime, factor: float, setup: Setup) -> list[str]:
@@ -581,11 +565,7 @@ def own_view(replica: ReconcilerProcess, opens: datetime) -> dict[str, datetime]
 
 def run() -> list[str]:
     factor = float(os.environ.get("BENCH_CLOCK_FACTOR", "1"))
-    state = Path(tempfile.mkdtemp(prefix="bench-window-open-"))
-    try:
-        return asyncio.run(measure(state, factor))
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+    return in_fresh_state("window-open", lambda state: measure(state, factor))
 
 
 if __name__ == "__main__":

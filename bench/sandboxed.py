@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -13,43 +14,64 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from bench.bench_window_open import admin_gateway, rank
 from sandbox.kube.server import KubeServer
-from sandbox.reconciler_component import ReconcilerProcess
+from sandbox.reconciler_component import ReconcilerProcess, install
 from sandbox.runner import Sandbox, SandboxContext
 from shared.gateway import Gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 
+T = TypeVar("T")
+
+
+def rank(ordered: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+async def admin_gateway(ctx: SandboxContext, state: Path) -> tuple[Path, Gateway]:
+    """The sandbox's admin kubeconfig written under ``state``, the chart's namespace, CRD
+    and RBAC installed with it, and a gateway on it (the caller closes it)."""
+    assert ctx.kubeconfig is not None
+    admin = state / "admin.kubeconfig"
+    admin.write_text(ctx.kubeconfig, encoding="utf-8")
+    await install(admin, ctx.namespace)
+    return admin, Gateway.from_kubeconfig(str(admin))
+
 
 @dataclass
 class Box:
-    """A running sandbox: its context, the kube emulator, an admin gateway, the replica."""
+    """A running sandbox: its context, the kube emulator, an admin gateway (and its
+    kubeconfig's path), the replica."""
 
     ctx: SandboxContext
     kube: KubeServer
     gateway: Gateway
     replica: ReconcilerProcess
+    admin: Path
 
 
 @asynccontextmanager
 async def with_replica(
-    ctx: SandboxContext, components: list[str], env: dict[str, str]
+    ctx: SandboxContext, components: list[str], env: dict[str, str], *, pushed: bool = True
 ) -> AsyncIterator[Box]:
     """``components`` started on ``ctx``, the chart installed, one reconciler replica
-    (``env`` added) running and pushed to; everything stopped on the way out."""
+    (``env`` added) running; everything stopped on the way out. The app emulator pushes
+    its changes to the replica unless ``pushed`` is false (the replica then learns of
+    bookings only by fetching them)."""
     box = Sandbox(ctx, components)
     await box.start()
     replica: ReconcilerProcess | None = None
     gateway: Gateway | None = None
     try:
-        _, gateway = await admin_gateway(ctx, ctx.state_dir)
+        admin, gateway = await admin_gateway(ctx, ctx.state_dir)
         replica = ReconcilerProcess(ctx, "r0", env)
         await replica.start()
-        ctx.endpoints["reconciler"] = replica.url
-        yield Box(ctx, ctx.handles["kube"], gateway, replica)
+        if pushed:
+            ctx.endpoints["reconciler"] = replica.url
+        yield Box(ctx, ctx.handles["kube"], gateway, replica, admin)
     finally:
         if replica is not None:
             await replica.stop()
@@ -59,17 +81,22 @@ async def with_replica(
         gc.collect()
 
 
-def measured(
-    name: str, measure: Callable[[Path], Coroutine[Any, Any, dict[str, Any]]]
-) -> dict[str, Any]:
-    """Run ``measure`` in a fresh state directory (kept with ``BENCH_KEEP``) and write
-    what it found to ``$BENCH_OUT/<name>.json``."""
+def in_fresh_state(name: str, measure: Callable[[Path], Coroutine[Any, Any, T]]) -> T:
+    """Run ``measure`` in a fresh state directory (kept with ``BENCH_KEEP``)."""
     state = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     try:
-        found = asyncio.run(measure(state))
+        return asyncio.run(measure(state))
     finally:
         if not os.environ.get("BENCH_KEEP"):
             shutil.rmtree(state, ignore_errors=True)
+
+
+def measured(
+    name: str, measure: Callable[[Path], Coroutine[Any, Any, dict[str, Any]]]
+) -> dict[str, Any]:
+    """Run ``measure`` in a fresh state directory (``in_fresh_state``) and write what it
+    found to ``$BENCH_OUT/<name>.json``."""
+    found = in_fresh_state(name, measure)
     folder = Path(os.environ.get("BENCH_OUT", ROOT / ".bench"))
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.json").write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
