@@ -21,11 +21,14 @@ the reservation cache:
 After the admissions, every admitted pod not yet announced gets ``RuntimeGuaranteed``
 (``reconciler.announce``).
 
-Triggers: a pass runs when the caches are first synced, on any pod or reservation
-cache change (a holder leaving frees its hold through upkeep, whose status write
-arrives as a reservation change), at the next window start (a timer on the injected
-clock, re-armed every pass) and every ``QUEUE_PROCESSOR_INTERVAL`` as a backstop.
-Changes during a pass cause exactly one more pass.
+Triggers: a full pass (every waiting pod) runs when the caches are first synced, on a
+reservation change that is not its ledger's alone (facts, status facts, a reservation
+new or gone), at the next window start (a timer on the injected clock, re-armed every
+pass) and every ``QUEUE_PROCESSOR_INTERVAL`` as a backstop. Between them a pass costs
+what changed (``Touched``): the pods whose cache entry changed, and — for a reservation
+whose holds alone moved (a claim, a binding, a mark, upkeep freeing a holder's hold) —
+its owner's waiting pods (``caches.waiting``), the only ones that could route to it.
+Changes during a pass cause exactly one more pass, however many arrive.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any
 
 from reconciler import events, queue, upkeep
 from reconciler.announce import Admitted, Announcer, guaranteed_until
-from reconciler.caches import Caches
+from reconciler.caches import Caches, ledger_only
 from reconciler.pods import PodView, project_pod
 from reconciler.settings import ReconcilerSettings
 from reconciler.throttle import HOLD
@@ -84,6 +87,29 @@ class Failed(enum.Enum):
 Attempt = Admitted | Failed
 
 
+class Touched(upkeep.Dirty):
+    """What the queue's next pass looks at: the pods (cache keys) changed since its last
+    pass and the reservations whose holds alone moved (their owner's waiting pods), or
+    everything. Coalesced as ``upkeep.Dirty`` is: one pass drains a burst."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reservations: set[str] = set()
+
+    def moved(self, key: str) -> None:
+        """The holds of the reservation at cache key ``key`` moved: its owner's waiting
+        pods, soon."""
+        self.reservations.add(key)
+        self.wake.set()
+
+    def take_all(self) -> tuple[set[str], set[str]] | None:
+        """(pod keys, reservation cache keys) the next pass looks at (None: everything),
+        collecting afresh from now."""
+        names, self.reservations = self.reservations, set()
+        keys = self.take()
+        return None if keys is None else (keys, names)
+
+
 class Admitter:
     """The reserved queue of one leader term."""
 
@@ -106,16 +132,22 @@ class Admitter:
         self._ns = settings.common.namespace
         self.teller = Teller(gateway, settings, clock, self._count, knowledge, emit)
         self.announcer = Announcer(gateway, caches, settings, metrics, self.teller.send)
-        self._wake = asyncio.Event()
+        self.touched = Touched()
         #: uid → the reservation it waited to open (the window-open lag metric).
         self._waited_open: dict[str, str] = {}
         #: uid → (resourceVersion patched against, retry at): pods whose admission patch
         #: was refused or lost. Retried when the pod changes or at the backstop tick —
         #: not on the reservation change our own claim and release cause (a hot loop).
         self._refused: dict[str, tuple[str, datetime]] = {}
+        #: cache key → why the pod waits (QUEUE routes only): the depth gauges, kept
+        #: current pass by pass without routing the pods a pass does not look at.
+        self._waits: dict[str, str] = {}
+        self._depth: dict[str, int] = {}
         self.passes = 0
+        #: Pods routed, all passes together (a pass costs what changed: tests count it).
+        self.routed = 0
         caches.pods.listeners.append(self._pod_changed)
-        caches.reservations.listeners.append(lambda _k, _o, _n: self._wake.set())
+        caches.reservations.listeners.append(self._reservation_changed)
 
     def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The leader's loop for the queue."""
@@ -127,15 +159,25 @@ class Admitter:
             self.teller.forget(old.uid, gone)
             if gone:
                 self._waited_open.pop(old.uid, None)
-        self._wake.set()
+                self._refused.pop(old.uid, None)
+        self.touched.touch(_key)
+
+    def _reservation_changed(
+        self, _key: str, old: GPUReservation | None, new: GPUReservation | None
+    ) -> None:
+        if new is not None and ledger_only(old, new):
+            self.touched.moved(_key)
+        else:
+            self.touched.touch()
 
     async def run(self, tick_s: float) -> None:
-        """A pass now, then on every change, at each window start and every ``tick_s``."""
+        """A full pass now, then a pass over what changed on every change, and a full
+        pass at each window start and every ``tick_s``."""
         await until_ready(self._caches.ready)
         while True:
-            self._wake.clear()
-            await self.once()
-            await wait_either(self._clock.sleep(self._delay(tick_s)), self._wake.wait())
+            await self.once(self.touched.take_all())
+            if await wait_either(self._clock.sleep(self._delay(tick_s)), self.touched.wake.wait()):
+                self.touched.touch()
 
     def _delay(self, tick_s: float) -> float:
         now = self._clock.now()
@@ -144,22 +186,38 @@ class Admitter:
             return tick_s
         return min(tick_s, (upcoming - now).total_seconds())
 
-    async def once(self) -> list[Admitted]:
-        """One pass over every waiting pod; the admissions it made."""
+    async def once(self, touched: tuple[set[str], set[str]] | None = None) -> list[Admitted]:
+        """One pass; the admissions it made. Over every waiting pod (``touched`` None),
+        or over the pods of ``touched``: (cache keys of pods changed, cache keys of
+        reservations whose holds moved — their owner's waiting pods)."""
         if not self._caches.ready():
             return []
         self.passes += 1
         now = self._clock.now()
         pool = list(self._caches.reservations.items.values())
-        pods = list(self._caches.pods.items.values())
+        if touched is None:
+            pods = list(self._caches.pods.items.values())
+            self._waits, self._depth = {}, {}
+        else:
+            pods = self._concerned(*touched)
+            for key in touched[0] | {p.key for p in pods}:
+                self._note_wait(key, None)
         groups: dict[str, list[tuple[PodView, Route]]] = {}
         told: list[Awaitable[None]] = []
-        depth: dict[str, int] = {}
-        behind = self._behind(pods, now)
         no_shows = noshow.declared(pool)
         owned = Pool(pool)
-        for pod in queue.waiting(pods):
-            found = route_in(pod.profile, owned, now, self._settings.rules, no_shows=no_shows)
+        routes = [
+            (pod, route_in(pod.profile, owned, now, self._settings.rules, no_shows=no_shows))
+            for pod in queue.waiting(pods)
+        ]
+        self.routed += len(routes)
+        behind = self._behind(
+            {r.name for _, found in routes if found.path is Path.ADMIT for r in found.candidates},
+            now,
+        )
+        for pod, found in routes:
+            wait = found.wait if found.path is Path.QUEUE else None
+            self._note_wait(pod.key, wait.value if wait is not None else None)
             if found.path is Path.ADMIT:
                 ready = tuple(r for r in found.candidates if r.name not in behind)
                 if ready and not self._backing_off(pod, now):
@@ -167,26 +225,51 @@ class Admitter:
                         (pod, replace(found, candidates=ready))
                     )
                 continue
-            if found.path is Path.QUEUE and found.wait is not None:
-                depth[found.wait.value] = depth.get(found.wait.value, 0) + 1
-                if found.wait is Wait.OPENS_LATER and found.reservation is not None:
-                    self._waited_open.setdefault(pod.uid, found.reservation.name)
-            told.append(self.teller.tell(pod, found, pool, pods, now))
-        for wait in ("opens_later", "full", "too_small"):
-            self._metrics.depth.labels(wait).set(depth.get(wait, 0))
+            if wait is Wait.OPENS_LATER and found.reservation is not None:
+                self._waited_open.setdefault(pod.uid, found.reservation.name)
+            told.append(self.teller.tell(pod, found, pool, self._caches.by_reference.pods, now))
+        for wait_name in ("opens_later", "full", "too_small"):
+            self._metrics.depth.labels(wait_name).set(self._depth.get(wait_name, 0))
         results = await asyncio.gather(
             *(self._admit_group(items, pool, now) for items in groups.values())
         )
         admitted = [a for batch in results for a in batch]
         await asyncio.gather(*told)
         await self.announcer.all(pods, admitted, now)
-        live = {p.uid for p in pods}
-        self.teller.prune((p.uid for p in queue.waiting(pods)), live)
-        for uid in self._waited_open.keys() - live:
-            del self._waited_open[uid]
-        for uid in self._refused.keys() - live:
-            del self._refused[uid]
+        if touched is None:
+            live = {p.uid for p in pods}
+            self.teller.prune((p.uid for p, _ in routes), live)
+            for uid in self._waited_open.keys() - live:
+                del self._waited_open[uid]
+            for uid in self._refused.keys() - live:
+                del self._refused[uid]
         return admitted
+
+    def _concerned(self, keys: set[str], names: set[str]) -> list[PodView]:
+        """The pods a pass over ``keys`` and ``names`` looks at, oldest first: the pods
+        changed, and for each reservation whose holds moved its owner's waiting pods
+        (who may now fit, or be told another holder) and the pods it holds (a hold to
+        announce)."""
+        items = self._caches.pods.items
+        chosen = {key: items[key] for key in keys if key in items}
+        for name in names:
+            res = self._caches.reservations.items.get(name)
+            if res is None:
+                continue
+            for pod in self._caches.waiting.of(res.facts.owner):
+                chosen[pod.key] = pod
+            for pod in self._caches.by_reference.pods(res.name):
+                chosen[pod.key] = pod
+        return sorted(chosen.values(), key=lambda p: (p.created, p.key))
+
+    def _note_wait(self, key: str, wait: str | None) -> None:
+        """The pod at ``key`` waits because of ``wait`` now (None: it does not queue)."""
+        was = self._waits.pop(key, None)
+        if was is not None:
+            self._depth[was] -= 1
+        if wait is not None:
+            self._waits[key] = wait
+            self._depth[wait] = self._depth.get(wait, 0) + 1
 
     def _backing_off(self, pod: PodView, now: datetime) -> bool:
         """Whether ``pod``'s last admission patch failed and nothing changed since."""
@@ -199,15 +282,20 @@ class Admitter:
             return False
         return True
 
-    def _behind(self, pods: list[PodView], now: datetime) -> set[str]:
-        """Reservations whose ledger the live pods contradict: no claim until upkeep ran.
+    def _behind(self, names: set[str], now: datetime) -> set[str]:
+        """Which of reservations ``names`` have a ledger the live pods contradict: no
+        claim until upkeep ran.
 
         A claim against a ledger missing an admitted pod's hold (a wiped status, a
         restart before the rebuild) would over-admit; upkeep fixes it at once and its
-        write wakes the next pass."""
-        uses = upkeep.uses_by_reservation(pods)
+        write wakes the next pass. Only the candidates of this pass's pods are judged,
+        each from the pods it holds (``caches.by_reference``), not every reservation
+        from every pod."""
+        cached = self._caches.by_name() if names else {}
+        concerned = {n: cached[n] for n in names if n in cached}
+        uses = {n: self._caches.by_reference.uses(n) for n in concerned}
         ttl = self._settings.ledger_claim_ttl_s
-        return set(upkeep.stale(self._caches.by_name(), uses, now, ttl))
+        return set(upkeep.stale(concerned, uses, now, ttl))
 
     # --- admission ---------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ GPUReservations in the controller namespace as ``shared.model.GPUReservation`` (
 malformed object is skipped). A pod change that can alter a ledger — a pod under a
 reservation appearing, finishing, leaving, or changing its claim — touches that
 reservation's upkeep at once; ``ByReference`` indexes the live admitted pods by that
-reservation for upkeep. ``Caches.inventory()`` is the node inventory of these
+reservation for upkeep, ``WaitingByOwner`` the pods the reserved queue routes by their
+owner. ``Caches.inventory()`` is the node inventory of these
 caches (``reconciler.inventory``).
 """
 
@@ -17,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from reconciler import queue
 from reconciler.inventory import InventoryCache
 from reconciler.pods import PodView, project_pod
 from reconciler.settings import ReconcilerSettings
@@ -116,6 +118,42 @@ class ByReference:
         """What those pods use (``shared.ledger.rebuild``'s input)."""
         return [pod.use() for pod in self._groups.get(name, {}).values()]
 
+    def pods(self, name: str) -> list[PodView]:
+        """The live pods counted in reservation ``name``."""
+        return list(self._groups.get(name, {}).values())
+
+    def clear(self) -> None:
+        """Forget everything (the cache was emptied without telling its listeners)."""
+        self._groups.clear()
+
+
+class WaitingByOwner:
+    """The pod cache's pods the reserved queue routes (``queue.waits``) by their owner
+    (the namespace whose bookings they can use), kept by a listener as ``ByReference``
+    is: a change of one owner's ledger re-routes that owner's waiting pods without a
+    scan of the cache, and the queue depth is counted without routing anyone."""
+
+    def __init__(self) -> None:
+        self._groups: dict[str, dict[str, PodView]] = {}
+
+    def changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
+        """The cache's listener: ``key`` went from ``old`` to ``new`` (None: absent)."""
+        if old is not None:
+            group = self._groups.get(old.profile.owner, {})
+            group.pop(key, None)
+            if not group:
+                self._groups.pop(old.profile.owner, None)
+        if new is not None and queue.waits(new):
+            self._groups.setdefault(new.profile.owner, {})[key] = new
+
+    def of(self, owner: str) -> list[PodView]:
+        """``owner``'s waiting pods."""
+        return list(self._groups.get(owner, {}).values())
+
+    def count(self) -> int:
+        """How many pods wait, all owners together."""
+        return sum(len(group) for group in self._groups.values())
+
     def clear(self) -> None:
         """Forget everything (the cache was emptied without telling its listeners)."""
         self._groups.clear()
@@ -154,6 +192,8 @@ class Caches:
         #: Listens first, so every other listener reads it already updated.
         self.by_reference = ByReference()
         self.pods.listeners.append(self.by_reference.changed)
+        self.waiting = WaitingByOwner()
+        self.pods.listeners.append(self.waiting.changed)
         self.keeper = Keeper(
             ledger_gw,
             ns,
@@ -190,6 +230,7 @@ class Caches:
             cache.synced.clear()
             cache.failing_since = None
         self.by_reference.clear()
+        self.waiting.clear()
         self._inventory.invalidate()
 
     def stalled(self, grace_s: float) -> list[str]:

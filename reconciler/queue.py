@@ -30,21 +30,24 @@ from shared.policy.tolerations import granted_toleration
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
-def waiting(pods: Iterable[PodView]) -> list[PodView]:
-    """Pods the queue must route: GPU pods not admitted, alive, not tolerated by hand,
-    and not bound to a node yet — a pod the scheduler already placed runs in the
-    ordinary pool (its spec can no longer move it onto a reserved node), so admitting
+def waits(pod: PodView) -> bool:
+    """Whether the queue must route ``pod``: a GPU pod not admitted, alive, not tolerated
+    by hand, and not bound to a node yet — a pod the scheduler already placed runs in
+    the ordinary pool (its spec can no longer move it onto a reserved node), so admitting
     it would charge the booking for GPUs it does not take from it."""
-    return [
-        p
-        for p in pods
-        if not p.admitted
-        and not p.finished
-        and not p.deleting
-        and not p.tolerated
-        and p.uid
-        and p.node is None
-    ]
+    return bool(
+        not pod.admitted
+        and not pod.finished
+        and not pod.deleting
+        and not pod.tolerated
+        and pod.uid
+        and pod.node is None
+    )
+
+
+def waiting(pods: Iterable[PodView]) -> list[PodView]:
+    """The pods of ``pods`` the queue must route (``waits``)."""
+    return [p for p in pods if waits(p)]
 
 
 def next_start(reservations: Iterable[GPUReservation], now: datetime) -> datetime | None:

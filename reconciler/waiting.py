@@ -121,15 +121,17 @@ class Teller:
         pod: PodView,
         found: Route,
         pool: list[GPUReservation],
-        pods: list[PodView],
+        charged: Callable[[str], Iterable[PodView]],
         now: datetime,
     ) -> None:
-        """Tell the pod its waiting or problem status (throttled, switches honoured)."""
+        """Tell the pod its waiting or problem status (throttled, switches honoured).
+        ``charged(name)``: the live pods counted in reservation ``name`` (the holders a
+        full reservation names)."""
         q = self._settings.queue
         if found.path is Path.QUEUE and q.wait_events:
             owner = pod.namespace
             res = found.reservation
-            names = queue.holders(res, pods, owner) if res is not None else []
+            names = queue.holders(res, charged(res.name), owner) if res is not None else []
             status = statuses.waiting(found, pod.gpus, names, self._zone)
             await self.say(pod, HOLD, status, now)
         if found.path is Path.NONE and q.problem_events and self._knowledge.fetched():
