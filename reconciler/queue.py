@@ -1,10 +1,12 @@
 """The reserved queue's pure parts: who waits, when the next window opens, the patch.
 
-The queue holds no state of its own: every pass re-routes each pod that is not yet
-admitted (``shared.policy.routing.route`` over the reservation cache), so a pod always
-waits on a reservation that can take it (R12: an open one with room wins; an entry
-whose window ended simply routes elsewhere or nowhere). What is kept in memory is only
-what the metrics need (since when a pod waited for a window to open).
+The queue holds no state of its own: a pass re-routes the pods that are not yet
+admitted (``shared.policy.routing.route`` over the reservation cache) — every one on a
+full pass, those whose route may have changed otherwise (``reconciler.admit``) — so a
+pod always waits on a reservation that can take it (R12: an open one with room wins; an
+entry whose window ended simply routes elsewhere or nowhere). What is kept in memory is
+only what the metrics need (since when a pod waited for a window to open, why each
+waits).
 
 ``admission_patch`` is the one JSON Patch that admits a pod: ``test`` preconditions
 on the pod's uid and resourceVersion (any concurrent change — another admission, a
