@@ -47,14 +47,19 @@ def caches() -> tuple[Caches, Listed]:
     return built, listed
 
 
+# Both sides are compared as sets of uses: sorted by uid and name, since the strategy
+# may give two pods one uid ("uid-other"), and a sort by uid alone kept each side's own
+# order for them (Hypothesis found it).
 def by_index(c: Caches) -> dict[str, list[Any]]:
     found = {name: c.by_reference.uses(name) for name in ("res-1", "res-2")}
-    return {name: sorted(uses, key=lambda u: u.uid) for name, uses in found.items() if uses}
+    return {
+        name: sorted(uses, key=lambda u: (u.uid, u.name)) for name, uses in found.items() if uses
+    }
 
 
 def by_scan(c: Caches) -> dict[str, list[Any]]:
     grouped = uses_by_reservation(c.pods.items.values())
-    return {name: sorted(uses, key=lambda u: u.uid) for name, uses in grouped.items()}
+    return {name: sorted(uses, key=lambda u: (u.uid, u.name)) for name, uses in grouped.items()}
 
 
 def test_index_follows_add_update_delete_relist_and_reset() -> None:
