@@ -191,7 +191,9 @@ async def no_show(tmp_path: Path) -> None:
     components = ("kube", "app", "cluster", "webhook")
     async with world(tmp_path, clock, components) as w:
         config = tmp_path / "kubeconfig"
-        await w.replica("r1", True, **NOSHOW_ENV)
+        # A failed verify or cancel is retried at the next tick (R14): a short tick here,
+        # so a transient error on a loaded machine costs seconds, not the default 300.
+        await w.replica("r1", True, **NOSHOW_ENV, QUEUE_PROCESSOR_INTERVAL="10")
         unused = await w.book(1, "+15s", "+2h", "h100")
         used = await w.book(1, "+15s", "+2h", "a100")
         names = [f"{vocab.RESERVATION_REF_PREFIX}{rid}" for rid in (unused, used)]
