@@ -14,8 +14,8 @@ is missing or cancelled has no guarantee (R10: that reads as overstay). From it:
 
 Only the annotations that differ are written, in one JSON Patch per pod whose first op
 is a ``test`` on the booking reference (a re-link racing with us makes the patch fail
-instead of stamping the old reservation's facts on the new link). ``wanted_changes``
-and ``next_end`` are pure; ``GuaranteeKeeper`` is the shell: it runs on pod changes,
+instead of stamping the old reservation's facts on the new link). ``wanted_notes``,
+``differing`` and ``next_end`` are pure; ``GuaranteeKeeper`` is the shell: it runs on pod changes,
 on reservation changes, at the next guarantee end (a timer, so overstay flips
 promptly) and on the ``QUEUE_PROCESSOR_INTERVAL`` tick.
 """
@@ -97,18 +97,6 @@ def live_end(
     if isinstance(pool, Mapping):
         pool = pool.get(kin_key(res.facts), [])
     return guarantee_end(res.facts, pool, now, use_group=use_group)
-
-
-def wanted_changes(
-    pod: PodView,
-    res: GPUReservation | None,
-    pool: Iterable[ReservationFacts],
-    now: datetime,
-    *,
-    use_group: bool,
-) -> dict[str, str]:
-    """The live annotations of ``pod`` that differ from what it carries (R35)."""
-    return differing(pod, wanted_notes(res, pool, now, use_group=use_group))
 
 
 def differing(pod: PodView, wanted: Mapping[str, str]) -> dict[str, str]:

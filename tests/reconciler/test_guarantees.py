@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from reconciler.guarantees import next_end, patch_ops, pointer, wanted_changes
+from reconciler.guarantees import differing, next_end, patch_ops, pointer, wanted_notes
 from shared import model, vocab
 from shared.clock import format_utc
 from tests.reconciler.builders import START
@@ -104,7 +104,7 @@ def test_a_relinked_pod_is_not_stamped_with_the_old_facts() -> None:
     )
     res = w.reservations()
     pool = [r.facts for r in res.values()]
-    changes = wanted_changes(stale, res["res-1"], pool, IN_FIRST, use_group=False)
+    changes = differing(stale, wanted_notes(res["res-1"], pool, IN_FIRST, use_group=False))
     assert not run(w.keeper._patch(stale, "res-1", changes))
 
 
