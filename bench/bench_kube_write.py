@@ -1,15 +1,22 @@
-"""The emulated API server's cost of one ledger write: a ``/status`` PUT of a 64-hold
-GPUReservation.
+"""The emulated API server's cost of one ledger write and one ledger read.
 
 The webhook's claim path is one conditional status write per group of claims, and
 writes to one object cannot overlap, so this write's latency bounds one booking's
 admissions per second (docs/performance.md, "Webhook"). Measured here alone: the kube
 emulator on its own thread and event loop with the chart installed (CRD, RBAC, the
 MutatingWebhookConfiguration, so admission dispatch runs as in the sandbox), and the
-webhook's own client (``shared.gateway.Gateway``) PUTting ``/status`` one write at a
-time, each write dropping the oldest hold and adding a new one (64 holds stay), with
-0, 1 and 4 watches of GPUReservations open. Printed: writes/s, p50 latency, and the
-emulator thread's CPU per write.
+webhook's own client (``shared.gateway.Gateway``) calling it one request at a time:
+
+- ``put``: a ``/status`` PUT of a 64-hold GPUReservation dropping the oldest hold and
+  adding a new one (the reconciler's upkeep), with 0, 1 and 4 watches open;
+- ``patch``: the claim's write (``shared.ledger.appended_ops``' shape) on a 50-hold
+  ledger — a JSON Patch of ``/status`` replacing ``metadata.resourceVersion`` (the
+  precondition), appending a hold and setting ``usedGpus`` and ``phase``, plus a
+  ``remove`` of the oldest hold so the ledger stays at 50 — with 1 and 3 watches open;
+- ``get``: a GET of the same 50-hold object.
+
+Printed per cell: requests/s, p50 latency, and the emulator thread's CPU per request
+(the yardstick least moved by other load on the machine).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import statistics
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.bench_kube_client import EmulatorThread
@@ -30,8 +38,10 @@ from shared.clock import SystemClock
 from shared.gateway import Gateway
 from shared.resources import GPU_RESERVATIONS, MUTATING_WEBHOOK_CONFIGURATIONS
 
-HOLDS = 64
-WATCHERS = (0, 1, 4)
+PUT_HOLDS = 64
+PATCH_HOLDS = 50
+#: (cell, watches open) in the order measured.
+CELLS = (("put", 0), ("put", 1), ("put", 4), ("patch", 1), ("patch", 3), ("get", 0))
 
 
 def holds(count: int) -> list[dict[str, Any]]:
@@ -42,15 +52,56 @@ def holds(count: int) -> list[dict[str, Any]]:
     ]
 
 
-async def writes(gateway: Gateway, count: int) -> list[float]:
-    """``count`` status PUTs, one at a time; their latencies."""
-    obj = await gateway.get(GPU_RESERVATIONS, "res-1", NS)
-    latencies = []
-    for _ in range(count):
+async def seed(gateway: Gateway, name: str, count: int) -> None:
+    """Give ``name`` a ledger of ``count`` holds."""
+    obj = await gateway.get(GPU_RESERVATIONS, name, NS)
+    obj["status"] = {"holds": holds(count), "usedGpus": count, "phase": "Open"}
+    await gateway.replace(GPU_RESERVATIONS, name, obj, NS, subresource="status")
+
+
+Step = Callable[[], Awaitable[None]]
+
+
+def put_step(gateway: Gateway, obj: dict[str, Any]) -> Step:
+    """A PUT of the whole ledger, oldest hold dropped and a new one added."""
+
+    async def step() -> None:
         status = obj["status"]
         status["holds"] = [*status["holds"][1:], *holds(1)]
+        obj.update(await gateway.replace(GPU_RESERVATIONS, "res-1", obj, NS, subresource="status"))
+
+    return step
+
+
+def patch_step(gateway: Gateway, version: list[str]) -> Step:
+    """The claim's JSON Patch (conditional on the version last written)."""
+
+    async def step() -> None:
+        ops: list[dict[str, Any]] = [
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": version[0]},
+            {"op": "remove", "path": "/status/holds/0"},
+            *({"op": "add", "path": "/status/holds/-", "value": h} for h in holds(1)),
+            {"op": "add", "path": "/status/usedGpus", "value": PATCH_HOLDS},
+            {"op": "add", "path": "/status/phase", "value": "Open"},
+        ]
+        written = await gateway.patch(GPU_RESERVATIONS, "res-2", ops, NS, subresource="status")
+        version[0] = written["metadata"]["resourceVersion"]
+
+    return step
+
+
+def get_step(gateway: Gateway) -> Step:
+    async def step() -> None:
+        await gateway.get(GPU_RESERVATIONS, "res-2", NS)
+
+    return step
+
+
+async def timed(step: Step, count: int) -> list[float]:
+    latencies = []
+    for _ in range(count):
         t0 = time.perf_counter()
-        obj = await gateway.replace(GPU_RESERVATIONS, "res-1", obj, NS, subresource="status")
+        await step()
         latencies.append(time.perf_counter() - t0)
     return latencies
 
@@ -76,20 +127,26 @@ def run() -> list[str]:
             objects = chart.objects(NS)
             await install_base(gateway, objects)
             await gateway.create(MUTATING_WEBHOOK_CONFIGURATIONS, objects.webhook_configuration)
-            await gateway.create(GPU_RESERVATIONS, booking(1, "alice", 10**6), NS)
-            obj = await gateway.get(GPU_RESERVATIONS, "res-1", NS)
-            obj["status"] = {"holds": holds(HOLDS), "usedGpus": HOLDS, "phase": "Open"}
-            await gateway.replace(GPU_RESERVATIONS, "res-1", obj, NS, subresource="status")
+            for number, count in ((1, PUT_HOLDS), (2, PATCH_HOLDS)):
+                await gateway.create(GPU_RESERVATIONS, booking(number, "alice", 10**6), NS)
+                await seed(gateway, f"res-{number}", count)
             gateway.close()
 
-        async def measure(watchers: int) -> str:
+        async def measure(cell: str, watchers: int) -> str:
             gateway = Gateway.from_kubeconfig(kubeconfig, max_workers=watchers + 4)
             streams = [asyncio.ensure_future(drain(gateway)) for _ in range(watchers)]
             try:
-                await writes(gateway, 20)  # warm up (and let the watches start)
+                if cell == "put":
+                    step = put_step(gateway, await gateway.get(GPU_RESERVATIONS, "res-1", NS))
+                elif cell == "patch":
+                    obj = await gateway.get(GPU_RESERVATIONS, "res-2", NS)
+                    step = patch_step(gateway, [obj["metadata"]["resourceVersion"]])
+                else:
+                    step = get_step(gateway)
+                await timed(step, 20)  # warm up (and let the watches start)
                 cpu = thread_cpu(emulator.thread)
                 t0 = time.perf_counter()
-                latencies = await writes(gateway, count)
+                latencies = await timed(step, count)
                 wall = time.perf_counter() - t0
                 cpu = thread_cpu(emulator.thread) - cpu
             finally:
@@ -97,14 +154,15 @@ def run() -> list[str]:
                     stream.cancel()
                 await asyncio.gather(*streams, return_exceptions=True)
                 gateway.close()
+            size = PUT_HOLDS if cell == "put" else PATCH_HOLDS
             return (
-                f"{HOLDS} holds, {watchers} watch(es): {count / wall:.0f} writes/s, "
+                f"{cell:5} {size} holds, {watchers} watch(es): {count / wall:.0f} req/s, "
                 f"p50 {statistics.median(latencies) * 1e3:.2f} ms, emulator CPU "
-                f"{cpu / count * 1e3:.2f} ms per write"
+                f"{cpu / count * 1e3:.3f} ms per request"
             )
 
         emulator.run(setup())
-        return [asyncio.run(measure(w)) for w in WATCHERS]
+        return [asyncio.run(measure(cell, w)) for cell, w in CELLS]
 
 
 if __name__ == "__main__":
