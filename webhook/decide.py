@@ -35,7 +35,7 @@ from shared.policy.noshow import declared
 from shared.policy.routing import Path, Route, Wait, route
 from shared.policy.windows import guarantee_end
 from webhook import wording
-from webhook.patch import edit_copy
+from webhook.patch import shallow
 from webhook.settings import DENY, PolicySettings
 
 #: An unbound hold younger than this may be our own from the first round.
@@ -112,14 +112,14 @@ def _forged(pod: Mapping[str, Any]) -> list[str]:
 
 
 def _strip_annotations(edited: dict[str, Any], keys: Iterable[str]) -> None:
-    notes = edited["metadata"]["annotations"]
+    notes = shallow(shallow(edited, "metadata", dict), "annotations", dict)
     for key in keys:
         notes.pop(key, None)
 
 
 def _strip_tolerations(edited: dict[str, Any], indexes: list[int]) -> None:
-    kept = [t for i, t in enumerate(edited["spec"]["tolerations"]) if i not in indexes]
-    edited["spec"]["tolerations"] = kept
+    spec = shallow(edited, "spec", dict)
+    spec["tolerations"] = [t for i, t in enumerate(spec["tolerations"]) if i not in indexes]
 
 
 def own_admission(
@@ -173,13 +173,13 @@ def _sanitise(
     """(pod as edited, warnings, denial message): forged state removed or refused.
 
     The pod comes back as it was — the caller's own object, which nobody may edit in
-    place — when there is nothing to remove (most pods: the copy was ≈ a quarter of a
-    no-change answer's work); otherwise an edited copy."""
+    place — when there is nothing to remove (most pods); otherwise a copy of the maps
+    and lists on the way to what was removed (``webhook.patch.shallow``)."""
     forged = _forged(pod)
     declared = tol.reservation_tolerations(pod) if is_gpu_pod(prof) else []
     if not forged and not declared:
         return pod, [], None
-    edited, warnings = edit_copy(pod), []
+    edited, warnings = dict(pod), []
     if forged:
         _strip_annotations(edited, forged)
         warnings.append(wording.annotations_removed(forged))
@@ -191,12 +191,18 @@ def _sanitise(
     return edited, warnings, None
 
 
-def _add_gate(edited: dict[str, Any], gate: str) -> None:
-    gates = edited["spec"].setdefault("schedulingGates", [])
-    if isinstance(gates, list) and not any(
+def _gated(pod: dict[str, Any], gate: str) -> dict[str, Any]:
+    """``pod`` with the scheduling gate ``gate`` added (a copy along the path; the pod
+    itself when it has the gate or a malformed ``schedulingGates``)."""
+    spec = pod.get("spec")
+    gates = spec.get("schedulingGates", []) if isinstance(spec, dict) else None
+    if not isinstance(gates, list) or any(
         isinstance(g, Mapping) and g.get("name") == gate for g in gates
     ):
-        gates.append({"name": gate})
+        return pod
+    edited = dict(pod)
+    shallow(shallow(edited, "spec", dict), "schedulingGates", list).append({"name": gate})
+    return edited
 
 
 def _queued(
@@ -210,8 +216,7 @@ def _queued(
         return Verdict(Outcome.QUEUED, edited, (*warnings, text), gpus=gpus, reservation=res.name)
     gate = ctx.policy.gate_name
     if gate:
-        edited = edit_copy(edited)  # it may be the request's own pod (``_sanitise``)
-        _add_gate(edited, gate)
+        edited = _gated(edited, gate)  # never in place: it may be the request's own pod
     if found.wait is Wait.OPENS_LATER:
         text = wording.opens_later(res, bool(gate), ctx.zone)
     else:
@@ -283,10 +288,11 @@ def admit(
     """
     if ctx.dry_run:
         claim = DRY_RUN_CLAIM_PREFIX + claim
-    stamped = edit_copy(edited)
+    stamped = dict(edited)  # a copy along each path edited; the rest is shared
     res = cand.reservation
-    spec = stamped["spec"]
-    _listed(spec, "tolerations").append(tol.granted_toleration(res.facts.gpu_class))
+    spec = shallow(stamped, "spec", dict)
+    # a malformed tolerations value (validation would refuse it) is replaced
+    shallow(spec, "tolerations", list).append(tol.granted_toleration(res.facts.gpu_class))
     notes = admission_annotations(
         res.facts,
         claim=claim,
@@ -294,10 +300,7 @@ def admit(
         now=ctx.now,
         admitted_at=ctx.now,
     )
-    meta = stamped["metadata"]
-    if not isinstance(meta.get("annotations"), dict):
-        meta["annotations"] = {}
-    meta["annotations"].update(notes)
+    shallow(shallow(stamped, "metadata", dict), "annotations", dict).update(notes)
     gate = ctx.policy.gate_name
     if gate and isinstance(spec.get("schedulingGates"), list):
         spec["schedulingGates"] = [
@@ -306,14 +309,6 @@ def admit(
             if not (isinstance(g, Mapping) and g.get("name") == gate)
         ]
     return stamped, wording.admitted(res, cand.guaranteed_until, ctx.zone)
-
-
-def _listed(spec: dict[str, Any], key: str) -> list[Any]:
-    """``spec[key]`` as a list (a malformed value, which validation would refuse, replaced)."""
-    if not isinstance(spec.get(key), list):
-        spec[key] = []
-    items: list[Any] = spec[key]
-    return items
 
 
 # --- UPDATE --------------------------------------------------------------------------

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import copy
+import json
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared import vocab
 from shared.model import GPUReservation, Hold
 from shared.policy.tolerations import granted_toleration
 from tests.policy.builders import HOUR, NOW, PodBuilder, gpu_pod, reservation
 from tests.webhook.helpers import CONTROLLER_SA, GATE, policy
+from tests.webhook.test_app import POD
 from webhook.decide import Context, Outcome, admit, decide_create, decide_update
 from webhook.patch import apply, diff
 from webhook.settings import DENY
@@ -301,3 +305,23 @@ def test_a_pod_with_nothing_to_remove_is_not_copied_and_never_edited_in_place() 
     assert queued.edited is not None
     assert queued.edited["spec"]["schedulingGates"] == [{"name": GATE}]
     assert pod == before
+
+
+@settings(max_examples=150, deadline=None)
+@given(pod=POD, gate=st.sampled_from([None, GATE]), dry=st.booleans())
+def test_deciding_and_stamping_a_random_pod_never_edits_it(
+    pod: dict[str, Any], gate: str | None, dry: bool
+) -> None:
+    """Edits copy only what they change and share the rest with the request's pod: the
+    pod itself stays as it came, and the patch still takes it to the edited one."""
+    before = json.dumps(pod, sort_keys=True)
+    context = Context(policy(gate_name=gate), NOW, dry_run=dry)
+    pool = [reservation(1, gpus=4), reservation(2, gpus=1, holds=(1,))]
+    verdict = decide_create(pod, "alice", pool, context)
+    edited = verdict.edited
+    if verdict.outcome is Outcome.ADMIT:
+        edited, _ = admit(edited or pod, verdict.candidates[0], "claim-1", context)
+    assert json.dumps(pod, sort_keys=True) == before
+    if edited is not None:
+        patched = apply(pod, diff(pod, edited))
+        assert json.dumps(patched, sort_keys=True) == json.dumps(edited, sort_keys=True)
