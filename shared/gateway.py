@@ -27,6 +27,9 @@ import urllib3
 from shared.errors import Gone, KubeError, ServerError, TooManyRequests, from_status
 from shared.resources import Resource
 
+#: The official client's configuration (other modules name it through this alias).
+Configuration = kubernetes.client.Configuration
+
 PatchType = Literal["json", "merge", "strategic"]
 
 _PATCH_CONTENT_TYPES: dict[str, str] = {
@@ -65,6 +68,27 @@ class Response:
 
     body: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The configuration's connection facts, for a client other than the official one."""
+
+    #: The API root URL as configured (``https://host:port[/prefix]``).
+    root: str
+    #: The CA bundle file to verify the server against (None: the system's).
+    ca_file: str | None
+    #: The client certificate and key files, when the kubeconfig has them.
+    cert_file: str | None
+    key_file: str | None
+    #: False when the kubeconfig says ``insecure-skip-tls-verify``.
+    verify: bool
+    #: False when the configuration turns the hostname check off.
+    check_hostname: bool
+    #: The name to present (SNI) and verify instead of the URL's host, if any.
+    server_name: str | None
+    #: True when calls must go through an HTTP proxy.
+    proxied: bool
 
 
 def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Configuration:
@@ -119,6 +143,20 @@ def failure(status: int, body: bytes, headers: Any) -> KubeError:
     return error
 
 
+def answer(method: str, path: str, status: int, data: bytes, headers: Any) -> Response:
+    """The decoded answer to a call, or our error for it (either client's answer:
+    ``headers`` has ``get`` and ``getlist``)."""
+    if status >= 300:
+        raise failure(status, data, headers)
+    try:
+        decoded = json.loads(data) if data else {}
+    except ValueError as exc:
+        raise ServerError(status, f"{method} {path}: answer is not JSON") from exc
+    if not isinstance(decoded, dict):
+        raise ServerError(status, f"{method} {path}: answer is not a JSON object")
+    return Response(decoded, _warnings(headers.getlist("Warning")))
+
+
 #: Connections kept beyond the workers' for long-running watches.
 WATCH_CONNECTIONS = 8
 #: Seconds the API root URL and the authentication headers are reused before they are
@@ -159,6 +197,21 @@ class Gateway:
     def from_kubeconfig(cls, kubeconfig: str | None, **kwargs: Any) -> Gateway:
         """A gateway for ``kubeconfig`` (``None``: in-cluster credentials)."""
         return cls(load_configuration(kubeconfig), **kwargs)
+
+    def endpoint(self) -> Endpoint:
+        """Where and how the configuration says to connect (for the loop's client)."""
+        cfg = self._api.configuration
+        hostname = cfg.assert_hostname if isinstance(cfg.assert_hostname, str) else None
+        return Endpoint(
+            root=cfg.host,
+            ca_file=cfg.ssl_ca_cert,
+            cert_file=cfg.cert_file,
+            key_file=cfg.key_file,
+            verify=bool(cfg.verify_ssl),
+            check_hostname=cfg.assert_hostname is not False,
+            server_name=getattr(cfg, "tls_server_name", None) or hostname,
+            proxied=bool(cfg.proxy),
+        )
 
     def close(self) -> None:
         """Release the worker threads and connections."""
@@ -332,23 +385,12 @@ class Gateway:
         body: Any = None,
         headers: dict[str, str] | None = None,
     ) -> Response:
-        """One HTTP call on a worker thread; JSON in and out. A call the apiserver
-        throttled is sent again after its ``Retry-After`` (``throttle_wait``)."""
-        loop = asyncio.get_running_loop()
+        """One HTTP call; JSON in and out. A call the apiserver throttled is sent
+        again after its ``Retry-After`` (``throttle_wait``)."""
         retries = 0
         while True:
             try:
-                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
-                # cancel that arrives as the call completes, and a cancelled cache task
-                # (a standby's watch when it becomes leader) then never ends.
-                async with asyncio.timeout(self._timeout_s + 1):
-                    return await loop.run_in_executor(
-                        self._pool, self._call, method, path, query, body, headers
-                    )
-            except TimeoutError as exc:
-                raise ServerError(
-                    0, f"{method} {path}: no answer within {self._timeout_s}s"
-                ) from exc
+                return await self._send(method, path, query, body, headers)
             except TooManyRequests as exc:
                 wait = throttle_wait(exc, retries)
                 if wait is None:
@@ -356,16 +398,37 @@ class Gateway:
             await self._sleep(wait)
             retries += 1
 
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None,
+        body: Any,
+        headers: dict[str, str] | None,
+    ) -> Response:
+        """One HTTP call on a worker thread, bounded by the timeout."""
+        loop = asyncio.get_running_loop()
+        try:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancel
+            # that arrives as the call completes, and a cancelled cache task (a
+            # standby's watch when it becomes leader) then never ends.
+            async with asyncio.timeout(self._timeout_s + 1):
+                return await loop.run_in_executor(
+                    self._pool, self._call, method, path, query, body, headers
+                )
+        except TimeoutError as exc:
+            raise ServerError(0, f"{method} {path}: no answer within {self._timeout_s}s") from exc
+
     def _url_and_headers(
         self, method: str, path: str, query: dict[str, Any] | None, headers: dict[str, str] | None
     ) -> tuple[str, dict[str, str]]:
-        root, auth = self._root_and_auth()
+        root, auth = self.root_and_auth()
         url = root + path
         if query:
             url += "?" + urlencode(query)
         return url, {**auth, "Accept": "application/json", **(headers or {})}
 
-    def _root_and_auth(self) -> tuple[str, dict[str, str]]:
+    def root_and_auth(self) -> tuple[str, dict[str, str]]:
         """The API root URL and the headers every call carries (the client's default
         headers and authentication), asked of the client at most every
         ``AUTH_REUSE_S`` (worker threads may race to renew: each gets a whole pair)."""
@@ -397,13 +460,7 @@ class Gateway:
             )
         except urllib3.exceptions.HTTPError as exc:
             raise ServerError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        if resp.status >= 300:
-            raise failure(resp.status, resp.data, resp.headers)
-        try:
-            decoded = json.loads(resp.data) if resp.data else {}
-        except ValueError as exc:
-            raise ServerError(resp.status, f"{method} {path}: answer is not JSON") from exc
-        return Response(decoded, _warnings(resp.headers.getlist("Warning")))
+        return answer(method, path, resp.status, resp.data, resp.headers)
 
     def _stream(
         self,

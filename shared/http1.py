@@ -1,0 +1,269 @@
+"""A minimal HTTP/1.1 client on the caller's event loop, for the webhook's hot path.
+
+One ``Pool`` talks to one origin (scheme, host, port) over a few keep-alive
+connections (TLS when given a context). Each connection is an ``asyncio.Protocol``
+whose answer is parsed by ``httptools`` (C, the parser uvicorn serves with), so a call
+costs a write, the parser's callbacks and a future — no thread, no executor hop, no
+``http.client`` header parsing. It knows nothing of Kubernetes: ``shared.loopgateway``
+builds the requests and maps the answers.
+
+Terms: an *answer* is the status, headers and whole body of one response. A body is
+delimited by ``Content-Length`` or chunked transfer coding; one delimited only by the
+connection's end (HTTP/1.0 style) is refused as truncated, since the API server never
+sends one. A kept-alive connection the server closed before any byte of the answer
+arrived raises ``Unanswered``: the request may or may not have been processed, so the
+pool sends it again (once, on a new connection) only when the caller says it is
+idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+import httptools
+
+#: Most bytes one answer (headers and body) may take; more is refused as malformed.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+#: A connection idle longer than this is closed instead of reused (a server or a load
+#: balancer may drop idle connections; reusing one it is about to drop risks a write
+#: that fails with ``Unanswered``).
+IDLE_KEEP_S = 15.0
+
+
+class TransportError(Exception):
+    """The call failed below HTTP: connecting, TLS, a malformed or truncated answer."""
+
+
+class Unanswered(TransportError):
+    """The connection closed before any byte of the answer arrived."""
+
+
+def serialize(method: str, target: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
+    """One request's bytes (``Content-Length`` added). A target or header that is not
+    printable Latin-1 — a line break would split the request — is refused."""
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
+    for name, value in headers.items():
+        lines.append(f"{name}: {value}")
+    lines.append(f"Content-Length: {len(body)}")
+    if " " in target or not all(line.isprintable() for line in lines):
+        raise TransportError("the request's target or a header has a space or a control character")
+    try:
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    except UnicodeEncodeError as exc:
+        raise TransportError("the request's target or a header is not Latin-1") from exc
+
+
+class Headers:
+    """An answer's headers by lower-case name (the interface ``gateway.failure`` reads)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        values: dict[str, list[str]] = {}
+        for name, value in pairs:
+            values.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        self._values = values
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The first value of ``name``, else ``default``."""
+        found = self._values.get(name.lower())
+        return found[0] if found else default
+
+    def getlist(self, name: str) -> list[str]:
+        """Every value of ``name``, in order."""
+        return list(self._values.get(name.lower(), ()))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One whole response."""
+
+    status: int
+    headers: Headers
+    body: bytes
+
+
+class _Connection(asyncio.Protocol):
+    """One connection carrying one exchange at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.keep_alive = False
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[Answer] | None = None
+        self._received = 0
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body: list[bytes] = []
+
+    # --- asyncio.Protocol ---------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio's; they have its interface.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._received += len(data)
+        if self._waiter is None:
+            self._fail(TransportError("bytes arrived with no request in flight"))
+            return
+        if self._received > MAX_ANSWER_BYTES:
+            self._fail(TransportError(f"answer larger than {MAX_ANSWER_BYTES} bytes"))
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(TransportError(f"malformed answer: {exc}"))
+
+    def eof_received(self) -> bool | None:
+        self._lost("the server closed the connection")
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost(f"the connection was lost: {exc}" if exc else "the server closed it")
+
+    # --- httptools callbacks ----------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        self.keep_alive = self._parser.should_keep_alive()
+        answer = Answer(
+            self._parser.get_status_code(), Headers(self._headers), b"".join(self._body)
+        )
+        if waiter is not None and not waiter.done():
+            waiter.set_result(answer)
+
+    # --- the exchange -------------------------------------------------------------
+
+    async def exchange(self, request: bytes) -> Answer:
+        """Send ``request`` and wait for its whole answer (the caller bounds the wait)."""
+        if self.closed or self.transport is None or self.transport.is_closing():
+            raise Unanswered("the connection was closed before the request was sent")
+        self._waiter = asyncio.get_running_loop().create_future()
+        self._received = 0
+        self._headers = []
+        self._body = []
+        self.keep_alive = False
+        self.transport.write(request)
+        return await self._waiter
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _lost(self, why: str) -> None:
+        self.closed = True
+        if self._received == 0:
+            self._fail(Unanswered(why))
+        else:
+            self._fail(TransportError(f"truncated answer: {why}"))
+
+    def _fail(self, error: TransportError) -> None:
+        waiter, self._waiter = self._waiter, None
+        self.close()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+
+
+class Pool:
+    """Keep-alive connections to one origin, at most ``size`` at a time."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext | None,
+        server_hostname: str | None = None,
+        size: int = 8,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._host = host
+        self._port = port
+        self._tls = tls
+        self._server_hostname = (server_hostname or host) if tls else None
+        self._size = size
+        self._monotonic = monotonic
+        #: Idle connections, the most recently used last (reused first).
+        self._idle: list[_Connection] = []
+        self._slots: asyncio.Semaphore | None = None
+
+    async def request(self, request: bytes, idempotent: bool) -> Answer:
+        """Send one serialized request and return its answer.
+
+        Raises ``TransportError`` (``Unanswered`` included) for anything below HTTP. A
+        reused connection that closes before answering is replaced and the request
+        sent again, once, when ``idempotent``. A call cancelled mid-exchange (a
+        timeout) closes its connection: an answer may still be on its way."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._size)
+        async with self._slots:
+            conn = self._take()
+            if conn is not None and idempotent:
+                try:
+                    return self._finish(conn, await self._exchange(conn, request))
+                except Unanswered:
+                    pass
+            elif conn is not None:
+                return self._finish(conn, await self._exchange(conn, request))
+            conn = await self._open()
+            return self._finish(conn, await self._exchange(conn, request))
+
+    def close(self) -> None:
+        """Close every idle connection (connections in use close when their call ends)."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def _take(self) -> _Connection | None:
+        """The most recently used idle connection still open and fresh enough."""
+        now = self._monotonic()
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and now - conn.idle_since < IDLE_KEEP_S:
+                return conn
+            conn.close()
+        return None
+
+    async def _open(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await loop.create_connection(
+                _Connection,
+                self._host,
+                self._port,
+                ssl=self._tls,
+                server_hostname=self._server_hostname,
+            )
+        except OSError as exc:  # refused, unreachable, TLS verification (SSLError)
+            raise TransportError(f"cannot connect: {type(exc).__name__}: {exc}") from exc
+        return conn
+
+    @staticmethod
+    async def _exchange(conn: _Connection, request: bytes) -> Answer:
+        try:
+            return await conn.exchange(request)
+        except BaseException:
+            conn.close()
+            raise
+
+    def _finish(self, conn: _Connection, answer: Answer) -> Answer:
+        if conn.keep_alive and not conn.closed:
+            conn.idle_since = self._monotonic()
+            self._idle.append(conn)
+        else:
+            conn.close()
+        return answer

@@ -1,0 +1,114 @@
+"""The gateway with its calls made on the caller's event loop (the webhook's hot path).
+
+``shared.gateway.Gateway`` runs every call on a worker thread through the official
+client's urllib3 (CONVENTIONS 4). For the webhook's ledger writes that costs more than
+the write is worth: the executor hop, hand-offs of the interpreter lock, and
+``http.client`` parsing headers through the email package — about 1.1–1.3 ms of CPU
+per write (docs/performance.md, "Webhook"). ``LoopGateway`` keeps everything else of
+the gateway — the configuration (kubeconfig or in-cluster), the API root and
+authentication headers with their reuse-and-rotation rule (``root_and_auth``), the
+throttling retries, the answer's decoding and error mapping (``answer``) and the
+watch thread — and sends the other calls through ``shared.http1`` on the running loop.
+
+A gateway is used on one event loop (its connections belong to it). Through an HTTP
+proxy (the configuration names one) the calls stay on the worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from typing import Any
+from urllib.parse import urlsplit
+
+from shared import http1
+from shared.errors import ServerError
+from shared.gateway import Configuration, Endpoint, Gateway, Response, answer
+
+#: Keep-alive connections to the API server the loop's calls share (each carries one
+#: call at a time; more concurrent calls wait for one to come free).
+LOOP_CONNECTIONS = 8
+#: Methods a request may be sent again for after a kept-alive connection closed before
+#: answering (RFC 9110 §9.2.2; GET has no side effect). A write is never sent twice: a
+#: JSON Patch or PUT the server may have applied is reported as failed instead, and the
+#: ledger's caller reads the object again.
+IDEMPOTENT = frozenset({"GET"})
+
+
+def tls_context(endpoint: Endpoint) -> ssl.SSLContext:
+    """The TLS context the configuration asks for: its CA (else the system's), its
+    client certificate and key when it has them, verification off only when it says
+    ``insecure-skip-tls-verify``."""
+    context = ssl.create_default_context(cafile=endpoint.ca_file)
+    if endpoint.cert_file:
+        context.load_cert_chain(endpoint.cert_file, endpoint.key_file)
+    if not endpoint.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif not endpoint.check_hostname:
+        context.check_hostname = False
+    return context
+
+
+class _Origin:
+    """The serialized parts of every request to the API server's origin."""
+
+    def __init__(self, endpoint: Endpoint, size: int) -> None:
+        url = urlsplit(endpoint.root)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"the API server URL {endpoint.root!r} is not http(s)://host")
+        secure = url.scheme == "https"
+        self.prefix = f"{url.scheme}://{url.netloc}"
+        self.host = url.netloc.rpartition("@")[2]
+        tls = tls_context(endpoint) if secure else None
+        port = url.port or (443 if secure else 80)
+        self.pool = http1.Pool(url.hostname, port, tls, endpoint.server_name, size)
+
+
+class LoopGateway(Gateway):
+    """``Gateway`` whose non-watch calls run on the caller's event loop."""
+
+    def __init__(
+        self,
+        configuration: Configuration,
+        connections: int = LOOP_CONNECTIONS,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(configuration, **kwargs)
+        endpoint = self.endpoint()
+        self._origin = None if endpoint.proxied else _Origin(endpoint, connections)
+
+    def close(self) -> None:
+        """Close the loop's idle connections, then the worker threads' (call it on the
+        loop: closing a connection is the loop's work)."""
+        if self._origin is not None:
+            self._origin.pool.close()
+        super().close()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None,
+        body: Any,
+        headers: dict[str, str] | None,
+    ) -> Response:
+        """One HTTP call on the running loop, bounded by the timeout (no thread)."""
+        origin = self._origin
+        if origin is None:
+            return await super()._send(method, path, query, body, headers)
+        url, hdrs = self._url_and_headers(method, path, query, headers)
+        data = b""
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        try:
+            request = http1.serialize(method, url[len(origin.prefix) :], origin.host, hdrs, data)
+            async with asyncio.timeout(self._timeout_s):
+                got = await origin.pool.request(request, method in IDEMPOTENT)
+        except TimeoutError as exc:
+            raise ServerError(0, f"{method} {path}: no answer within {self._timeout_s}s") from exc
+        except http1.TransportError as exc:
+            raise ServerError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        return answer(method, path, got.status, got.body, got.headers)

@@ -1,0 +1,595 @@
+"""``shared.loopgateway.LoopGateway``: the gateway's calls on the caller's event loop.
+
+Against the emulator over real TLS (its kubeconfig: CA, bearer token): the verbs, every
+error class, throttling, token rotation, a CA mismatch, concurrent calls on the pool.
+Against small scripted servers on loopback: malformed and truncated answers, a
+kept-alive connection the server closes, a server that never answers, a client
+certificate the server requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import pytest
+import trustme
+import uvloop
+
+from shared import errors, http1
+from shared.gateway import AUTH_REUSE_S, THROTTLE_RETRIES, Configuration, load_configuration
+from shared.loopgateway import LoopGateway
+from shared.resources import CONFIGMAPS, PODS
+from tests.kube.conftest import Running, pod
+from tests.kube.test_gateway import Naps, _throttle
+
+
+def _tls_gateway(kube: Running, tmp_path: Path, **kwargs: Any) -> LoopGateway:
+    """A loop gateway from the emulator's kubeconfig: HTTPS, its CA, the admin token."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(kube.server.kubeconfig())
+    return LoopGateway(load_configuration(str(path)), **kwargs)
+
+
+def _run(kube: Running, tmp_path: Path, body: Callable[[LoopGateway], Awaitable[None]]) -> None:
+    async def scenario() -> None:
+        gw = _tls_gateway(kube, tmp_path)
+        try:
+            await body(gw)
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+def test_verbs_and_error_mapping_over_tls(kube: Running, ns: str, tmp_path: Path) -> None:
+    """get/list_all/create/replace/patch/delete and NotFound/Conflict/Invalid, as the
+    thread-pool gateway maps them."""
+
+    async def body(gw: LoopGateway) -> None:
+        created = (
+            await gw.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, ns)
+        ).body
+        await gw.create(CONFIGMAPS, {"metadata": {"name": "d"}}, ns)
+        assert len((await gw.list_all(CONFIGMAPS, ns)).items) == 2
+        fetched = await gw.get(CONFIGMAPS, "c", ns)
+        fetched["data"]["a"] = "2"
+        await gw.replace(CONFIGMAPS, "c", fetched, ns)
+        with pytest.raises(errors.Conflict):
+            await gw.replace(CONFIGMAPS, "c", created, ns)
+        patched = await gw.patch(
+            CONFIGMAPS, "c", [{"op": "add", "path": "/data/b", "value": "3"}], ns
+        )
+        assert patched["data"] == {"a": "2", "b": "3"}
+        with pytest.raises(errors.Invalid):
+            await gw.patch(CONFIGMAPS, "c", [{"op": "test", "path": "/data/a", "value": "9"}], ns)
+        await gw.create(PODS, pod(), ns)
+        with pytest.raises(errors.Invalid):
+            await gw.patch(
+                PODS,
+                "p",
+                {"spec": {"schedulingGates": [{"name": "example.com/g"}]}},
+                ns,
+                "strategic",
+            )
+        await gw.delete(CONFIGMAPS, "c", ns)
+        with pytest.raises(errors.NotFound):
+            await gw.get(CONFIGMAPS, "c", ns)
+
+    _run(kube, tmp_path, body)
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (400, errors.BadRequest),
+        (401, errors.Unauthorized),
+        (403, errors.Forbidden),
+        (404, errors.NotFound),
+        (409, errors.Conflict),
+        (410, errors.Gone),
+        (422, errors.Invalid),
+        (500, errors.ServerError),
+        (503, errors.ServerError),
+    ],
+)
+def test_every_status_maps_to_its_error_class_with_the_status_message(
+    kube: Running, ns: str, tmp_path: Path, status: int, error: type[errors.KubeError]
+) -> None:
+    status_body = {"kind": "Status", "code": status, "reason": "Injected", "message": "said so"}
+    kube.server.faults.add(
+        method="GET", path=f"/api/v1/namespaces/{ns}/configmaps/x", status=status, body=status_body
+    )
+
+    async def body(gw: LoopGateway) -> None:
+        with pytest.raises(error) as caught:
+            await gw.get(CONFIGMAPS, "x", ns)
+        assert (caught.value.code, caught.value.reason, caught.value.message) == (
+            status,
+            "Injected",
+            "said so",
+        )
+
+    _run(kube, tmp_path, body)
+
+
+def test_a_throttled_call_is_sent_again_and_lasting_throttling_gives_up(
+    kube: Running, ns: str, tmp_path: Path
+) -> None:
+    """The gateway's throttling rule holds on the loop too (its ``request`` is shared)."""
+    naps = Naps()
+
+    async def scenario() -> None:
+        gw = _tls_gateway(kube, tmp_path, sleep=naps)
+        try:
+            await gw.create(CONFIGMAPS, {"metadata": {"name": "c"}}, ns)
+            fault = _throttle(kube, f"/api/v1/namespaces/{ns}/configmaps/c", "1", 2)
+            assert (await gw.get(CONFIGMAPS, "c", ns))["metadata"]["name"] == "c"
+            assert (fault.fired, naps.waits) == (2, [1.0, 1.0])
+            fault = _throttle(kube, f"/api/v1/namespaces/{ns}/configmaps/c", "2", None)
+            with pytest.raises(errors.TooManyRequests) as caught:
+                await gw.get(CONFIGMAPS, "c", ns)
+            assert caught.value.retry_after_s == 2.0
+            assert fault.fired == THROTTLE_RETRIES + 1
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_rotated_token_is_used_within_the_reuse_interval(
+    kube: Running, ns: str, tmp_path: Path
+) -> None:
+    """Authentication comes from the gateway's ``root_and_auth``: a token changed in the
+    configuration is sent from the first call ``AUTH_REUSE_S`` later, not before."""
+    now = [100.0]
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(kube.server.ca_pem)
+    cfg = _plain(0, ssl_ca_cert=str(ca_file), host=kube.server.secure_url)
+    cfg.api_key = {"authorization": f"Bearer {kube.server.admin_token}"}
+
+    async def scenario() -> None:
+        gw = LoopGateway(cfg, monotonic=lambda: now[0])
+        try:
+            await gw.create(CONFIGMAPS, {"metadata": {"name": "c"}}, ns)
+            gw._api.configuration.api_key = {"authorization": "Bearer not-a-token"}
+            now[0] += AUTH_REUSE_S - 0.01
+            assert (await gw.get(CONFIGMAPS, "c", ns))["metadata"]["name"] == "c"
+            now[0] += 0.01
+            with pytest.raises(errors.Unauthorized):
+                await gw.get(CONFIGMAPS, "c", ns)
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_server_with_a_certificate_from_another_ca_is_refused(
+    kube: Running, ns: str, tmp_path: Path
+) -> None:
+    cfg = load_configuration(str(_kubeconfig(kube, tmp_path)))
+    other = tmp_path / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other))
+    cfg.ssl_ca_cert = str(other)
+
+    async def scenario() -> None:
+        gw = LoopGateway(cfg)
+        try:
+            with pytest.raises(errors.ServerError) as caught:
+                await gw.get(CONFIGMAPS, "c", ns)
+            assert caught.value.code == 0
+            assert "CERTIFICATE_VERIFY_FAILED" in caught.value.message
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+def test_concurrent_calls_share_a_bounded_pool(kube: Running, ns: str, tmp_path: Path) -> None:
+    """40 concurrent GETs on 3 connections: every one answered, at most 3 kept."""
+
+    async def scenario() -> None:
+        gw = _tls_gateway(kube, tmp_path, connections=3)
+        try:
+            await gw.create(CONFIGMAPS, {"metadata": {"name": "c"}}, ns)
+            got = await asyncio.gather(*(gw.get(CONFIGMAPS, "c", ns) for _ in range(40)))
+            assert {g["metadata"]["name"] for g in got} == {"c"}
+            assert gw._origin is not None
+            assert 1 <= len(gw._origin.pool._idle) <= 3
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_body_cut_off_mid_answer_is_a_server_error(
+    kube: Running, ns: str, tmp_path: Path
+) -> None:
+    """The emulator's ``drop`` and ``malformed`` faults: truncated, then not JSON."""
+    path = f"/api/v1/namespaces/{ns}/configmaps/c"
+    kube.server.faults.add(method="GET", path=path, drop=True)
+    kube.server.faults.add(method="GET", path=path, malformed=True)
+
+    async def body(gw: LoopGateway) -> None:
+        with pytest.raises(errors.ServerError, match="truncated answer"):
+            await gw.get(CONFIGMAPS, "c", ns)
+        with pytest.raises(errors.ServerError, match="not JSON"):
+            await gw.get(CONFIGMAPS, "c", ns)
+
+    _run(kube, tmp_path, body)
+
+
+def _kubeconfig(kube: Running, tmp_path: Path) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(kube.server.kubeconfig())
+    return path
+
+
+# --- scripted servers -------------------------------------------------------------------
+
+
+class Scripted:
+    """A loopback HTTP server answering each request with the next scripted bytes.
+
+    A script entry is the raw answer, or None to close the connection without one.
+    Each request's method, target and headers are recorded."""
+
+    def __init__(self, script: list[bytes | None], tls: ssl.SSLContext | None = None) -> None:
+        self.script = list(script)
+        self.tls = tls
+        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
+        self.connections = 0
+        self.port = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Scripted:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        self.port = int(self.server.sockets[0].getsockname()[1])
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while self.script:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ")
+                headers = {
+                    name.lower(): value
+                    for name, value in (line.split(": ", 1) for line in lines[1:] if line)
+                }
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                self.requests.append((method, target, headers, body))
+                answer = self.script.pop(0)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def _answer(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+OK = _answer(b'{"kind": "ConfigMap", "metadata": {"name": "c"}}')
+
+
+def _plain(port: int, scheme: str = "http", **settings: Any) -> Configuration:
+    cfg = kubernetes.client.Configuration()
+    cfg.host = f"{scheme}://127.0.0.1:{port}"
+    cfg.api_key = {"authorization": "Bearer t0ken"}
+    for name, value in settings.items():
+        setattr(cfg, name, value)
+    return cfg
+
+
+def _against(
+    script: list[bytes | None],
+    check: Callable[[LoopGateway, Scripted], Awaitable[None]],
+    **kwargs: Any,
+) -> Scripted:
+    async def scenario() -> Scripted:
+        async with Scripted(script) as server:
+            gw = LoopGateway(_plain(server.port), **kwargs)
+            try:
+                await check(gw, server)
+            finally:
+                gw.close()
+        return server
+
+    return asyncio.run(scenario())
+
+
+def test_the_request_carries_the_token_accept_and_json_body() -> None:
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        await gw.patch(CONFIGMAPS, "c", [{"op": "add", "path": "/data", "value": {}}], "ns")
+
+    server = _against([OK], check)
+    [(method, target, headers, body)] = server.requests
+    assert (method, target) == ("PATCH", "/api/v1/namespaces/ns/configmaps/c")
+    assert headers["authorization"] == "Bearer t0ken"
+    assert headers["content-type"] == "application/json-patch+json"
+    assert headers["accept"] == "application/json"
+    assert headers["host"] == f"127.0.0.1:{server.port}"
+    assert body == b'[{"op": "add", "path": "/data", "value": {}}]'
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (b"HTTP/1.1 two hundred OK\r\nContent-Length: 2\r\n\r\n{}", "malformed answer"),
+        (b"NOTHTTP\r\n\r\n", "malformed answer"),
+        (b"HTTP/1.1 200 OK\r\nBad Header\r\nContent-Length: 2\r\n\r\n{}", "malformed answer"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n{}", "malformed answer"),
+        (_answer(b"<html>oops</html>"), "not JSON"),
+        (_answer(b"[1, 2]"), "not a JSON object"),
+        (_answer(b"\xff\xfe"), "not JSON"),
+        (b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"a": 1', "truncated answer"),
+        (b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":', "truncated answer"),
+        (b"HTTP/1.1 200 OK\r\n\r\n{}", "truncated answer"),
+        (b"HTTP/1.1 200 OK\r\nContent-Le", "truncated answer"),
+    ],
+    ids=[
+        "status-not-a-number",
+        "not-http",
+        "header-without-colon",
+        "content-length-not-a-number",
+        "html-body",
+        "json-array",
+        "not-utf8",
+        "short-body",
+        "short-chunked-body",
+        "body-until-close",
+        "headers-cut-off",
+    ],
+)
+def test_a_malformed_or_truncated_answer_is_a_server_error(answer: bytes, message: str) -> None:
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        with pytest.raises(errors.ServerError, match=message) as caught:
+            await gw.get(CONFIGMAPS, "c", "ns")
+        assert caught.value.code in (0, 200)
+
+    # The server closes after the scripted bytes (the script ends).
+    _against([answer], check)
+
+
+def test_a_chunked_answer_with_warnings_is_decoded() -> None:
+    chunked = (
+        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n"
+        b'Warning: 299 - "first \\"quoted\\" warning"\r\nWarning: 299 - "second"\r\n\r\n'
+        b'7\r\n{"kind"\r\n16\r\n: "ConfigMap", "a": 1}\r\n0\r\n\r\n'
+    )
+
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        got = await gw.create(CONFIGMAPS, {"metadata": {"name": "c"}}, "ns")
+        assert got.body == {"kind": "ConfigMap", "a": 1}
+        assert got.warnings == ['first "quoted" warning', "second"]
+        assert (await gw.get(CONFIGMAPS, "c", "ns"))["kind"] == "ConfigMap"
+
+    server = _against([chunked, OK], check)
+    assert server.connections == 1  # the connection was kept alive for the second call
+
+
+def test_a_429_on_the_loop_carries_its_retry_after() -> None:
+    throttled = _answer(b"{}", "429 Too Many Requests", "Retry-After: 7\r\n")
+
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        with pytest.raises(errors.TooManyRequests) as caught:
+            await gw.get(CONFIGMAPS, "c", "ns")
+        assert caught.value.retry_after_s == 7.0
+
+    _against([throttled] * (THROTTLE_RETRIES + 1), check, sleep=Naps())
+
+
+def test_a_get_is_sent_again_when_a_kept_alive_connection_closes_unanswered() -> None:
+    """The server answers once, then closes the kept-alive connection on the next
+    request without a byte: a GET is safe to resend, once, on a new connection."""
+
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        await gw.get(CONFIGMAPS, "c", "ns")
+        assert (await gw.get(CONFIGMAPS, "c", "ns"))["kind"] == "ConfigMap"
+
+    server = _against([OK, None, OK], check)
+    assert [r[0] for r in server.requests] == ["GET", "GET", "GET"]
+    assert server.connections == 2
+
+
+def test_a_write_is_not_sent_again_when_its_connection_closes_unanswered() -> None:
+    """The server may have applied the PATCH before closing: it is reported as failed
+    (the ledger reads again), never sent twice."""
+
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        await gw.get(CONFIGMAPS, "c", "ns")
+        with pytest.raises(errors.ServerError, match="Unanswered") as caught:
+            await gw.patch(CONFIGMAPS, "c", [{"op": "test", "path": "/a", "value": 1}], "ns")
+        assert caught.value.code == 0
+        assert (await gw.get(CONFIGMAPS, "c", "ns"))["kind"] == "ConfigMap"
+
+    server = _against([OK, None, OK], check)
+    assert [r[0] for r in server.requests] == ["GET", "PATCH", "GET"]
+
+
+def test_a_connection_closed_while_idle_is_not_reused() -> None:
+    """``Connection: close`` on the answer: the next call opens a new connection."""
+    closing = _answer(b"{}", extra="Connection: close\r\n")
+
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        await gw.get(CONFIGMAPS, "c", "ns")
+        await gw.patch(CONFIGMAPS, "c", [], "ns")
+
+    server = _against([closing, OK], check)
+    assert server.connections == 2
+
+
+def test_a_server_that_never_answers_times_out() -> None:
+    async def scenario() -> None:
+        silent = asyncio.Event()
+
+        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            await silent.wait()
+            writer.close()
+
+        server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        gw = LoopGateway(_plain(port), timeout_s=0.2)
+        try:
+            with pytest.raises(errors.ServerError, match="no answer within") as caught:
+                await gw.get(CONFIGMAPS, "c", "ns")
+            assert caught.value.code == 0
+            assert gw._origin is not None
+            assert gw._origin.pool._idle == []
+        finally:
+            silent.set()
+            gw.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(scenario())
+
+
+def test_nothing_listening_is_a_server_error() -> None:
+    async def scenario() -> None:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()
+        gw = LoopGateway(_plain(port))
+        try:
+            with pytest.raises(errors.ServerError, match="cannot connect"):
+                await gw.get(CONFIGMAPS, "c", "ns")
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_over_the_size_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http1, "MAX_ANSWER_BYTES", 64)
+
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        with pytest.raises(errors.ServerError, match="larger than 64 bytes"):
+            await gw.get(CONFIGMAPS, "c", "ns")
+
+    _against([_answer(b'{"a": "' + b"x" * 100 + b'"}')], check)
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["Bearer a\r\nX-Evil: 1", "Bearer a\nb", "Bearer \u2603"],
+    ids=["crlf", "lf", "non-latin1"],
+)
+def test_a_header_that_would_split_the_request_is_refused(token: str) -> None:
+    async def scenario() -> None:
+        async with Scripted([OK]) as server:
+            cfg = _plain(server.port)
+            cfg.api_key = {"authorization": token}
+            gw = LoopGateway(cfg)
+            try:
+                with pytest.raises(errors.ServerError, match="TransportError"):
+                    await gw.get(CONFIGMAPS, "c", "ns")
+            finally:
+                gw.close()
+            assert server.requests == []
+
+    asyncio.run(scenario())
+
+
+def test_a_client_certificate_from_the_configuration_is_presented(tmp_path: Path) -> None:
+    """A server that requires a client certificate: the configuration's cert and key
+    are presented; without them the handshake fails."""
+    ca = trustme.CA()
+    server_cert = ca.issue_cert("127.0.0.1")
+    client_cert = ca.issue_cert("webhook@example.com")
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_cert.configure_cert(serving)
+    ca.configure_trust(serving)
+    serving.verify_mode = ssl.CERT_REQUIRED
+    ca_file, cert_file, key_file = (tmp_path / n for n in ("ca.pem", "cert.pem", "key.pem"))
+    ca.cert_pem.write_to_path(str(ca_file))
+    client_cert.cert_chain_pems[0].write_to_path(str(cert_file))
+    client_cert.private_key_pem.write_to_path(str(key_file))
+
+    async def scenario() -> None:
+        async with Scripted([OK], tls=serving) as server:
+            bare = LoopGateway(_plain(server.port, "https", ssl_ca_cert=str(ca_file)))
+            try:
+                with pytest.raises(errors.ServerError):
+                    await bare.get(CONFIGMAPS, "c", "ns")
+            finally:
+                bare.close()
+            cfg = _plain(
+                server.port,
+                "https",
+                ssl_ca_cert=str(ca_file),
+                cert_file=str(cert_file),
+                key_file=str(key_file),
+            )
+            gw = LoopGateway(cfg)
+            try:
+                assert (await gw.get(CONFIGMAPS, "c", "ns"))["kind"] == "ConfigMap"
+            finally:
+                gw.close()
+
+    asyncio.run(scenario())
+
+
+def test_through_a_proxy_the_calls_stay_on_the_worker_threads() -> None:
+    cfg = _plain(1, proxy="http://proxy.example:3128")
+    gw = LoopGateway(cfg)
+    try:
+        assert gw._origin is None
+    finally:
+        gw.close()
+
+
+def test_an_api_url_that_is_not_http_is_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match="not http"):
+        LoopGateway(_plain(1, host="ftp://example.com"))
+
+
+def test_on_uvloop_the_webhooks_loop(kube: Running, ns: str, tmp_path: Path) -> None:
+    """The webhook runs on uvloop, whose TLS transports are its own classes: the calls,
+    a concurrent burst and a resent GET work there too."""
+
+    async def scenario() -> None:
+        gw = _tls_gateway(kube, tmp_path, connections=2)
+        try:
+            await gw.create(CONFIGMAPS, {"metadata": {"name": "u"}}, ns)
+            got = await asyncio.gather(*(gw.get(CONFIGMAPS, "u", ns) for _ in range(10)))
+            assert {g["metadata"]["name"] for g in got} == {"u"}
+            with pytest.raises(errors.NotFound):
+                await gw.get(CONFIGMAPS, "none", ns)
+        finally:
+            gw.close()
+
+        async def check(gw: LoopGateway, server: Scripted) -> None:
+            await gw.get(CONFIGMAPS, "c", "ns")
+            assert (await gw.get(CONFIGMAPS, "c", "ns"))["kind"] == "ConfigMap"
+
+        async with Scripted([OK, None, OK]) as server:
+            gw = LoopGateway(_plain(server.port))
+            try:
+                await check(gw, server)
+            finally:
+                gw.close()
+        assert server.connections == 2
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario())
