@@ -1,16 +1,22 @@
 """The hot path's Kubernetes client: the thread-pool gateway against an async client.
 
 The webhook's ledger claim is one call to the API server per group of claims. This
-measures the two ways to make it against the same kube emulator (on its own thread and
+measures the ways to make it against the same kube emulator (on its own thread and
 event loop): ``shared.gateway.Gateway`` (the official client's configuration, urllib3
-in a pool of worker threads) and ``httpx.AsyncClient`` on the caller's event loop, each
+in a pool of worker threads), ``shared.loopgateway.LoopGateway`` (our HTTP/1.1 client
+on the caller's loop, httptools parsing) and ``aiohttp`` on the caller's loop (and
+``httpx.AsyncClient`` when ``BENCH_HTTPX`` is set: measured much slower before), each
 GETting a GPUReservation ``REQUESTS`` times at concurrency 1 and 10, twice,
-alternating. The choice it informed is written in docs/performance.md.
+alternating. Printed per run: calls/s, p50, and the client's CPU per call (the
+process's CPU less the emulator thread's). The choice it informed is written in
+docs/performance.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
 import ssl
 import statistics
@@ -18,9 +24,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import httpx
 
 from bench.bench_webhook import NS, booking, scenario
@@ -28,13 +36,33 @@ from sandbox import chart
 from sandbox.install import install_base
 from sandbox.runner import Sandbox, SandboxContext
 from shared.gateway import Gateway, load_configuration
+from shared.loopgateway import LoopGateway
 from shared.resources import GPU_RESERVATIONS
 
 REQUESTS = 400
 T = TypeVar("T")
 
 
-async def _timed(call: Callable[[], Awaitable[object]], c: int) -> tuple[float, float]:
+#: The emulator's thread, whose CPU is not the client's (set by ``run``).
+_SERVER: list[threading.Thread] = []
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One run: calls per second, median latency, and the client's CPU per call (the
+    process's CPU less the emulator thread's: every client thread counts)."""
+
+    rps: float
+    p50_ms: float
+    cpu_ms: float
+
+
+def _client_cpu() -> float:
+    server = sum(thread_cpu(t) for t in _SERVER)
+    return time.process_time() - server
+
+
+async def _timed(call: Callable[[], Awaitable[object]], c: int) -> Figures:
     latencies: list[float] = []
 
     async def worker() -> None:
@@ -43,12 +71,19 @@ async def _timed(call: Callable[[], Awaitable[object]], c: int) -> tuple[float, 
             await call()
             latencies.append(time.perf_counter() - t)
 
+    await call()  # the first connection's handshake is not what is measured
+    cpu = _client_cpu()
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(c)))
-    return REQUESTS / (time.perf_counter() - t0), statistics.median(latencies) * 1e3
+    wall = time.perf_counter() - t0
+    return Figures(
+        REQUESTS / wall,
+        statistics.median(latencies) * 1e3,
+        (_client_cpu() - cpu) / REQUESTS * 1e3,
+    )
 
 
-async def gateway_run(kubeconfig: Path, c: int) -> tuple[float, float]:
+async def gateway_run(kubeconfig: Path, c: int) -> Figures:
     gateway = Gateway.from_kubeconfig(str(kubeconfig))
     try:
         return await _timed(lambda: gateway.get(GPU_RESERVATIONS, "res-1", NS), c)
@@ -56,7 +91,15 @@ async def gateway_run(kubeconfig: Path, c: int) -> tuple[float, float]:
         gateway.close()
 
 
-async def httpx_run(kubeconfig: Path, c: int) -> tuple[float, float]:
+async def loop_gateway_run(kubeconfig: Path, c: int) -> Figures:
+    gateway = LoopGateway.from_kubeconfig(str(kubeconfig))
+    try:
+        return await _timed(lambda: gateway.get(GPU_RESERVATIONS, "res-1", NS), c)
+    finally:
+        gateway.close()
+
+
+def _tls_and_headers(kubeconfig: Path) -> tuple[str, ssl.SSLContext, dict[str, str]]:
     cfg = load_configuration(str(kubeconfig))
     context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
     if cfg.cert_file:
@@ -65,8 +108,27 @@ async def httpx_run(kubeconfig: Path, c: int) -> tuple[float, float]:
     token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
     if token:
         headers["Authorization"] = token
+    return cfg.host, context, headers
+
+
+async def aiohttp_run(kubeconfig: Path, c: int) -> Figures:
+    host, context, headers = _tls_and_headers(kubeconfig)
+    url = host + GPU_RESERVATIONS.path(NS, "res-1")
+    connector = aiohttp.TCPConnector(ssl=context, limit=16)
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+
+        async def get() -> object:
+            async with session.get(url) as answer:
+                answer.raise_for_status()
+                return json.loads(await answer.read())
+
+        return await _timed(get, c)
+
+
+async def httpx_run(kubeconfig: Path, c: int) -> Figures:
+    host, context, headers = _tls_and_headers(kubeconfig)
     path = GPU_RESERVATIONS.path(NS, "res-1")
-    async with httpx.AsyncClient(base_url=cfg.host, verify=context, headers=headers) as client:
+    async with httpx.AsyncClient(base_url=host, verify=context, headers=headers) as client:
 
         async def get() -> object:
             answer = await client.get(path)
@@ -74,6 +136,12 @@ async def httpx_run(kubeconfig: Path, c: int) -> tuple[float, float]:
             return answer.json()
 
         return await _timed(get, c)
+
+
+def thread_cpu(thread: threading.Thread) -> float:
+    """CPU seconds ``thread`` has used."""
+    assert thread.ident is not None
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
 
 
 class EmulatorThread:
@@ -117,13 +185,21 @@ def run() -> list[str]:
             gateway.close()
 
         emulator.run(setup())
+        _SERVER[:] = [emulator.thread]
+        clients = [
+            ("thread-pool gateway", gateway_run),
+            ("loop gateway (http1)", loop_gateway_run),
+            ("aiohttp", aiohttp_run),
+        ]
+        if os.environ.get("BENCH_HTTPX"):
+            clients.append(("httpx async", httpx_run))
         for c in (1, 10):
-            for name, measure in (
-                ("thread-pool gateway", gateway_run),
-                ("httpx async", httpx_run),
-            ) * 2:
-                rps, p50 = asyncio.run(measure(kubeconfig, c))
-                lines.append(f"c={c} {name}: {rps:.0f} req/s, p50 {p50:.2f} ms")
+            for name, measure in clients * 2:
+                got = asyncio.run(measure(kubeconfig, c))
+                lines.append(
+                    f"c={c} {name}: {got.rps:.0f} req/s, p50 {got.p50_ms:.2f} ms, "
+                    f"client CPU {got.cpu_ms:.3f} ms per call"
+                )
     return lines
 
 
