@@ -21,8 +21,8 @@ import uvloop
 
 from certs.tls import ReloadingTLS
 from shared import logs
-from shared.gateway import Gateway
 from shared.logs import log
+from shared.loopgateway import LoopGateway
 from shared.settings import SettingsError
 from webhook import settings as settings_module
 from webhook.app import health_app, mutate_app
@@ -63,7 +63,9 @@ def server(app: object, host: str, port: int, tls: ReloadingTLS | None) -> _Serv
 
 async def serve(settings: WebhookSettings) -> None:
     """Run every part until a signal asks to stop."""
-    gateway = Gateway.from_kubeconfig(settings.common.kubeconfig, timeout_s=5.0)
+    # The ledger's reads and writes (and the cache's lists) on this loop, not on
+    # worker threads: docs/architecture.md, "The gateway".
+    gateway = LoopGateway.from_kubeconfig(settings.common.kubeconfig, timeout_s=5.0)
     cache = ReservationCache(gateway, settings.policy.namespace, settings.clock)
     serving = settings.serving
     tls = ReloadingTLS(
@@ -82,8 +84,10 @@ async def serve(settings: WebhookSettings) -> None:
         server(mutate_app(admission, serving.max_body_bytes), serving.host, serving.port, tls),
         server(health_app(admission, lambda: tls.loaded), serving.host, serving.health_port, None),
     ]
-    await _run(servers, [cache.run(), tls.watch()])
-    gateway.close()
+    try:
+        await _run(servers, [cache.run(), tls.watch()])
+    finally:
+        gateway.close()
 
 
 async def _run(servers: list[_Server], loops: list[Coroutine[Any, Any, None]]) -> None:
