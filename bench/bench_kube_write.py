@@ -134,8 +134,9 @@ def run() -> list[str]:
             await install_base(gateway, objects)
             await gateway.create(MUTATING_WEBHOOK_CONFIGURATIONS, objects.webhook_configuration)
             for number, count in ((1, PUT_HOLDS), (2, PATCH_HOLDS)):
-                await gateway.create(GPU_RESERVATIONS, booking(number, "alice", 10**6), NS)
-                await seed(gateway, f"res-{number}", count)
+                body = booking(number, "alice", 10**6)
+                await gateway.create(GPU_RESERVATIONS, body, NS)
+                await seed(gateway, body["metadata"]["name"], count)
             gateway.close()
 
         async def measure(cell: str, watchers: int, client: type[Gateway]) -> str:

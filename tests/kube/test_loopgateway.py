@@ -575,7 +575,7 @@ def test_on_uvloop_the_webhooks_loop(kube: Running, ns: str, tmp_path: Path) -> 
             got = await asyncio.gather(*(gw.get(CONFIGMAPS, "u", ns) for _ in range(10)))
             assert {g["metadata"]["name"] for g in got} == {"u"}
             with pytest.raises(errors.NotFound):
-                await gw.get(CONFIGMAPS, "none", ns)
+                await gw.get(CONFIGMAPS, "absent", ns)
         finally:
             gw.close()
 
