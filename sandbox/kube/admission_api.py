@@ -8,7 +8,12 @@ in-tree plugins, and before the uid and a ``generateName`` name are assigned, so
 decides whether its rules match (subresource included). Each plugin returns the
 possibly mutated object and warnings (sent as ``Warning: 299 - "<text>"`` headers), or
 raises ``AdmissionError`` to fail the request with its Status. The server then
-validates the result. MutatingWebhookConfiguration and ValidatingWebhookConfiguration
+validates the result. A plugin may also have ``async passes_over(attrs) -> bool``, asked
+first with attributes that carry no objects (``object``, ``old_object`` and ``options``
+are ``None``): True promises that ``admit`` would return the object unchanged, with no
+warning and no error, whatever the objects — the server then skips it and the copies
+it would have made for it (as the apiserver sends nothing to a webhook whose rules do
+not match). MutatingWebhookConfiguration and ValidatingWebhookConfiguration
 objects are never sent to admission.
 """
 

@@ -136,6 +136,11 @@ class Cluster:
         if call.rtype.group in NO_ADMISSION_GROUPS:
             return obj
         for plugin in list(self.mutating_admission):
+            passes_over = getattr(plugin, "passes_over", None)
+            if passes_over is not None and await passes_over(
+                self._attributes(call, operation, obj, None, None, objects=False)
+            ):
+                continue  # it would call nothing for this request: no copies made for it
             attrs = self._attributes(call, operation, obj, old, options)
             try:
                 result = await plugin.admit(attrs)
@@ -151,8 +156,16 @@ class Cluster:
         return obj
 
     def _attributes(
-        self, call: Call, operation: str, obj: Obj | None, old: Obj | None, options: Obj | None
+        self,
+        call: Call,
+        operation: str,
+        obj: Obj | None,
+        old: Obj | None,
+        options: Obj | None,
+        objects: bool = True,
     ) -> AdmissionAttributes:
+        """The attributes a plugin sees, with copies of the objects (``objects=False``:
+        without any object, for ``passes_over``)."""
         rtype = call.rtype
         kind = (obj or {}).get("kind") or rtype.kind
         name = call.name or ((obj or {}).get("metadata") or {}).get("name") or ""
@@ -165,19 +178,30 @@ class Cluster:
             subresource=call.subresource,
             namespace=call.namespace or None,
             name=name,
-            object=clone(obj),
-            old_object=clone(old),
+            object=clone(obj) if objects else None,
+            old_object=clone(old) if objects else None,
             user=call.user,
             dry_run=call.dry_run,
-            options=clone(options),
+            options=clone(options) if objects else None,
         )
 
 
 def present(call: Call, obj: Obj) -> Obj:
-    """A stored object as the requested resource shows it (kind, apiVersion, view)."""
+    """A stored object as the requested resource shows it (kind, apiVersion, view).
+
+    ``obj`` is never changed: when the view is ``obj`` itself and its apiVersion or kind
+    differ from the resource's, a shallow copy carries the resource's (only those two
+    top-level keys differ). So the store's own object may be shown without a copy; the
+    result must then only be read (encoded, compared, copied).
+    """
     shown = call.strategy.from_storage(obj)
-    shown["apiVersion"] = call.rtype.api_version
-    shown["kind"] = call.rtype.kind
+    api_version, kind = call.rtype.api_version, call.rtype.kind
+    if shown.get("apiVersion") == api_version and shown.get("kind") == kind:
+        return shown
+    if shown is obj:
+        shown = dict(obj)
+    shown["apiVersion"] = api_version
+    shown["kind"] = kind
     return shown
 
 

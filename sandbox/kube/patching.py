@@ -45,7 +45,7 @@ async def patch(
     if kind not in call.rtype.patch_types():
         raise unsupported_media(call.rtype.patch_types())
     body = _parse(raw, kind)
-    old = cluster.store.get(*call.key)
+    old = cluster.store.peek(*call.key)  # read only: the patch applies to a copy
     if kind == APPLY_PATCH:
         if not call.query.get("fieldManager"):
             rtype = call.rtype
@@ -61,14 +61,15 @@ async def patch(
             return 201, await create(cluster, call, body)
     if old is None:
         raise not_found(call.rtype.plural, call.rtype.group, call.name)
-    current = present(call, old)
-    patched = _apply(kind, current, body)
+    patched = _apply(kind, present(call, old), body)
     _precondition(call, patched, old)
-    new = decode(call, patched)
+    new = decode(call, patched, owned=True)
     return 200, await apply_update(cluster, call, new, old, {})
 
 
 def _apply(kind: str, current: Obj, body: Any) -> Obj:
+    """The patched object: a new one, sharing nothing with ``current`` (each flavour
+    copies what it keeps)."""
     if kind == JSON_PATCH:
         return p.json_patch(current, body)
     if not isinstance(body, dict):

@@ -24,8 +24,9 @@ _NEW_EVENT_FIELDS = {"reportingController": "reportingComponent"}
 
 
 def get(cluster: Cluster, call: Call) -> Obj:
-    """GET one object (404 when missing)."""
-    obj = cluster.store.get(*call.key)
+    """GET one object (404 when missing): the stored object itself when the resource
+    shows it as stored, to be encoded, not changed."""
+    obj = cluster.store.peek(*call.key)
     if obj is None:
         raise not_found(call.rtype.plural, call.rtype.group, call.name)
     return present(call, obj)

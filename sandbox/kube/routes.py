@@ -16,10 +16,10 @@ from typing import Any
 import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sandbox.kube import discovery, paths, protobuf, reads, subresources, table
+from sandbox.kube import discovery, encoding, paths, protobuf, reads, subresources, table
 from sandbox.kube.cluster import Call, Cluster, present
 from sandbox.kube.deletes import delete
 from sandbox.kube.errors import ApiError, bad_request, error, method_not_allowed, too_large
@@ -43,10 +43,13 @@ def warning_header(text: str) -> str:
 
 
 def _json(body: Any, code: int = 200, warnings: list[str] | None = None) -> Response:
-    headers = [("Warning", warning_header(w)) for w in warnings or []]
-    response = JSONResponse(body, status_code=code)
-    for name, value in headers:
-        response.headers.append(name, value)
+    return _encoded(encoding.encode(body), code, warnings)
+
+
+def _encoded(body: bytes, code: int = 200, warnings: list[str] | None = None) -> Response:
+    response = Response(body, status_code=code, media_type="application/json")
+    for text in warnings or []:
+        response.headers.append("Warning", warning_header(text))
     return response
 
 
@@ -89,7 +92,8 @@ class Api:
         self.cluster = cluster
         self.address = address
         self.bookmark_interval = 5.0
-        self._lines = EncodedLines()
+        self._objects = encoding.ObjectBytes()
+        self._lines = EncodedLines(self._objects)
 
     def app(self) -> Starlette:
         """The ASGI application."""
@@ -171,7 +175,9 @@ class Api:
         if verb == "get":
             if call.subresource not in ("", "status"):
                 raise method_not_allowed()
-            return self._render(request, call, [reads.get(self.cluster, call)], single=True)
+            if table.wants_table(accept):
+                return self._render(request, call, [reads.get(self.cluster, call)], single=True)
+            return self._shown(call, reads.get(self.cluster, call))
         if verb == "list":
             rv, items, cont = reads.collection(self.cluster, call)
             if table.wants_table(accept):
@@ -191,7 +197,7 @@ class Api:
         content_type = request.headers.get("content-type")
         if verb == "patch":
             code, obj = await patch(self.cluster, call, raw, content_type)
-            return _json(obj, code, call.warnings)
+            return self._shown(call, obj, code)
         body = decode_body(raw, content_type)
         return await self._write(call, verb, body)
 
@@ -202,10 +208,10 @@ class Api:
         if verb == "create" and call.subresource == "eviction":
             return _json(await subresources.evict(cluster, call, body), 201, call.warnings)
         if verb == "create" and not call.name:
-            return _json(await create(cluster, call, body), 201, call.warnings)
+            return self._shown(call, await create(cluster, call, body), 201)
         if verb == "update" and call.name:
             code, obj = await update(cluster, call, body)
-            return _json(obj, code, call.warnings)
+            return self._shown(call, obj, code)
         if verb == "delete":
             return _json(await delete(cluster, call, body), 200, call.warnings)
         if verb == "deletecollection":
@@ -244,6 +250,16 @@ class Api:
         return reads.list_body(call, self.cluster.store.resource_version, [], "") | {
             "items": deleted
         }
+
+    def _shown(self, call: Call, obj: Obj, code: int = 200) -> Response:
+        """The answer showing one object of the call's resource: when ``obj`` is the
+        stored state itself (a GET or write of a resource showing it as stored), its
+        encoding is shared with the watch events of that state and later GETs."""
+        group, plural = call.rtype.store_key
+        name = (obj.get("metadata") or {}).get("name") or ""
+        if self.cluster.store.peek(group, plural, call.namespace, name) is obj:
+            return _encoded(self._objects.of(obj), code, call.warnings)
+        return _json(obj, code, call.warnings)
 
     def _render(self, request: Request, call: Call, objs: list[Obj], single: bool) -> Response:
         if table.wants_table(request.headers.get("accept")):

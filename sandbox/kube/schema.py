@@ -72,11 +72,24 @@ _CLEAN = _Known()
 _VALID = _Known()
 
 
+def _declared_scalars(value: Any, props: Any) -> bool:
+    """A dict whose every key is a declared property and every value a scalar: pruning
+    it keeps all of it (a scalar has nothing to prune), so it is copied as it is."""
+    return (
+        type(value) is dict
+        and type(props) is dict
+        and props.keys() >= value.keys()
+        and _SCALARS.issuperset(map(type, value.values()))
+    )
+
+
 def prune(value: Any, schema: Schema, path: str = "", root: bool = True) -> tuple[Any, list[str]]:
     """``value`` without undeclared fields, and the dropped paths."""
     dropped: list[str] = []
     if isinstance(value, dict):
         props = schema.get("properties")
+        if _declared_scalars(value, props):
+            return dict(value), dropped
         extra = schema.get("additionalProperties")
         keep_unknown = bool(schema.get(PRESERVE))
         out: Obj = {}
@@ -102,7 +115,11 @@ def prune(value: Any, schema: Schema, path: str = "", root: bool = True) -> tupl
         items = schema["items"]
         clean = _CLEAN.of(items)
         pruned = []
+        props = items.get("properties")
         for i, item in enumerate(value):
+            if _declared_scalars(item, props):
+                pruned.append(dict(item))
+                continue
             key = flat_key(item)
             if key is not None and key in clean:
                 pruned.append(dict(item))  # a copy, as pruning it again would give

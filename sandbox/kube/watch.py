@@ -7,18 +7,20 @@ state with the new RV). A start point older than the kept history yields a singl
 ERROR with a 410 Expired Status and ends. BOOKMARKs (only when asked) carry just the
 resourceVersion. The stream ends after ``timeoutSeconds`` (default: 30–60 minutes).
 ``EncodedLines`` serialises the event of one change once for every watcher that shows
-it the same way (as a real apiserver's watch cache encodes each event once per format).
+it the same way (as a real apiserver's watch cache encodes each event once per format),
+around the stored state's own encoding when the event shows it unchanged (the write's
+answer encoded it already: ``encoding.ObjectBytes``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from sandbox.kube import encoding
 from sandbox.kube.cluster import Call, Cluster
 from sandbox.kube.errors import bad_request, status_body
 from sandbox.kube.reads import matcher
@@ -149,7 +151,7 @@ class WatchPlan:
 
 def encode_line(kind: str, obj: Obj) -> bytes:
     """One line of a JSON watch stream."""
-    return (json.dumps({"type": kind, "object": obj}, separators=(",", ":")) + "\n").encode()
+    return encoding.watch_line(kind, encoding.encode(obj))
 
 
 #: Encoded events kept for watchers still to send them (the newest changes).
@@ -164,8 +166,9 @@ class EncodedLines:
     version and kind the watcher asked for, so watchers alike share one encoding.
     """
 
-    def __init__(self, kept: int = LINES_KEPT) -> None:
+    def __init__(self, objects: encoding.ObjectBytes, kept: int = LINES_KEPT) -> None:
         self._kept = kept
+        self._objects = objects
         self._lines: OrderedDict[tuple[int, str, str, str], tuple[Change, bytes]] = OrderedDict()
 
     def line(
@@ -177,7 +180,11 @@ class EncodedLines:
         found = self._lines.get(key)
         if found is not None and found[0] is change:
             return found[1]
-        encoded = encode_line(kind, shown())
+        obj = shown()
+        if obj is change.object:  # the stored state itself: its encoding may be known
+            encoded = encoding.watch_line(kind, self._objects.of(obj))
+        else:
+            encoded = encode_line(kind, obj)
         self._lines[key] = (change, encoded)
         while len(self._lines) > self._kept:
             self._lines.popitem(last=False)

@@ -30,8 +30,12 @@ from sandbox.kube.errors import (
 Obj = dict[str, Any]
 
 
-def decode(call: Call, body: Any) -> Obj:
-    """Check a request body's kind, apiVersion and namespace; return the stored form."""
+def decode(call: Call, body: Any, owned: bool = False) -> Obj:
+    """Check a request body's kind, apiVersion and namespace; return the stored form.
+
+    ``owned``: ``body`` belongs to this request alone (decoded from its bytes, or a patch
+    result built for it) and is changed in place instead of copied first.
+    """
     if not isinstance(body, dict):
         raise bad_request("the body of the request is not a JSON object")
     rtype = call.rtype
@@ -45,7 +49,7 @@ def decode(call: Call, body: Any) -> Obj:
             f"the kind in the data ({body.get('kind')}) does not match the expected kind "
             f"({rtype.kind})"
         )
-    obj = clone(body)
+    obj = body if owned else clone(body)
     obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
     meta = obj.get("metadata")
     if meta is None:
@@ -143,14 +147,18 @@ def validate_new(call: Call, obj: Obj) -> None:
 
 
 async def update(cluster: Cluster, call: Call, body: Any) -> tuple[int, Obj]:
-    """PUT: 200 with the object (201 when a Lease/Event PUT created it)."""
-    obj = decode(call, body)
+    """PUT: 200 with the object (201 when a Lease/Event PUT created it).
+
+    ``body`` is this request's own decoding (not copied again, unless a missing object
+    may be created from it); the stored object is read in place, never changed.
+    """
+    obj = decode(call, body, owned=not call.strategy.create_on_update)
     name = obj["metadata"].get("name")
     if name != call.name:
         raise bad_request(
             f"the name of the object ({name}) does not match the name on the URL ({call.name})"
         )
-    old = cluster.store.get(*call.key)
+    old = cluster.store.peek(*call.key)
     if old is None:
         if call.strategy.create_on_update and not call.subresource:
             return 201, await create(cluster, call, body)
@@ -170,7 +178,11 @@ async def update(cluster: Cluster, call: Call, body: Any) -> tuple[int, Obj]:
 
 
 async def apply_update(cluster: Cluster, call: Call, new: Obj, old: Obj, options: Obj) -> Obj:
-    """Combine ``new`` with the stored ``old``, admit, validate and store."""
+    """Combine ``new`` with the stored ``old``, admit, validate and store.
+
+    ``new`` is this write's own; ``old`` may be the store's object itself (read, never
+    changed: what is kept of it is copied by the strategy).
+    """
     ctx = cluster.context(call)
     _keep_system_metadata(call, new, old)
     new = call.strategy.prepare_update(new, old, ctx)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -221,3 +222,56 @@ async def test_subresources_and_exempt_objects_skip_pod_webhooks(hooks: FakeWebh
     hooks.add("a", webhook("a.example.com"), allow)
     await hooks.admit(attrs(pod("p"), "UPDATE", old=pod("p"), subresource="status"))
     assert hooks.calls == []
+
+
+async def test_passes_over_exactly_the_requests_no_webhook_is_called_for(
+    hooks: FakeWebhooks,
+) -> None:
+    """The server skips the dispatcher (and its copies of the objects) when ``passes_over``
+    says so: that must hold exactly when ``admit`` would call no webhook — judged on the
+    rules alone, before selectors and conditions — for every shape of request."""
+    hooks.add("a", webhook("a.example.com"), add_annotation("seen"))
+    hooks.add(
+        "b",
+        webhook(
+            "b.example.com",
+            rules=[
+                {
+                    "operations": ["UPDATE"],
+                    "apiGroups": ["example.com"],
+                    "apiVersions": ["*"],
+                    "resources": ["tallies/status"],
+                }
+            ],
+        ),
+        allow,
+    )
+    dispatcher = WebhookDispatcher(hooks.source, transport=hooks.transport())
+    other: dict[str, Any] = {
+        "group": "example.com",
+        "version": "v1",
+        "kind": "Tally",
+        "resource": "tallies",
+    }
+    requests = [
+        attrs(pod("p")),
+        attrs(pod("p"), "UPDATE", old=pod("p")),
+        attrs(pod("p"), "UPDATE", old=pod("p"), subresource="status"),
+        attrs(None, "DELETE", old=pod("p")),
+        attrs(pod("p"), "CONNECT"),
+        dataclasses.replace(attrs(pod("p"), "UPDATE", old=pod("p")), **other),
+        dataclasses.replace(attrs(pod("p"), "UPDATE", old=pod("p"), subresource="status"), **other),
+        dataclasses.replace(attrs(pod("p")), group=GROUP, resource=CONFIGS),
+    ]
+    skipped = []
+    for request in requests:
+        bare = dataclasses.replace(request, object=None, old_object=None, options=None)
+        passes = await dispatcher.passes_over(bare)
+        before = len(hooks.calls)
+        result = await dispatcher.admit(request)
+        called = len(hooks.calls) > before
+        assert passes is not called, request
+        if passes:
+            assert (result.object, result.warnings) == (request.object, [])
+        skipped.append(passes)
+    assert skipped == [False, False, True, True, True, True, False, True]

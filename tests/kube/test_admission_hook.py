@@ -108,3 +108,40 @@ def test_admission_warnings_become_escaped_warning_headers(
         '299 - "field \\"a\\" \\\\ b"',
         '299 - "second"',
     ]
+
+
+class Screened(Recorder):
+    """A recorder that says it passes over everything but pods (``passes_over``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[AdmissionAttributes] = []
+
+    async def passes_over(self, attrs: AdmissionAttributes) -> bool:
+        self.asked.append(attrs)
+        return attrs.resource != "pods"
+
+
+def test_a_plugin_passing_over_a_request_is_not_called(
+    kube: Running, api: httpx.Client, ns: str
+) -> None:
+    """``passes_over`` is asked first, with no objects; True skips the plugin for that
+    request, False calls it as usual (with its own copies)."""
+    plugin = Screened()
+    kube.server.mutating_admission.append(plugin)
+    try:
+        cms = f"/api/v1/namespaces/{ns}/configmaps"
+        assert api.post(cms, json={"metadata": {"name": "c"}}).status_code == 201
+        assert plugin.calls == []
+        asked = plugin.asked[-1]
+        assert (asked.resource, asked.operation, asked.object, asked.old_object) == (
+            "configmaps",
+            "CREATE",
+            None,
+            None,
+        )
+        response = api.post(f"/api/v1/namespaces/{ns}/pods", json=pod("screened"))
+        assert response.json()["metadata"]["labels"] == {"admitted": "yes"}
+        assert [c.resource for c in plugin.calls] == ["pods"]
+    finally:
+        kube.server.mutating_admission.remove(plugin)

@@ -16,8 +16,16 @@ from typing import Any
 import httpx
 import pytest
 
-from sandbox.kube import schema
-from sandbox.kube.admission_api import AdmissionAttributes, AdmissionResult, MutatingAdmission
+from sandbox.kube import encoding, schema
+from sandbox.kube.admission_api import (
+    AdmissionAttributes,
+    AdmissionResult,
+    MutatingAdmission,
+    UserInfo,
+)
+from sandbox.kube.cluster import Call, present
+from sandbox.kube.registry import Registry
+from sandbox.kube.strategy import Strategy
 from tests.kube.conftest import Running, crd, install_crd
 
 ENTRY = {
@@ -308,3 +316,109 @@ def test_watchers_of_one_change_each_get_their_own_event(
         gone["object"]["metadata"]["resourceVersion"]
         == modified["object"]["metadata"]["resourceVersion"]
     )
+
+
+# --- fewer copies and one encoding per stored state (docs/performance.md) -------------------
+
+
+def test_an_item_of_declared_scalars_is_copied_whole() -> None:
+    """Pruning's shortcut for a flat item whose keys are all declared gives what the full
+    walk gives: an equal copy; an undeclared key or a nested value takes the full walk."""
+    items = _schema()["properties"]["entries"]["items"]
+    item = {"id": "e1", "n": 1}
+    pruned, dropped = schema.prune(item, items, "x", False)
+    assert (pruned, dropped) == (item, [])
+    assert pruned is not item
+    pruned, dropped = schema.prune({"id": "e1", "n": 1, "odd": 2}, items, "x", False)
+    assert (pruned, dropped) == (item, ["x.odd"])
+    nested = {"type": "object", "properties": {"m": items}}
+    pruned, dropped = schema.prune({"m": {"id": "a", "n": 1, "odd": 3}}, nested, "", False)
+    assert (pruned, dropped) == ({"m": {"id": "a", "n": 1}}, ["m.odd"])
+
+
+def test_present_never_changes_the_stored_object() -> None:
+    """Showing a stored object through a resource of another apiVersion gives a copy with
+    that apiVersion; the stored object keeps its own (a GET reads it in place)."""
+    registry = Registry()
+    rtype = registry.find("", "v1", "configmaps")
+    assert rtype is not None
+    call = Call(rtype, Strategy(), UserInfo("u"))
+    stored = {"apiVersion": "v0", "kind": "ConfigMap", "metadata": {"name": "a"}}
+    shown = present(call, stored)
+    assert (shown["apiVersion"], stored["apiVersion"]) == ("v1", "v0")
+    assert shown["metadata"] is stored["metadata"]
+    same = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}
+    assert present(call, same) is same
+
+
+def test_object_encodings_are_kept_by_identity_and_bounded() -> None:
+    kept = encoding.ObjectBytes(kept=2)
+    first = {"a": "é"}
+    assert kept.of(first) == '{"a":"é"}'.encode()
+    assert kept.of(first) is kept.of(first)
+    equal = {"a": "é"}
+    assert kept.of(equal) == kept.of(first)
+    assert kept.of(equal) is not kept.of(first)
+    for n in range(5):
+        kept.of({"n": n})
+    assert len(kept._bytes) == 2
+
+
+def _patch_status(api: httpx.Client, path: str, ops: list[dict[str, Any]]) -> httpx.Response:
+    return api.patch(
+        f"{path}/t/status", json=ops, headers={"Content-Type": "application/json-patch+json"}
+    )
+
+
+def test_a_status_patch_keeps_every_rule_and_leaves_stored_states_alone(
+    api: httpx.Client, ns: str, tallies: str
+) -> None:
+    """The claim's write shape (a resourceVersion precondition, then appends): a stale
+    version is 409, a failed ``test`` 422, an invalid appended entry 422 — none changes the
+    stored object — and a good one is the answer, the GET after it and the watch event,
+    byte for byte, while the earlier states a watch replays stay as they were written."""
+    path = tallies.format(ns=ns)
+    created = _tally(api, ns, tallies)
+    first = _put_status(api, path, {**created, "status": {"entries": _entries(3)}})
+    assert first.status_code == 200
+    rv = first.json()["metadata"]["resourceVersion"]
+
+    def append(version: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": version},
+            {"op": "add", "path": "/status/entries/-", "value": entry},
+        ]
+
+    stale = _patch_status(api, path, append(created["metadata"]["resourceVersion"], _entries(1)[0]))
+    assert stale.status_code == 409
+    failed = _patch_status(api, path, [{"op": "test", "path": "/status/entries/0/n", "value": 7}])
+    assert failed.status_code == 422
+    assert failed.json()["reason"] == "Invalid"
+    bad = _patch_status(api, path, append(rv, {"id": "x", "n": -1}))
+    assert bad.status_code == 422
+    assert [c["field"] for c in bad.json()["details"]["causes"]] == ["status.entries[3].n"]
+    assert api.get(f"{path}/t").content == first.content
+
+    good = _patch_status(api, path, append(rv, {"id": "é", "n": 9}))
+    assert good.status_code == 200, good.text
+    assert good.json()["status"]["entries"][-1] == {"id": "é", "n": 9}
+    assert good.json()["spec"] == created["spec"]
+    assert good.json()["metadata"]["generation"] == created["metadata"]["generation"]
+    assert api.get(f"{path}/t").content == good.content
+    lines: list[bytes] = []
+    with api.stream(
+        "GET", path, params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "1"}
+    ) as response:
+        lines += [line for line in response.iter_bytes() if line]
+    [line] = b"".join(lines).splitlines()
+    assert line == b'{"type":"MODIFIED","object":' + good.content + b"}"
+    replayed: list[dict[str, Any]] = []
+    _watch(
+        api,
+        path,
+        replayed,
+        resourceVersion=created["metadata"]["resourceVersion"],
+        timeoutSeconds="1",
+    )
+    assert [e["object"] for e in replayed] == [first.json(), good.json()]
+    assert api.get(f"{path}/t").json() == good.json()

@@ -100,6 +100,15 @@ class WebhookDispatcher:
             await self._round(webhooks, request, reinvoking=True)
         return AdmissionResult(request.attrs.object, request.warnings)
 
+    async def passes_over(self, attrs: AdmissionAttributes) -> bool:
+        """True when no webhook's rules cover the request: ``admit`` would call none
+        (rules are checked first, before selectors and conditions), so the server may
+        skip it. Reads only the request's operation, resource and namespace."""
+        if exempt(attrs) or attrs.operation not in _OPERATIONS:
+            return True
+        webhooks = webhooks_in_order(await self._source.list(ADMISSION_GROUP, CONFIGURATIONS))
+        return not any(any_rule_matches(w.rules, attrs) for w in webhooks)
+
     async def _namespace_labels(self, attrs: AdmissionAttributes) -> dict[str, str]:
         if not attrs.namespace:
             return {}
