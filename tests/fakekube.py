@@ -6,7 +6,10 @@ own rules and wording: per-kind behaviour comes from the emulator's strategy tab
 turned into our classes by ``shared.errors.from_status``, as the gateway does, and
 patches and selectors use the emulator's code.
 
-- every write bumps one cluster-wide resourceVersion (an integer, as a string);
+- every write bumps one cluster-wide resourceVersion (an integer, as a string); kinds
+  that track ``metadata.generation`` (custom resources, pods) get 1 at create and +1
+  on each write that changes more than metadata (and status, where the kind has a
+  ``/status`` subresource); a client-sent generation is ignored;
 - ``create`` of an existing name is 409 AlreadyExists; it assigns a uid, ignores a sent
   resourceVersion and drops a custom resource's status;
 - ``replace`` (PUT) of a missing object is 404 (a Lease or an Event is created); a stale
@@ -260,6 +263,10 @@ class FakeKube:
             raise _error(api.already_exists(res.plural, res.group, key[2]))
         meta.pop("resourceVersion", None)
         meta["uid"] = str(uuid.uuid4())
+        if _strategy(res).tracks_generation:
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
         if res.namespaced and namespace:
             meta["namespace"] = namespace
         if _is_custom(res):
@@ -281,19 +288,23 @@ class FakeKube:
                 f"UID in object meta: {held.get('uid')}"
             )
             raise _error(api.error(409, "Conflict", message))
-        for key in ("uid", "creationTimestamp", "namespace", "name"):
+        for key in ("uid", "creationTimestamp", "generation", "namespace", "name"):
             meta.pop(key, None)
             if key in held:
                 meta[key] = held[key]
-        if not _strategy(res).status_subresource:
-            return new
-        if subresource != "status":
-            return keep_status(new, current)
-        only_status = copy.deepcopy(current)
-        only_status.pop("status", None)
-        if "status" in new:
-            only_status["status"] = new["status"]
-        return only_status
+        strategy = _strategy(res)
+        if not strategy.status_subresource:
+            combined = new
+        elif subresource != "status":
+            combined = keep_status(new, current)
+        else:
+            combined = copy.deepcopy(current)
+            combined.pop("status", None)
+            if "status" in new:
+                combined["status"] = new["status"]
+        if strategy.tracks_generation and _spec_changed(strategy, combined, current):
+            combined["metadata"]["generation"] = int(held.get("generation") or 0) + 1
+        return combined
 
     def _store(self, key: Key, obj: Obj) -> Obj:
         self.objects[key] = self._bump(obj)
@@ -305,6 +316,15 @@ class FakeKube:
         self.rv += 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
         return obj
+
+
+def _spec_changed(strategy: Strategy, new: Obj, old: Obj) -> bool:
+    """Whether a write changes anything ``metadata.generation`` counts: all but metadata,
+    and but status where the kind has a ``/status`` subresource (facts §3.1)."""
+    skip = {"metadata", "status"} if strategy.status_subresource else {"metadata"}
+    return {k: v for k, v in new.items() if k not in skip} != {
+        k: v for k, v in old.items() if k not in skip
+    }
 
 
 def _error(exc: api.ApiError) -> KubeError:
