@@ -275,11 +275,12 @@ class MirrorWriter:
         """Write status from the ledger in ``raw`` (``res`` supplies the facts)."""
         try:
             stored = model.from_object(raw)
-            holds = stored.holds
-            extra = stored.status_extra
+            holds, extra, token = stored.holds, stored.status_extra, stored.token
         except ValueError:
-            holds, extra = res.holds, res.status_extra
-        current = replace(res, holds=holds, status_extra=extra)
+            holds, extra, token = res.holds, res.status_extra, res.token
+        # The ledger token is kept: the holds are the ones read, CAS-checked, so no
+        # claim decided on this ledger is made wrong by this write (shared.ledger).
+        current = replace(res, holds=holds, status_extra=extra, token=token)
         try:
             await self._gateway.replace(
                 GPU_RESERVATIONS, res.name, status_body(raw, current, now), self._ns, "status"

@@ -222,7 +222,12 @@ def _parse_existing(
             log(_log, logging.WARNING, "mirror.malformed", reservation=name, error=str(exc))
             continue
         existing[res.name] = res
-        phases[res.name] = str((obj.get("status") or {}).get("phase", ""))
+        status = obj.get("status") or {}
+        phases[res.name] = str(status.get("phase", ""))
+        if isinstance(status, dict) and status.get("usedGpus") != res.used_gpus:
+            # A display total written from a read a concurrent write had overtaken
+            # (the ledger protocol): refreshed with the phase, from the holds.
+            phases[res.name] = ""
     return existing, phases
 
 

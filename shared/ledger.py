@@ -1,10 +1,22 @@
-"""The GPU budget ledger of a reservation (DESIGN §3.2).
+"""The GPU budget ledger of a reservation (DESIGN §3.2, refined: docs/architecture.md
+"The ledger protocol").
 
 Every admission under a reservation — by any webhook replica or by the reconciler —
 claims GPUs on its ``GPUReservation`` object through ``claim``: read, check that the
-holds plus the request fit ``spec.gpuCount``, append a hold, write ``status`` with the
-resourceVersion that was read. A 409 means someone else wrote in between: re-read and
-decide again. Because every write is conditional on the version it was decided on,
+holds plus the request fit ``spec.gpuCount``, append a hold with one conditional write
+of ``/status``. A lost race (409, or a failed JSON Patch ``test``: 422) means someone
+wrote in between: re-read and decide again.
+
+What a claim's write is conditional on is exactly what could make its decision wrong:
+the object (``metadata.uid``), its spec (``metadata.generation``: bumped by spec writes
+only) and the *ledger token* (``status.ledgerToken``), a random value that every write
+which may take room from a claim — adding holds, raising a hold's GPUs, rewriting the
+ledger — sets afresh. Writes that only drop, bind or mark holds keep the token: a
+decision made before them stays within the budget after them, so a claim does not lose
+its race to them, and they (JSON Patches testing the very entries they touch) do not
+lose theirs to a claim's append. A ledger without a token (old objects, a wiped status)
+is claimed against its resourceVersion, as a PUT would be, and gets its first token.
+Because every write that could take room is conditional on what its decision read,
 the sum of the holds never exceeds the budget, however many writers race.
 
 Terms:
@@ -30,7 +42,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
 
 from shared import model
-from shared.errors import Conflict, KubeError, NotFound
+from shared.errors import Conflict, Invalid, KubeError, NotFound
 from shared.logs import log
 from shared.model import GPUReservation, Hold
 from shared.resources import GPU_RESERVATIONS, Resource
@@ -239,14 +251,17 @@ class ClaimResult:
     admitted: bool
     #: The new hold's claim id when admitted (also for a dry run).
     claim: str | None
-    #: The object as written (or, when refused, as last read; None if never read).
+    #: The object as written (or, when refused, the ledger the ask was judged on: as
+    #: last read, plus the admitted asks before it in a written group; None if never
+    #: read).
     reservation: GPUReservation | None
     #: "admitted" | "full" | "too_small" | "not_found" | "not_open" | "deadline" | "error"
     reason: str
-    #: 409s met on the way.
+    #: Races lost on the way (a 409, or a 422 from a failed ``test``).
     conflicts: int
     #: The raw object ``reservation`` stands for (as written when admitted, as read when
-    #: refused; None for a dry run or when never read): a cache takes it as it is.
+    #: refused without a write; None for a dry run, when never read, or for an ask
+    #: refused within a written group): a cache takes it as it is.
     raw: dict[str, Any] | None = None
 
 
@@ -380,18 +395,21 @@ async def claim_group(
             if not new:
                 return [ClaimResult(False, None, last, r, conflicts, raw) for r in reasons]
             entries = [model.hold_to_status(h) for h in new]
+            updated = replace(updated, token=model.new_token())
             ops = _ops(raw, updated, entries, max(a.now for a in asks))
             written = await _patch(gateway, namespace, name, ops, deadline, monotonic)
-            if written is not None:
+            if not isinstance(written, int):
+                # A refused ask is told the ledger it was judged on (the read plus the
+                # group's admitted holds): holds dropped meanwhile may show in the echo.
                 res, echoed = _echo(written, updated)
                 return [
-                    ClaimResult(
-                        r == "admitted", cid if r == "admitted" else None, res, r, conflicts, echoed
-                    )
+                    ClaimResult(True, cid, res, r, conflicts, echoed)
+                    if r == "admitted"
+                    else ClaimResult(False, None, updated, r, conflicts)
                     for r, cid in zip(reasons, claim_ids, strict=True)
                 ]
             conflicts += 1
-            raw = None
+            raw = await _reread(gateway, namespace, name, written, ops, deadline, monotonic)
         raise _Stop("deadline")
     except _Stop as stop:
         _log_stop("ledger.claim_failed", name, stop.reason, conflicts)
@@ -410,21 +428,41 @@ async def amend(
 ) -> GPUReservation | None:
     """Apply the pure ``change`` (drop, bind, expire, rebuild…) to the ledger by CAS.
 
-    Re-reads and re-applies on 409 until ``deadline``. Writes nothing when the change
-    leaves the holds and the other status fields (``status_extra``: e.g. the no-show
-    record) as they were. Returns the object as written (or as read when
+    A change that only drops, binds or marks holds (``shrink_ops``) is a JSON Patch
+    testing each hold it touches and keeping the ledger token, so claims appending
+    meanwhile neither fail it nor fail by it; anything else (holds added or raised, a
+    rewritten ledger, other status fields) is a PUT of the whole status with the
+    resourceVersion read and a new ledger token. Re-reads and re-applies on a lost race
+    (409, or 422 from a failed ``test``) until ``deadline``. Writes nothing when the
+    change leaves the holds and the other status fields (``status_extra``: e.g. the
+    no-show record) as they were. Returns the object as written (or as read when
     unchanged); ``None`` when it is gone, malformed, or the deadline passed.
     """
+    raw: dict[str, Any] | None = None
     try:
         for _ in range(MAX_ATTEMPTS):
-            raw = await _read(gateway, namespace, name, deadline, monotonic)
+            raw = (
+                raw
+                if raw is not None
+                else await _read(gateway, namespace, name, deadline, monotonic)
+            )
             current = _parse(raw, name)
             updated = change(current)
             if (updated.holds, updated.status_extra) == (current.holds, current.status_extra):
                 return current
+            ops = shrink_ops(raw, current, updated, now)
+            if ops is not None:
+                patched = await _patch(gateway, namespace, name, ops, deadline, monotonic)
+                if not isinstance(patched, int):
+                    return _echo(patched, updated)[0]
+                raw = await _reread(gateway, namespace, name, patched, ops, deadline, monotonic)
+                continue
+            # Anything else may take room from a claim decided before it: a new token.
+            updated = replace(updated, token=model.new_token())
             written = await _write(gateway, namespace, raw, updated, now, deadline, monotonic)
             if written is not None:
                 return written
+            raw = None
         raise _Stop("deadline")
     except _Stop as stop:
         _log_stop("ledger.amend_failed", name, stop.reason, None)
@@ -458,23 +496,27 @@ def appended_ops(
     raw: dict[str, Any], res: GPUReservation, entries: Sequence[dict[str, Any]], now: datetime
 ) -> list[dict[str, Any]]:
     """The JSON Patch of ``/status`` that adds the hold ``entries`` to ``raw``'s ledger
-    (``res`` is the result), conditional on ``raw``'s resourceVersion.
+    (``res`` is the result), conditional on what could make the decision wrong.
 
-    The first operation replaces ``metadata.resourceVersion`` with the one read: the
-    apiserver takes a resourceVersion a patch sets as a precondition and answers 409
-    when the object changed since (kubernetes-facts §2), so the patch lands only on
-    the ledger it was decided on — the stored holds are exactly ``raw``'s, and are
-    neither sent nor re-encoded. A ``raw`` without a resourceVersion would make the
-    patch unconditional: ``ValueError``. Applied to ``raw``, the patch gives the
-    status ``status_body`` would write for ``res``.
+    When ``raw`` has a uid, a generation and a ledger token, the patch first tests
+    all three (``guard_ops``: a failed test is a 422) and replaces the token with
+    ``res.token``: it lands on any ledger that only lost, bound or marked holds since
+    ``raw``, never on one whose spec changed or to which room-taking writes happened.
+    Otherwise it replaces ``metadata.resourceVersion`` with the one read (a
+    precondition: 409 when the object changed at all, kubernetes-facts §2) and sets
+    the first token. The stored holds are neither sent nor re-encoded. A ``raw``
+    without a resourceVersion to fall back on: ``ValueError``. Applied to ``raw``, the
+    patch gives the status ``status_body`` would write for ``res``.
     """
-    version = (raw.get("metadata") or {}).get("resourceVersion")
-    if not isinstance(version, str) or not version:
-        raise ValueError("the object read has no resourceVersion to write against")
-    ops: list[dict[str, Any]] = [
-        {"op": "replace", "path": "/metadata/resourceVersion", "value": version}
-    ]
-    totals = {"usedGpus": res.used_gpus, "phase": res.facts.phase(now).value}
+    ops = guard_ops(raw)
+    if ops is None:
+        version = (raw.get("metadata") or {}).get("resourceVersion")
+        if not isinstance(version, str) or not version:
+            raise ValueError("the object read has no resourceVersion to write against")
+        ops = [{"op": "replace", "path": "/metadata/resourceVersion", "value": version}]
+    totals: dict[str, Any] = {"usedGpus": res.used_gpus, "phase": res.facts.phase(now).value}
+    if res.token:
+        totals[model.LEDGER_TOKEN] = res.token
     status = raw.get("status")
     stored = status.get("holds") if isinstance(status, dict) else None
     if isinstance(stored, list) and stored:
@@ -486,6 +528,131 @@ def appended_ops(
     whole = dict(status) if isinstance(status, dict) else {}
     whole.update(holds=[*entries], **totals)
     return [*ops, {"op": "add", "path": "/status", "value": whole}]
+
+
+def guard_ops(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The ``test`` operations a claim decided on ``raw`` is conditional on: the uid, the
+    generation (spec changes) and the ledger token as read; None when ``raw`` lacks one
+    of them (a re-encoded view, an old or wiped status): the resourceVersion is then the
+    precondition."""
+    meta = raw.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    uid, generation = meta.get("uid"), meta.get("generation")
+    token = model.token_of(raw.get("status"))
+    if not isinstance(uid, str) or not uid or not token:
+        return None
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+        return None
+    return [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": "/metadata/generation", "value": generation},
+        {"op": "test", "path": f"/status/{model.LEDGER_TOKEN}", "value": token},
+    ]
+
+
+def shrink_ops(
+    raw: dict[str, Any], current: GPUReservation, updated: GPUReservation, now: datetime
+) -> list[dict[str, Any]] | None:
+    """The JSON Patch of ``/status`` that turns ``current`` (parsed from ``raw``) into
+    ``updated`` when that only drops holds, rewrites some in place with no more GPUs
+    (binds, marks) and leaves the token and the other status fields alone; None for
+    any other change (it needs a PUT and a new token).
+
+    Each touched hold is tested whole at the index read (a concurrent drop shifts
+    it, a concurrent bind or mark changes it: 422, re-read), then rewritten in place,
+    then the dropped ones are removed from the highest index down. Claims only append,
+    so they never move an index this tests; no resourceVersion is sent, and the token
+    stays: a claim decided before this write is still within the budget after it.
+    ``usedGpus`` and ``phase`` are set from this read (display values; see
+    docs/architecture.md on how they settle).
+    """
+    if (updated.status_extra, updated.token) != (current.status_extra, current.token):
+        return None
+    status = raw.get("status")
+    stored = status.get("holds") if isinstance(status, dict) else None
+    if not isinstance(stored, list) or len(stored) != len(current.holds):
+        return None
+    kept = iter(updated.holds)
+    nxt = next(kept, None)
+    touched: list[int] = []
+    rewritten: list[dict[str, Any]] = []
+    removed: list[int] = []
+    for i, hold in enumerate(current.holds):
+        if nxt is not None and nxt.claim == hold.claim:
+            if nxt.gpus > hold.gpus:
+                return None
+            if nxt != hold:
+                touched.append(i)
+                value = model.hold_to_status(nxt)
+                rewritten.append({"op": "replace", "path": f"/status/holds/{i}", "value": value})
+            nxt = next(kept, None)
+        else:
+            touched.append(i)
+            removed.append(i)
+    if nxt is not None:
+        return None  # a hold added, or the holds reordered
+    ops = [{"op": "test", "path": f"/status/holds/{i}", "value": stored[i]} for i in touched]
+    ops += rewritten
+    ops += [{"op": "remove", "path": f"/status/holds/{i}"} for i in reversed(removed)]
+    totals = {"usedGpus": updated.used_gpus, "phase": updated.facts.phase(now).value}
+    return ops + [{"op": "add", "path": f"/status/{k}", "value": v} for k, v in totals.items()]
+
+
+def tests_hold(ops: Sequence[dict[str, Any]], obj: dict[str, Any]) -> bool:
+    """Whether every ``test`` operation of ``ops`` holds on ``obj`` (RFC 6901 pointers,
+    JSON equality): a write whose tests all hold on a re-read failed for some other
+    reason than a race."""
+    for op in ops:
+        if op.get("op") != "test":
+            continue
+        found, value = _resolve(obj, str(op.get("path", "")))
+        if not found or not _same_json(value, op.get("value")):
+            return False
+    return True
+
+
+def _resolve(obj: Any, pointer: str) -> tuple[bool, Any]:
+    if pointer == "":
+        return True, obj
+    for token in pointer.split("/")[1:]:
+        key = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(obj, dict) and key in obj:
+            obj = obj[key]
+        elif isinstance(obj, list) and key.isdigit() and int(key) < len(obj):
+            obj = obj[int(key)]
+        else:
+            return False, None
+    return True, obj
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality: unlike Python's ``==``, ``true`` is not ``1``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+async def _reread(
+    gateway: LedgerGateway,
+    namespace: str,
+    name: str,
+    code: int,
+    ops: Sequence[dict[str, Any]],
+    deadline: float,
+    monotonic: Callable[[], float],
+) -> dict[str, Any]:
+    """The object read again after a write lost its race (``code`` 409 or 422). When a
+    422 answered a write whose ``test`` operations all hold on the re-read, it was not a
+    race (an invalid entry, say): a stop with reason ``error`` instead of a loop."""
+    raw = await _read(gateway, namespace, name, deadline, monotonic)
+    if code == 422 and tests_hold(ops, raw):
+        log(_log, logging.WARNING, "ledger.write_failed", reservation=name, error="422 not stale")
+        raise _Stop("error")
+    return raw
 
 
 async def _write(
@@ -513,7 +680,8 @@ async def _put(
 ) -> dict[str, Any] | None:
     """PUT ``/status``: the object as written; ``None`` on a 409 (someone wrote first)."""
     call = gateway.replace(GPU_RESERVATIONS, name, body, namespace, subresource="status")
-    return await _written(call, name, deadline, monotonic)
+    written = await _written(call, name, deadline, monotonic)
+    return None if isinstance(written, int) else written
 
 
 async def _patch(
@@ -523,21 +691,36 @@ async def _patch(
     ops: list[dict[str, Any]],
     deadline: float,
     monotonic: Callable[[], float],
-) -> dict[str, Any] | None:
-    """JSON Patch ``/status``: the object as written; ``None`` on a 409 (stale)."""
+) -> dict[str, Any] | int:
+    """JSON Patch ``/status``: the object as written; the code of a lost race: 409
+    (stale), or 422 when ``ops`` hold ``test`` operations (a failed test is a 422
+    Invalid, kubernetes-facts §3.1; the caller re-reads to tell a race from anything
+    else)."""
     call = gateway.patch(GPU_RESERVATIONS, name, ops, namespace, "json", subresource="status")
-    return await _written(call, name, deadline, monotonic)
+    tested = any(op.get("op") == "test" for op in ops)
+    return await _written(call, name, deadline, monotonic, stale_if_invalid=tested)
 
 
 async def _written(
-    call: Awaitable[dict[str, Any]], name: str, deadline: float, monotonic: Callable[[], float]
-) -> dict[str, Any] | None:
-    """The answer to a ledger write; ``None`` on a 409; a stop for anything else."""
+    call: Awaitable[dict[str, Any]],
+    name: str,
+    deadline: float,
+    monotonic: Callable[[], float],
+    stale_if_invalid: bool = False,
+) -> dict[str, Any] | int:
+    """The answer to a ledger write; 409 for a 409 (or 422 for a 422 when
+    ``stale_if_invalid``): a lost race; a stop for anything else."""
     try:
         return await _within(call, deadline, monotonic)
     except Conflict:
         log(_log, logging.DEBUG, "ledger.claim_conflict", reservation=name)
-        return None
+        return 409
+    except Invalid as exc:
+        if not stale_if_invalid:
+            log(_log, logging.WARNING, "ledger.write_failed", reservation=name, error=str(exc))
+            raise _Stop("error") from exc
+        log(_log, logging.DEBUG, "ledger.claim_conflict", reservation=name)
+        return 422
     except NotFound as exc:
         raise _Stop("not_found") from exc
     except KubeError as exc:

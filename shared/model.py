@@ -13,6 +13,7 @@ log, never half-read.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -117,6 +118,11 @@ class GPUReservation:
     resource_version: str = ""
     #: Extra status fields we do not model here (kept verbatim on status writes).
     status_extra: dict[str, Any] = field(default_factory=dict)
+    #: ``status.ledgerToken``: a random value every write that may take room from a
+    #: claim (adds holds, rewrites the ledger) sets afresh; a claim tests it instead of
+    #: the resourceVersion (``shared.ledger``). "" when the status has none (or a
+    #: malformed one): claims then fall back to the resourceVersion.
+    token: str = ""
 
     @property
     def name(self) -> str:
@@ -184,12 +190,38 @@ def hold_to_status(hold: Hold) -> dict[str, Any]:
 
 def status_of(res: GPUReservation, now: datetime) -> dict[str, Any]:
     """The full ``status`` to write for ``res`` at ``now``."""
-    return {
+    status = {
         **res.status_extra,
         "holds": [hold_to_status(h) for h in res.holds],
         "usedGpus": res.used_gpus,
         "phase": res.facts.phase(now).value,
     }
+    if res.token:
+        status[LEDGER_TOKEN] = res.token
+    return status
+
+
+#: The status field holding the ledger token (``GPUReservation.token``).
+LEDGER_TOKEN = "ledgerToken"
+#: Longest ledger token read as one (a longer value is malformed: read as none).
+MAX_TOKEN_LENGTH = 64
+#: Status fields the model derives or owns; every other one is ``status_extra``.
+_MODELLED = frozenset({"holds", "usedGpus", "phase", LEDGER_TOKEN})
+
+
+def new_token() -> str:
+    """A fresh ledger token: random and unguessable, never a counter — a status wiped
+    and rebuilt must not repeat a value a claim read before the wipe."""
+    return secrets.token_urlsafe(16)
+
+
+def token_of(status: Any) -> str:
+    """The ledger token in a raw ``status``; "" when absent or malformed (not a
+    non-empty string of at most ``MAX_TOKEN_LENGTH`` characters)."""
+    value = status.get(LEDGER_TOKEN) if isinstance(status, dict) else None
+    if isinstance(value, str) and 0 < len(value) <= MAX_TOKEN_LENGTH:
+        return value
+    return ""
 
 
 def to_object(res: GPUReservation, namespace: str, now: datetime) -> dict[str, Any]:
@@ -216,8 +248,9 @@ def from_object(obj: dict[str, Any]) -> GPUReservation:
     facts = _facts(spec)
     entries = _list(status.get("holds"), "status.holds")
     holds = tuple(_known_hold(h, i) for i, h in enumerate(entries))
-    extra = {k: v for k, v in status.items() if k not in {"holds", "usedGpus", "phase"}}
-    return GPUReservation(facts, holds, str(meta.get("resourceVersion", "")), extra)
+    extra = {k: v for k, v in status.items() if k not in _MODELLED}
+    version = str(meta.get("resourceVersion", ""))
+    return GPUReservation(facts, holds, version, extra, token_of(status))
 
 
 def _facts(spec: dict[str, Any]) -> ReservationFacts:

@@ -53,8 +53,9 @@ class GroupCommit:
     ) -> None:
         """``cached(name)`` is the watch cache's raw object (the first read of each
         write) and ``parsed(name)`` the same object parsed, when the cache has it;
-        ``written(result)`` is told every group's outcome before its callers are, so
-        the cache holds the written version before the next group reads it;
+        ``written(result)`` is told every group's outcome (an admitted ask's result:
+        the one carrying the server's answer) before its callers are, so the cache
+        holds the written version before the next group reads it;
         ``grouped(size)`` hears each group's size (metrics)."""
         self._gateway = gateway
         self._namespace = namespace
@@ -106,7 +107,7 @@ class GroupCommit:
                 self.writes += 1
                 self.asks += len(group)
                 self._grouped(len(group))
-                self._written(results[0])
+                self._written(next((r for r in results if r.raw is not None), results[0]))
                 for waiter, result in zip(group, results, strict=True):
                     if not waiter.future.done():
                         waiter.future.set_result(result)

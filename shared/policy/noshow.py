@@ -24,7 +24,7 @@ Pure: no I/O; "now" is a parameter.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -132,7 +132,7 @@ def with_record(res: GPUReservation, record: Record | None) -> GPUReservation:
     extra = {k: v for k, v in res.status_extra.items() if k != STATUS_KEY}
     if record is not None:
         extra[STATUS_KEY] = record_to_status(record)
-    return GPUReservation(res.facts, res.holds, res.resource_version, extra)
+    return replace(res, status_extra=extra)
 
 
 def is_booking_in_play(facts: ReservationFacts, now: datetime) -> bool:

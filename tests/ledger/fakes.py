@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -44,8 +46,23 @@ class FakeStore(FakeKube):
         self.namespace = namespace
 
     def put(self, res: model.GPUReservation, now: datetime = NOW) -> dict[str, Any]:
-        """Store ``res`` as its object (test setup: no rules, no write counted)."""
-        return self.add(GPU_RESERVATIONS, model.to_object(res, self.namespace, now))
+        """Store ``res`` as its object (test setup: no rules, no write counted), as the
+        apiserver would hold it: a uid (kept from the stored object), a generation (1,
+        or one more when the spec changed) and a ledger token (``res.token``, else a
+        fresh one)."""
+        if not res.token:
+            res = replace(res, token=model.new_token())
+        obj = model.to_object(res, self.namespace, now)
+        old = self.objects.get((GPU_RESERVATIONS.plural, self.namespace, res.name))
+        meta = obj["metadata"]
+        if old is None:
+            meta.update(uid=str(uuid.uuid4()), generation=1)
+        else:
+            generation = old["metadata"].get("generation", 1)
+            meta.update(uid=old["metadata"].get("uid"), generation=generation)
+            if old.get("spec") != obj["spec"]:
+                meta["generation"] = generation + 1
+        return self.add(GPU_RESERVATIONS, obj)
 
     def stored(self, name: str) -> dict[str, Any]:
         """The stored object itself (editing it edits the store)."""
@@ -55,8 +72,9 @@ class FakeStore(FakeKube):
         return model.from_object(self.stored(name))
 
     def bump(self, name: str, change: Callable[[model.GPUReservation], model.GPUReservation]):
-        """A write by someone else (a release, another replica)."""
-        self.put(change(self.reservation(name)))
+        """A write by someone else (a release, another replica), taken as one that may
+        take room from a claim: a new ledger token."""
+        self.put(replace(change(self.reservation(name)), token=model.new_token()))
 
 
 def server_error() -> ServerError:

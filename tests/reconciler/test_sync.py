@@ -164,6 +164,24 @@ def test_unchanged_objects_are_not_written_again() -> None:
     assert writes_after == writes_before
 
 
+def test_a_stale_used_total_is_refreshed_from_the_holds_keeping_the_ledger_token() -> None:
+    # Claims and drops race without seeing each other (the ledger protocol), so the
+    # display total one wrote may be overtaken; the sync's status refresh settles it.
+    syncer, kube, _, _ = make([reservation(1)])
+    asyncio.run(syncer.sync_once())
+    obj = stored(kube)["res-1"]
+    obj["status"]["holds"] = [{"claim": "c", "gpus": 2, "at": "2026-01-05T09:30:00Z"}]
+    obj["status"]["usedGpus"] = 5
+    obj["status"]["ledgerToken"] = "t-1"
+    kube.add(GPU_RESERVATIONS, obj, NS)
+    asyncio.run(syncer.sync_once())
+    after = stored(kube)["res-1"]["status"]
+    assert (after["usedGpus"], after["ledgerToken"], len(after["holds"])) == (2, "t-1", 1)
+    writes = [c for c in kube.calls if c[0] == "replace"]
+    asyncio.run(syncer.sync_once())
+    assert [c for c in kube.calls if c[0] == "replace"] == writes  # settled: no more writes
+
+
 def test_cancellation_marks_the_object_cancelled_and_keeps_the_ledger() -> None:
     syncer, kube, source, _ = make([reservation(1)])
     asyncio.run(syncer.sync_once())
