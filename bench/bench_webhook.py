@@ -240,8 +240,10 @@ def upkeep_pass(res: model.GPUReservation) -> model.GPUReservation:
 
 async def upkeep(gateway: Gateway, name: str, stop: asyncio.Event) -> int:
     """A stand-in for the reconciler's upkeep of the claim booking: passes back to back
-    (``UPKEEP_PAUSE_S`` apart), each a ``ledger.amend`` (GET, then a conditional PUT
-    when the ledger changed) applying ``upkeep_pass``; writes made."""
+    (``UPKEEP_PAUSE_S`` apart), each a ``ledger.amend`` applying ``upkeep_pass`` — a
+    GET, then, when the ledger changed, the write the reconciler's amend makes for it
+    (binds and drops: a JSON Patch testing the holds it touches, keeping the ledger
+    token); writes made."""
     writes = 0
     changed = False
 
