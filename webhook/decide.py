@@ -20,7 +20,7 @@ reservation toleration to a GPU pod or changes a controller-owned annotation.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -206,14 +206,16 @@ def _gated(pod: dict[str, Any], gate: str) -> dict[str, Any]:
 
 
 def _queued(
-    found: Route, gpus: int, edited: dict[str, Any], warnings: list[str], ctx: Context
+    found: Route, gpus: int, edited: dict[str, Any], notes: tuple[str, ...], ctx: Context
 ) -> Verdict:
     res = found.reservation
     assert res is not None
     assert found.wait is not None
     if found.wait is Wait.TOO_SMALL:
         text = wording.too_small(res, gpus)
-        return Verdict(Outcome.QUEUED, edited, (*warnings, text), gpus=gpus, reservation=res.name)
+        return Verdict(
+            Outcome.QUEUED, edited, (*notes, text), gpus=gpus, reservation=res.name, notes=notes
+        )
     gate = ctx.policy.gate_name
     if gate:
         edited = _gated(edited, gate)  # never in place: it may be the request's own pod
@@ -221,7 +223,9 @@ def _queued(
         text = wording.opens_later(res, bool(gate), ctx.zone)
     else:
         text = wording.full(res, bool(gate))
-    return Verdict(Outcome.QUEUED, edited, (*warnings, text), gpus=gpus, reservation=res.name)
+    return Verdict(
+        Outcome.QUEUED, edited, (*notes, text), gpus=gpus, reservation=res.name, notes=notes
+    )
 
 
 def _candidates(found: Route, pool: list[GPUReservation], ctx: Context) -> tuple[Candidate, ...]:
@@ -238,20 +242,22 @@ def _routed(
     prof: PodProfile,
     pool: list[GPUReservation],
     edited: dict[str, Any],
-    warnings: list[str],
+    notes: tuple[str, ...],
     ctx: Context,
 ) -> Verdict:
+    """The route's verdict; ``notes`` are the warnings about removed forgeries."""
     no_shows = declared(pool)
     found = route(prof, pool, ctx.now, ctx.policy.rules, no_shows=no_shows, exclude=ctx.exclude)
     gpus = prof.gpus.count
     if found.path is Path.ADMIT:
         cands = _candidates(found, pool, ctx)
-        return Verdict(Outcome.ADMIT, edited, tuple(warnings), cands, gpus)
+        return Verdict(Outcome.ADMIT, edited, notes, cands, gpus, notes=notes)
     if found.path is Path.QUEUE:
-        return _queued(found, gpus, edited, warnings, ctx)
+        return _queued(found, gpus, edited, notes, ctx)
     if found.path is Path.JIT:
-        return Verdict(Outcome.JIT, edited, (*warnings, wording.jit()), gpus=gpus)
-    return Verdict(Outcome.NO_MATCH, edited, (*warnings, wording.no_match(found.misses)), gpus=gpus)
+        return Verdict(Outcome.JIT, edited, (*notes, wording.jit()), gpus=gpus, notes=notes)
+    text = wording.no_match(found.misses)
+    return Verdict(Outcome.NO_MATCH, edited, (*notes, text), gpus=gpus, notes=notes)
 
 
 def decide_create(
@@ -269,7 +275,7 @@ def decide_create(
         return Verdict(Outcome.DENIED, None, tuple(warnings), message=denial)
     if not is_gpu_pod(prof):
         return Verdict(Outcome.PASS, edited, tuple(warnings), notes=tuple(warnings))
-    return replace(_routed(prof, pool, edited, warnings, ctx), notes=tuple(warnings))
+    return _routed(prof, pool, edited, tuple(warnings), ctx)
 
 
 def _until(res: GPUReservation, pool: list[GPUReservation], ctx: Context) -> datetime:

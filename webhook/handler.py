@@ -26,7 +26,7 @@ from shared import ledger, model, vocab
 from shared.clock import Clock
 from shared.errors import KubeError
 from shared.ledger import Ask, ClaimResult, LedgerGateway
-from shared.logs import log
+from shared.logs import log, log_fields
 from shared.policy.matching import annotations_of
 from shared.resources import GPU_RESERVATIONS
 from webhook import wording
@@ -124,21 +124,25 @@ class Admission:
         return answer(request.uid, patch=patch, warnings=verdict.warnings)
 
     def _log_line(self, request: AdmissionRequest, verdict: Verdict, elapsed: float) -> None:
-        meta = (request.obj or {}).get("metadata") or {}
-        meta = meta if isinstance(meta, dict) else {}
-        log(
-            _log,
-            logging.INFO,
-            ADMISSION_LINE,
-            uid=request.uid,
-            operation=request.operation,
-            namespace=request.namespace,
-            pod=request.name or meta.get("generateName"),
-            outcome=verdict.outcome.value,
-            reservation=verdict.reservation,
-            dry_run=request.dry_run or None,
-            duration_ms=round(elapsed * 1000, 2),
-        )
+        """The canonical line: its fields built once, in one dict, absent ones left out
+        (``log_fields``: no copy, no source-line lookup)."""
+        if not _log.isEnabledFor(logging.INFO):
+            return
+        fields: dict[str, Any] = {
+            "uid": request.uid,
+            "operation": request.operation,
+            "namespace": request.namespace,
+        }
+        pod = request.name or _generate_name(request.obj)
+        if pod is not None:
+            fields["pod"] = pod
+        fields["outcome"] = verdict.outcome.value
+        if verdict.reservation is not None:
+            fields["reservation"] = verdict.reservation
+        if request.dry_run:
+            fields["dry_run"] = True
+        fields["duration_ms"] = round(elapsed * 1000, 2)
+        log_fields(_log, logging.INFO, ADMISSION_LINE, fields)
 
     # --- deciding ---------------------------------------------------------------------
 
@@ -281,6 +285,12 @@ class Admission:
             self.cache.upsert(await asyncio.wait_for(call, timeout=max(timeout, 0.001)))
         except (KubeError, TimeoutError):
             return
+
+
+def _generate_name(pod: dict[str, Any] | None) -> Any:
+    """The pod's ``generateName`` (for the log line), if it has metadata."""
+    meta = (pod or {}).get("metadata")
+    return meta.get("generateName") if isinstance(meta, dict) else None
 
 
 def _name_of(pod: dict[str, Any]) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from shared import vocab
@@ -19,7 +20,14 @@ from shared.policy.wording import when
 
 
 def admitted(res: GPUReservation, until: datetime, zone: ZoneInfo | None) -> str:
-    return f"admitted under reservation {res.name}, guaranteed until {when(until, zone)}"
+    return _admitted(res.name, until, zone)
+
+
+@lru_cache(maxsize=1024)
+def _admitted(name: str, until: datetime, zone: ZoneInfo | None) -> str:
+    """Rendered once per reservation and guarantee end: every pod admitted under it
+    reads the same line."""
+    return f"admitted under reservation {name}, guaranteed until {when(until, zone)}"
 
 
 def opens_later(res: GPUReservation, gated: bool, zone: ZoneInfo | None) -> str:

@@ -12,6 +12,7 @@ first admission only — a re-link passes ``admitted_at=None`` and keeps the old
 from __future__ import annotations
 
 from datetime import datetime
+from functools import lru_cache
 
 from shared import vocab
 from shared.clock import format_utc
@@ -41,15 +42,37 @@ def guarantee_status(until: datetime, now: datetime) -> str:
     return vocab.GUARANTEE_STATUS_GUARANTEED if now < until else vocab.GUARANTEE_STATUS_OVERSTAY
 
 
+#: Distinct instants and reservations whose texts are kept (a few per reservation).
+MEMO_SIZE = 1024
+
+
+@lru_cache(maxsize=MEMO_SIZE)
+def _second_utc(instant: datetime) -> str:
+    return format_utc(instant)
+
+
+def utc_text(instant: datetime) -> str:
+    """``format_utc(instant)``, remembered per whole second: the same few instants
+    (a reservation's start and end, its guarantee end, this second) are stamped on
+    every pod admitted."""
+    return _second_utc(instant.replace(microsecond=0))
+
+
+@lru_cache(maxsize=MEMO_SIZE)
+def _fact_items(facts: ReservationFacts) -> tuple[tuple[str, str], ...]:
+    return (
+        (vocab.RESERVATION_KIND, facts.kind.value),
+        (vocab.RESERVATION_START, utc_text(facts.start)),
+        (vocab.RESERVATION_END, utc_text(facts.end)),
+        (vocab.RESERVATION_GPU_COUNT, str(facts.gpu_count)),
+        (vocab.GPU_CLASS_NAME, facts.gpu_class_name),
+    )
+
+
 def reservation_facts(facts: ReservationFacts) -> dict[str, str]:
-    """The reservation-fact annotations (re-stamped on every re-link)."""
-    return {
-        vocab.RESERVATION_KIND: facts.kind.value,
-        vocab.RESERVATION_START: format_utc(facts.start),
-        vocab.RESERVATION_END: format_utc(facts.end),
-        vocab.RESERVATION_GPU_COUNT: str(facts.gpu_count),
-        vocab.GPU_CLASS_NAME: facts.gpu_class_name,
-    }
+    """The reservation-fact annotations (re-stamped on every re-link); rendered once
+    per distinct ``facts`` (frozen, compared by value) and copied."""
+    return dict(_fact_items(facts))
 
 
 def guarantee_facts(until: datetime, now: datetime, *, best_effort: bool) -> dict[str, str]:
@@ -58,7 +81,7 @@ def guarantee_facts(until: datetime, now: datetime, *, best_effort: bool) -> dic
         vocab.POD_RUNTIME_LIMIT_SECONDS: str(
             runtime_limit_seconds(until, now, best_effort=best_effort)
         ),
-        vocab.GUARANTEED_UNTIL: format_utc(until),
+        vocab.GUARANTEED_UNTIL: utc_text(until),
         vocab.GUARANTEE_STATUS: guarantee_status(until, now),
     }
 
@@ -82,7 +105,7 @@ def admission_annotations(
     if claim is not None:
         notes[vocab.ADMISSION_CLAIM] = claim
     notes.update(guarantee_facts(guaranteed_until, now, best_effort=best_effort))
-    notes.update(reservation_facts(facts))
+    notes.update(_fact_items(facts))
     if admitted_at is not None:
-        notes[vocab.ADMITTED_AT] = format_utc(admitted_at)
+        notes[vocab.ADMITTED_AT] = utc_text(admitted_at)
     return notes

@@ -23,6 +23,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from shared import vocab
+from shared.policy import MAP
 
 #: Decimal and binary suffixes of a Kubernetes quantity, as powers.
 _SUFFIXES: dict[str, Decimal] = {
@@ -74,6 +75,8 @@ def parse_quantity(value: Any) -> int:
     Raises ``Unreadable`` for fractions, negatives, booleans and anything not a
     Kubernetes quantity.
     """
+    if isinstance(value, str) and len(value) <= 9 and value.isascii() and value.isdigit():
+        return _bounded(int(value), value)  # the usual "1": no pattern, no Decimal
     if isinstance(value, bool):
         raise Unreadable(f"{value!r} is not a quantity")
     if isinstance(value, int):
@@ -99,21 +102,25 @@ def _decimal(text: str) -> Decimal:
 def _whole(number: Decimal, original: Any) -> int:
     if number < 0 or number != number.to_integral_value():
         raise Unreadable(f"{str(original)[:32]!r} is not a whole number of GPUs")
-    if number > MAX_GPUS:
+    return _bounded(int(number), original)
+
+
+def _bounded(count: int, original: Any) -> int:
+    if count > MAX_GPUS:
         raise Unreadable(f"{str(original)[:32]!r} is more GPUs than any node has")
-    return int(number)
+    return count
 
 
 def container_gpus(container: Any) -> int:
     """GPUs of one container: its request, else its limit (limits imply requests)."""
-    if not isinstance(container, Mapping):
+    if not isinstance(container, MAP):
         raise Unreadable("a container is not an object")
     resources = container.get("resources") or {}
-    if not isinstance(resources, Mapping):
+    if not isinstance(resources, MAP):
         raise Unreadable("container resources are not an object")
     for section in ("requests", "limits"):
         values = resources.get(section) or {}
-        if not isinstance(values, Mapping):
+        if not isinstance(values, MAP):
             raise Unreadable(f"container resources.{section} is not an object")
         if vocab.GPU_RESOURCE in values:
             return parse_quantity(values[vocab.GPU_RESOURCE])
@@ -142,7 +149,7 @@ def _init_phase(init_containers: list[Any]) -> tuple[int, int]:
 
 def _overhead(spec: Mapping[str, Any]) -> int:
     overhead = spec.get("overhead") or {}
-    if not isinstance(overhead, Mapping):
+    if not isinstance(overhead, MAP):
         raise Unreadable("spec.overhead is not an object")
     return parse_quantity(overhead[vocab.GPU_RESOURCE]) if vocab.GPU_RESOURCE in overhead else 0
 
@@ -156,8 +163,8 @@ def effective_gpus(spec: Mapping[str, Any]) -> int:
 
 def pod_gpus(pod: Any) -> GpuRequest:
     """The pod's effective GPU request; a malformed pod gives an unreadable result."""
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
-    if not isinstance(spec, Mapping):
+    spec = pod.get("spec") if isinstance(pod, MAP) else None
+    if not isinstance(spec, MAP):
         return GpuRequest(0, "the pod has no spec")
     try:
         return GpuRequest(effective_gpus(spec))

@@ -23,6 +23,7 @@ from typing import Any
 
 from shared import vocab
 from shared.model import Kind, ReservationFacts, State
+from shared.policy import MAP
 from shared.policy.gpus import GpuRequest, pod_gpus
 
 
@@ -86,21 +87,21 @@ class PodProfile:
 
 
 def _strings(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
+    if not isinstance(value, MAP):
         return {}
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def labels_of(pod: Any) -> dict[str, str]:
     """The pod's string labels (malformed entries dropped)."""
-    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
-    return _strings(meta.get("labels")) if isinstance(meta, Mapping) else {}
+    meta = pod.get("metadata") if isinstance(pod, MAP) else None
+    return _strings(meta.get("labels")) if isinstance(meta, MAP) else {}
 
 
 def annotations_of(pod: Any) -> dict[str, str]:
     """The pod's string annotations (malformed entries dropped)."""
-    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
-    return _strings(meta.get("annotations")) if isinstance(meta, Mapping) else {}
+    meta = pod.get("metadata") if isinstance(pod, MAP) else None
+    return _strings(meta.get("annotations")) if isinstance(meta, MAP) else {}
 
 
 def pod_group(labels: Mapping[str, str], rules: MatchRules) -> str | None:
@@ -140,8 +141,8 @@ def minimum_runtime(notes: Mapping[str, str], rules: MatchRules) -> int | None:
 
 def profile(pod: Any, rules: MatchRules, namespace: str | None = None) -> PodProfile:
     """The matching view of ``pod`` (``namespace`` overrides the pod's own)."""
-    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
-    own_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    meta = pod.get("metadata") if isinstance(pod, MAP) else None
+    own_ns = meta.get("namespace") if isinstance(meta, MAP) else None
     labels, notes = labels_of(pod), annotations_of(pod)
     best_effort = rules.best_effort_enabled and (
         notes.get(vocab.RUNTIME_GUARANTEE, "").strip().lower() == vocab.RUNTIME_GUARANTEE_NONE

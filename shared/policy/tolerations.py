@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared import vocab
+from shared.policy import MAP
 
 EXISTS = "Exists"
 EQUAL = "Equal"
@@ -45,7 +46,7 @@ def tolerates_reservation(toleration: Any, gpu_class: str | None = None) -> bool
     with any value tolerates the taint of the class named by that value. Something
     that is not an object tolerates nothing.
     """
-    if not isinstance(toleration, Mapping):
+    if not isinstance(toleration, MAP):
         return False
     if not (_effect_matches(toleration) and _key_matches(toleration)):
         return False
@@ -69,7 +70,7 @@ def granted_toleration(gpu_class: str) -> dict[str, str]:
 
 def is_granted(toleration: Any, gpu_class: str) -> bool:
     """The exact-match test of R3: our key, the pod's class as value, NoSchedule."""
-    if not isinstance(toleration, Mapping):
+    if not isinstance(toleration, MAP):
         return False
     return (
         _text(toleration, "key") == vocab.RESERVATION_TAINT_KEY
@@ -81,8 +82,8 @@ def is_granted(toleration: Any, gpu_class: str) -> bool:
 
 def tolerations_of(pod: Any) -> list[Any]:
     """The pod's ``spec.tolerations`` (empty when absent or malformed)."""
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
-    value = spec.get("tolerations") if isinstance(spec, Mapping) else None
+    spec = pod.get("spec") if isinstance(pod, MAP) else None
+    value = spec.get("tolerations") if isinstance(spec, MAP) else None
     return value if isinstance(value, list) else []
 
 
@@ -105,6 +106,6 @@ def added_reservation_tolerations(old_pod: Any, new_pod: Any) -> list[Any]:
 
 
 def _identity(toleration: Any) -> Any:
-    if not isinstance(toleration, Mapping):
+    if not isinstance(toleration, MAP):
         return toleration
     return {k: v for k, v in toleration.items() if k != "tolerationSeconds"}

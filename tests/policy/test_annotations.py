@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import dataclasses
+from datetime import timedelta, timezone
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared import model, vocab
-from shared.policy.annotations import ADMISSION_KEYS, admission_annotations, guarantee_status
+from shared.clock import format_utc
+from shared.policy.annotations import (
+    ADMISSION_KEYS,
+    admission_annotations,
+    guarantee_status,
+    reservation_facts,
+    utc_text,
+)
 from tests.policy.builders import HOUR, NOW, reservation
 
 
@@ -51,3 +62,29 @@ def test_best_effort_records_zero_seconds() -> None:
 def test_status_flips_at_the_instant() -> None:
     assert guarantee_status(NOW, NOW - timedelta(seconds=1)) == vocab.GUARANTEE_STATUS_GUARANTEED
     assert guarantee_status(NOW, NOW) == vocab.GUARANTEE_STATUS_OVERSTAY
+
+
+@given(
+    micros=st.integers(0, 10**6 - 1),
+    seconds=st.integers(-(10**6), 10**6),
+    offset_min=st.sampled_from([0, 60, -330, 345]),
+)
+def test_remembered_instant_texts_are_the_instants_own(
+    micros: int, seconds: int, offset_min: int
+) -> None:
+    """The same second in another zone or with other microseconds has the same text;
+    any other second its own."""
+    zone = timezone(timedelta(minutes=offset_min))
+    instant = (NOW + timedelta(seconds=seconds, microseconds=micros)).astimezone(zone)
+    assert utc_text(instant) == format_utc(instant)
+    assert utc_text(instant + timedelta(seconds=1)) == format_utc(instant + timedelta(seconds=1))
+
+
+def test_reservation_facts_are_rendered_per_facts_and_handed_out_as_copies() -> None:
+    res = reservation(7, gpus=2)
+    first = reservation_facts(res.facts)
+    first[vocab.RESERVATION_GPU_COUNT] = "edited by a caller"
+    assert reservation_facts(res.facts)[vocab.RESERVATION_GPU_COUNT] == "2"
+    moved = dataclasses.replace(res.facts, end=res.facts.end + HOUR, gpu_count=3)
+    assert reservation_facts(moved)[vocab.RESERVATION_END] == format_utc(moved.end)
+    assert reservation_facts(moved)[vocab.RESERVATION_GPU_COUNT] == "3"

@@ -26,6 +26,10 @@ G = vocab.GPU_RESOURCE
         pytest.param("2e0", 2, id="an exponent"),
         pytest.param(" 3 ", 3, id="surrounding blanks"),
         pytest.param("+4", 4, id="an explicit plus sign"),
+        pytest.param("007", 7, id="leading zeros"),
+        pytest.param("1000000", 1_000_000, id="the most GPUs a pod may ask for"),
+        pytest.param("0" * 20 + "3", 3, id="many leading zeros"),
+        pytest.param("\u0663", 3, id="a non-ASCII digit, as Decimal reads it"),
     ],
 )
 def test_quantities_that_are_whole_gpu_counts(value: Any, expected: int) -> None:
@@ -46,6 +50,9 @@ def test_quantities_that_are_whole_gpu_counts(value: Any, expected: int) -> None
         pytest.param({"n": 1}, id="an object"),
         pytest.param("1Ei", id="more GPUs than any node has"),
         pytest.param("1e999", id="an absurd exponent"),
+        pytest.param("1000001", id="one GPU more than any node has"),
+        pytest.param("9" * 5000, id="more digits than int() converts"),
+        pytest.param("²", id="a superscript digit"),
     ],
 )
 def test_quantities_that_are_unreadable(value: Any) -> None:

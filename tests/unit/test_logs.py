@@ -5,10 +5,20 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from shared.logs import BufferedHandler, ConsoleFormatter, JsonFormatter, fields_of, log
+from shared.logs import (
+    BufferedHandler,
+    ConsoleFormatter,
+    JsonFormatter,
+    fields_of,
+    log,
+    log_fields,
+)
 
 
 def record_of(caplog: pytest.LogCaptureFixture) -> logging.LogRecord:
@@ -94,3 +104,27 @@ def test_the_flusher_flushes_buffered_lines_without_further_logging() -> None:
         assert stream.flushed.wait(30)
     finally:
         handler.close()
+
+
+@given(st.floats(min_value=1.0, max_value=4e9, allow_nan=False, allow_infinity=False))
+def test_the_json_timestamp_is_the_records_instant_to_the_millisecond(created: float) -> None:
+    """Rendered once per second and then reused, it still equals what ``datetime``
+    gives — rounding of the microseconds included — and so do the instants around it."""
+    formatter = JsonFormatter()
+    for instant in (created, created + 0.0004, created + 0.9996, created + 1.0):
+        record = logging.LogRecord("t", logging.INFO, "", 0, "e", (), None)
+        record.created = instant
+        wanted = datetime.fromtimestamp(instant, UTC).isoformat(timespec="milliseconds")
+        assert json.loads(formatter.format(record))["ts"] == wanted
+
+
+def test_log_fields_takes_the_dict_as_given(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    log_fields(logging.getLogger("t"), logging.INFO, "webhook.admission", {"uid": "u", "n": 1})
+    record = record_of(caplog)
+    assert record.getMessage() == "webhook.admission"
+    assert fields_of(record) == {"uid": "u", "n": 1}
+    assert json.loads(JsonFormatter().format(record))["n"] == 1
+    caplog.clear()
+    log_fields(logging.getLogger("t"), logging.DEBUG, "noise", {"big": object()})
+    assert caplog.records == []

@@ -198,3 +198,46 @@ async def test_a_dry_run_stamp_grants_nothing_to_a_real_create() -> None:
     result = patched(dry, doc)
     assert vocab.ADMISSION_CLAIM not in result["metadata"]["annotations"]
     assert result["spec"]["tolerations"] == []
+
+
+def admission_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [fields_of(r) for r in caplog.records if r.getMessage() == "webhook.admission"]
+
+
+async def test_one_canonical_line_per_request_with_its_fields(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    admission, _ = await wired(reservation(1, gpus=2), reservation(2, gpus=1))
+    await call(admission, review(gpu_pod(1).build(), uid="u-1"))
+    await call(admission, review(gpu_pod(1).generate_name("job-").build(), uid="u-2"))
+    await call(admission, review(gpu_pod(1, namespace="nobody").build(), uid="u-3", dry_run=True))
+    lines = admission_lines(caplog)
+    durations = [line.pop("duration_ms") for line in lines]
+    assert lines == [
+        {
+            "uid": "u-1",
+            "operation": "CREATE",
+            "namespace": "alice",
+            "pod": "p",
+            "outcome": "admitted",
+            "reservation": "res-1",
+        },
+        {
+            "uid": "u-2",
+            "operation": "CREATE",
+            "namespace": "alice",
+            "pod": "job-",
+            "outcome": "admitted",
+            "reservation": "res-1",
+        },
+        {
+            "uid": "u-3",
+            "operation": "CREATE",
+            "namespace": "nobody",
+            "pod": "p",
+            "outcome": "no_match",
+            "dry_run": True,
+        },
+    ]
+    assert all(isinstance(d, float) and d >= 0 for d in durations)
