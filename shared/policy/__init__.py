@@ -15,4 +15,4 @@ from collections.abc import Mapping
 #: ``isinstance(x, MAP)`` means ``isinstance(x, Mapping)``, with a plain dict (every
 #: parsed JSON object) recognised before the ABC's check, which costs ~10x more — the
 #: pod readers on the webhook's hot path make ~20 such checks per request.
-MAP: tuple[type, ...] = (dict, Mapping)
+MAP = (dict, Mapping)
