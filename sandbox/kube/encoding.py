@@ -13,6 +13,7 @@ escapes), NaN refused.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import OrderedDict
 from typing import Any
@@ -28,9 +29,14 @@ def encode(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
+@functools.cache
+def _line_start(kind: str) -> bytes:
+    return b'{"type":' + encode(kind) + b',"object":'
+
+
 def watch_line(kind: str, encoded_object: bytes) -> bytes:
     """One line of a JSON watch stream, around an object already encoded."""
-    return b'{"type":' + encode(kind) + b',"object":' + encoded_object + b"}\n"
+    return _line_start(kind) + encoded_object + b"}\n"
 
 
 class ObjectBytes:

@@ -1,16 +1,21 @@
 """The PATCH flavours: JSON Patch, JSON merge patch and strategic merge patch.
 
 JSON Patch (RFC 6902) is applied by ``jsonpatch``; a failed ``test`` or an operation
-on a missing path is a 422 (facts §3.1). Merge patch is RFC 7386. Strategic merge
-follows the built-in types' patch strategies for the kinds we serve: lists with a
-merge key are merged by it (``$patch: delete`` removes an element, ``$patch:
-replace`` replaces), primitive lists with a merge strategy are unioned, every other
-list is replaced (``spec.tolerations`` is atomic). The ``$setElementOrder`` and
-``$retainKeys`` directives ``kubectl apply`` sends are understood.
+on a missing path is a 422 (facts §3.1). A patch made only of ``add``, ``replace`` and
+``remove`` on plain paths (a ledger claim's shape) is applied directly instead
+(``_simple``), giving what ``jsonpatch`` gives; anything else, or any step it cannot
+take, goes to ``jsonpatch`` from the start, so every refusal is ``jsonpatch``'s.
+Merge patch is RFC 7386. Strategic merge follows the built-in types' patch strategies
+for the kinds we serve: lists with a merge key are merged by it (``$patch: delete``
+removes an element, ``$patch: replace`` replaces), primitive lists with a merge
+strategy are unioned, every other list is replaced (``spec.tolerations`` is atomic).
+The ``$setElementOrder`` and ``$retainKeys`` directives ``kubectl apply`` sends are
+understood.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jsonpatch
@@ -61,6 +66,15 @@ def json_patch(target: Obj, ops: Any) -> Obj:
         raise too_large(
             f"The allowed operations in this JSON patch is {MAX_JSON_PATCH_OPS}, got {len(ops)}"
         )
+    simple = clone(target)
+    if _simple(simple, ops):
+        return simple
+    return with_jsonpatch(target, ops)
+
+
+def with_jsonpatch(target: Obj, ops: list[Any]) -> Obj:
+    """``ops`` applied to a copy of ``target`` by ``jsonpatch``, refusals mapped to 422
+    (cannot apply, failed ``test``) or 400 (not a patch)."""
     try:
         patch = jsonpatch.JsonPatch(ops)
         result = patch.apply(clone(target), in_place=True)  # the clone is ours: no second copy
@@ -73,6 +87,68 @@ def json_patch(target: Obj, ops: Any) -> Obj:
     if not isinstance(result, dict):
         raise _rejected("the patch replaced the whole object with a non-object")
     return result
+
+
+_SIMPLE_OPS = frozenset({"add", "replace", "remove"})
+_INDEX = re.compile(r"0|[1-9][0-9]*")
+
+
+def _simple(doc: Obj, ops: list[Any]) -> bool:
+    """Apply ``ops`` to ``doc`` in place when every one is an ``add``, ``replace`` or
+    ``remove`` whose path (no ``~`` escapes) leads through existing objects and arrays
+    to a place it applies to — exactly as ``jsonpatch`` would, values copied as it
+    copies them. False as soon as one is not: ``doc`` is then partly changed, and the
+    caller applies the whole patch with ``jsonpatch`` to a fresh copy."""
+    for op in ops:
+        if type(op) is not dict:
+            return False
+        kind, path = op.get("op"), op.get("path")
+        if kind not in _SIMPLE_OPS or type(path) is not str or not path.startswith("/"):
+            return False
+        if "~" in path or (kind != "remove" and "value" not in op):
+            return False
+        *parents, last = path[1:].split("/")
+        container: Any = doc
+        for part in parents:
+            if type(container) is dict and part in container:
+                container = container[part]
+            elif type(container) is list and _INDEX.fullmatch(part) and int(part) < len(container):
+                container = container[int(part)]
+            else:
+                return False
+        if not _apply_simple(container, kind, last, op.get("value")):
+            return False
+    return True
+
+
+def _apply_simple(container: Any, kind: str, last: str, value: Any) -> bool:
+    if type(container) is dict:
+        if kind == "add":
+            container[last] = clone(value)
+        elif last not in container:
+            return False
+        elif kind == "replace":
+            container[last] = clone(value)
+        else:
+            del container[last]
+        return True
+    if type(container) is not list:
+        return False
+    if kind == "add" and last == "-":
+        container.append(clone(value))
+        return True
+    if not _INDEX.fullmatch(last):
+        return False
+    index = int(last)
+    if kind == "add" and index <= len(container):
+        container.insert(index, clone(value))
+    elif index >= len(container):
+        return False
+    elif kind == "replace":
+        container[index] = clone(value)
+    else:
+        del container[index]
+    return True
 
 
 def _rejected(detail: str) -> Exception:

@@ -11,7 +11,11 @@ import httpx
 import pytest
 
 from sandbox.kube.admission import MemorySource, WebhookDispatcher
+from sandbox.kube.admission import dispatcher as dispatcher_module
+from sandbox.kube.admission.config import webhooks_in_order
 from sandbox.kube.admission.hook import AdmissionError, AdmissionResult
+from sandbox.kube.admission.source import StoreSource
+from sandbox.kube.store import Store
 from tests.admission.builders import answer, attrs, configuration, pod, webhook
 
 pytestmark = pytest.mark.anyio
@@ -275,3 +279,46 @@ async def test_passes_over_exactly_the_requests_no_webhook_is_called_for(
             assert (result.object, result.warnings) == (request.object, [])
         skipped.append(passes)
     assert skipped == [False, False, True, True, True, True, False, True]
+
+
+async def test_parsed_webhooks_follow_every_change_of_the_stored_configurations(
+    hooks: FakeWebhooks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over the server's own store the parsed webhooks are reused while the
+    configurations are unchanged, and a change, a deletion or a re-creation under the
+    same name is seen by the very next request."""
+    parsed: list[int] = []
+
+    def counted(configurations: Any) -> Any:
+        parsed.append(1)
+        return webhooks_in_order(configurations)
+
+    monkeypatch.setattr(dispatcher_module, "webhooks_in_order", counted)
+    store = Store()
+    dispatcher = WebhookDispatcher(StoreSource(store), transport=hooks.transport())
+    hooks.handlers["a.example.com"] = allow
+    key = (GROUP, CONFIGS, "", "a")
+
+    def put(rule_resource: str) -> None:
+        raw = webhook("a.example.com")
+        raw["rules"][0]["resources"] = [rule_resource]
+        obj = configuration("a", raw)
+        obj["metadata"]["uid"] = str(len(hooks.calls))
+        store.put(key, obj)
+
+    put("pods")
+    assert not await dispatcher.passes_over(attrs(None))
+    await dispatcher.admit(attrs(pod("p")))
+    await dispatcher.admit(attrs(pod("p")))
+    assert len(hooks.calls) == 2
+    assert len(parsed) == 1
+    put("services")
+    assert await dispatcher.passes_over(attrs(None))
+    await dispatcher.admit(attrs(pod("p")))
+    assert len(hooks.calls) == 2
+    store.remove(key)
+    assert await dispatcher.passes_over(attrs(None))
+    put("pods")
+    await dispatcher.admit(attrs(pod("p")))
+    assert len(hooks.calls) == 3
+    assert len(parsed) == 4

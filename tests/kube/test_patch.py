@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sandbox.kube.clone import clone
+from sandbox.kube.errors import ApiError
+from sandbox.kube.patch import _simple, json_patch, with_jsonpatch
 from tests.kube.conftest import pod
 
 CM = "/api/v1/namespaces/{ns}/configmaps"
@@ -226,3 +231,71 @@ def test_json_patch_of_a_custom_resources_status(api: httpx.Client, ns: str, wid
     stored = api.get(f"{widgets.format(ns=ns)}/s").json()
     assert stored["status"] == {"used": 1}
     assert stored["metadata"]["resourceVersion"] == written.json()["metadata"]["resourceVersion"]
+
+
+# --- the direct path for add/replace/remove gives what jsonpatch gives ----------------------
+
+_TOKENS = st.sampled_from(["a", "b", "0", "1", "2", "-", "01", "", "~1", "x"])
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.sampled_from(["s", ""]))
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["a", "b", "0"]), inner)
+    ),
+    max_leaves=6,
+)
+
+
+@st.composite
+def _ops(draw: st.DrawFn) -> list[Any]:
+    count = draw(st.integers(1, 4))
+    ops: list[Any] = []
+    for _ in range(count):
+        kind = draw(st.sampled_from(["add", "replace", "remove", "test", "move", "bogus"]))
+        path = "/" + "/".join(draw(st.lists(_TOKENS, min_size=0, max_size=3)))
+        op: dict[str, Any] = {"op": kind, "path": draw(st.sampled_from([path, path[1:], 7]))}
+        if draw(st.booleans()) or kind in ("add", "replace", "test"):
+            op["value"] = draw(_VALUES)
+        if kind == "move":
+            op["from"] = "/a"
+        ops.append(draw(st.sampled_from([op, op, op, "add"])))
+    return ops
+
+
+def _outcome(apply: Any, doc: dict[str, Any], ops: list[Any]) -> Any:
+    before = clone(doc)
+    try:
+        result = apply(doc, ops)
+    except ApiError as exc:
+        result = (exc.code, exc.status["reason"], exc.status["message"])
+    assert doc == before  # the target is never changed, whichever way it went
+    return result
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    doc=st.dictionaries(st.sampled_from(["a", "b", "0", "-"]), _VALUES, max_size=3),
+    ops=_ops(),
+)
+def test_a_json_patch_gives_what_jsonpatch_gives(doc: dict[str, Any], ops: list[Any]) -> None:
+    """Rule (facts §3.1): the result, or the refusal (status, reason, message), is the
+    same whether the patch took the direct path or ``jsonpatch``'s."""
+    assert _outcome(json_patch, doc, ops) == _outcome(with_jsonpatch, doc, ops)
+
+
+def test_the_claims_patch_takes_the_direct_path() -> None:
+    """A ledger claim's patch (resourceVersion precondition, appended holds, totals) is
+    applied directly; its values are copies, never the patch's own."""
+    hold = {"claim": "c", "gpus": 1}
+    doc: dict[str, Any] = {
+        "metadata": {"resourceVersion": "7"},
+        "status": {"holds": [], "usedGpus": 0},
+    }
+    ops = [
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": "7"},
+        {"op": "add", "path": "/status/holds/-", "value": hold},
+        {"op": "add", "path": "/status/usedGpus", "value": 1},
+    ]
+    assert _simple(doc, ops)
+    assert doc == {"metadata": {"resourceVersion": "7"}, "status": {"holds": [hold], "usedGpus": 1}}
+    assert doc["status"]["holds"][0] is not hold

@@ -86,12 +86,28 @@ class WebhookDispatcher:
     ) -> None:
         self._source = source
         self._http = WebhookTransport(EndpointResolver(source), transport)
+        #: The webhooks last parsed, with the configurations' stamp they were parsed from.
+        self._parsed: tuple[object, list[Webhook]] | None = None
+
+    async def _webhooks(self) -> list[Webhook]:
+        """Every configuration's webhooks in calling order. Parsing (CEL conditions
+        compiled) is redone only when the source's ``stamp`` of the configurations —
+        their names, uids and resourceVersions — changed; a source without one is read
+        and parsed every time."""
+        stamp_of = getattr(self._source, "stamp", None)
+        stamp = await stamp_of(ADMISSION_GROUP, CONFIGURATIONS) if stamp_of is not None else None
+        if stamp is not None and self._parsed is not None and self._parsed[0] == stamp:
+            return self._parsed[1]
+        webhooks = webhooks_in_order(await self._source.list(ADMISSION_GROUP, CONFIGURATIONS))
+        if stamp is not None:
+            self._parsed = (stamp, webhooks)
+        return webhooks
 
     async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
         """Run up to two rounds of webhooks over the request's object."""
         if exempt(attrs) or attrs.operation not in _OPERATIONS:
             return AdmissionResult(attrs.object)
-        webhooks = webhooks_in_order(await self._source.list(ADMISSION_GROUP, CONFIGURATIONS))
+        webhooks = await self._webhooks()
         if not webhooks:
             return AdmissionResult(attrs.object)
         request = _Request(attrs, await self._namespace_labels(attrs))
@@ -106,7 +122,7 @@ class WebhookDispatcher:
         skip it. Reads only the request's operation, resource and namespace."""
         if exempt(attrs) or attrs.operation not in _OPERATIONS:
             return True
-        webhooks = webhooks_in_order(await self._source.list(ADMISSION_GROUP, CONFIGURATIONS))
+        webhooks = await self._webhooks()
         return not any(any_rule_matches(w.rules, attrs) for w in webhooks)
 
     async def _namespace_labels(self, attrs: AdmissionAttributes) -> dict[str, str]:

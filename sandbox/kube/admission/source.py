@@ -50,6 +50,10 @@ class SyncStore(Protocol):
 
     def get(self, group: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
 
+    def peek_list(
+        self, group: str, plural: str, namespace: str | None = None
+    ) -> list[dict[str, Any]]: ...
+
     def list(
         self, group: str, plural: str, namespace: str | None = None
     ) -> list[dict[str, Any]]: ...
@@ -68,3 +72,11 @@ class StoreSource:
 
     async def list(self, group: str, resource: str) -> list[dict[str, Any]]:
         return self._store.list(group, resource)
+
+    async def stamp(self, group: str, resource: str) -> tuple[tuple[str, str, str], ...]:
+        """What identifies the current objects of a resource: any write, delete or
+        re-creation changes it (names, uids, resourceVersions; read without copies)."""
+        return tuple(
+            (meta.get("name", ""), meta.get("uid", ""), meta.get("resourceVersion", ""))
+            for meta in (o.get("metadata") or {} for o in self._store.peek_list(group, resource))
+        )
