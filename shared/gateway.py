@@ -318,14 +318,7 @@ class Gateway:
         Bookmarks are requested and yielded (type BOOKMARK) so a caller can resume from
         them. A 410 (as an HTTP status or an ERROR event) raises ``Gone``: relist.
         """
-        query: dict[str, Any] = {
-            "watch": "true",
-            "resourceVersion": resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": timeout_s,
-        }
-        if label_selector:
-            query["labelSelector"] = label_selector
+        query = watch_query(resource_version, label_selector, timeout_s)
         loop = asyncio.get_running_loop()
         # Unbounded on the loop side so a delivery never blocks or fails there; the
         # thread waits on ``room`` instead, which bounds what is buffered.
@@ -490,11 +483,8 @@ class Gateway:
             for chunk in resp.stream(64 * 1024, decode_content=True):
                 if stop.is_set():
                     return
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield _watch_event(line)
+                lines, buffer = watch_lines(buffer, chunk)
+                yield from map(watch_event, lines)
         except urllib3.exceptions.HTTPError as exc:
             if not stop.is_set():
                 raise ServerError(0, f"watch {path} broke: {type(exc).__name__}") from exc
@@ -502,7 +492,29 @@ class Gateway:
             resp.release_conn()
 
 
-def _watch_event(line: bytes) -> WatchEvent:
+def watch_query(
+    resource_version: str, label_selector: str | None, timeout_s: int
+) -> dict[str, Any]:
+    """The query of a watch from ``resource_version`` (bookmarks asked for)."""
+    query: dict[str, Any] = {
+        "watch": "true",
+        "resourceVersion": resource_version,
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": timeout_s,
+    }
+    if label_selector:
+        query["labelSelector"] = label_selector
+    return query
+
+
+def watch_lines(buffer: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
+    """The complete, non-blank lines of ``buffer + chunk`` and the incomplete rest."""
+    *lines, rest = (buffer + chunk).split(b"\n")
+    return [line for line in lines if line.strip()], rest
+
+
+def watch_event(line: bytes) -> WatchEvent:
+    """One watch line decoded; an ERROR event raises its error (410: ``Gone``)."""
     try:
         raw = json.loads(line)
     except ValueError as exc:

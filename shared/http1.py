@@ -19,16 +19,20 @@ idempotent.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TypeVar, cast
 
 import httptools
 
 #: Most bytes one answer (headers and body) may take; more is refused as malformed.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+#: Body chunks a stream buffers before its connection stops reading (the consumer is
+#: behind; reading resumes when it has caught up to a quarter of this).
+STREAM_BUFFER = 256
 #: A connection idle longer than this is closed instead of reused (a server or a load
 #: balancer may drop idle connections; reusing one it is about to drop risks a write
 #: that fails with ``Unanswered``).
@@ -219,7 +223,7 @@ class Pool:
                     pass
             elif conn is not None:
                 return self._finish(conn, await self._exchange(conn, request))
-            conn = await self._open()
+            conn = await self._open(_Connection)
             return self._finish(conn, await self._exchange(conn, request))
 
     def close(self) -> None:
@@ -238,11 +242,18 @@ class Pool:
             conn.close()
         return None
 
-    async def _open(self) -> _Connection:
+    async def stream(self, request: bytes) -> Stream:
+        """Send ``request`` on a connection of its own (not one of the pool's ``size``:
+        a watch holds it for minutes) and return the answer as it arrives."""
+        stream = await self._open(Stream)
+        stream.send(request)
+        return stream
+
+    async def _open(self, kind: Callable[[], P]) -> P:
         loop = asyncio.get_running_loop()
         try:
             _, conn = await loop.create_connection(
-                _Connection,
+                kind,
                 self._host,
                 self._port,
                 ssl=self._tls,
@@ -267,3 +278,117 @@ class Pool:
         else:
             conn.close()
         return answer
+
+
+class Stream(asyncio.Protocol):
+    """One answer read as it arrives, on a connection of its own (a watch).
+
+    ``head`` resolves to the status and headers; ``chunk()`` then gives the body's
+    pieces, ``b""`` at its end. A connection lost before the end, or a malformed
+    answer, raises ``TransportError`` from whichever is awaited. ``close()`` ends it."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.head: asyncio.Future[tuple[int, Headers]] = asyncio.get_running_loop().create_future()
+        self._parser = httptools.HttpResponseParser(self)
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._ended = False
+        self._error: TransportError | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._paused = False
+        self._received = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def send(self, request: bytes) -> None:
+        """Write the request (once, right after connecting)."""
+        assert self.transport is not None
+        self.transport.write(request)
+
+    def data_received(self, data: bytes) -> None:
+        self._received += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(TransportError(f"malformed answer: {exc}"))
+
+    def eof_received(self) -> bool | None:
+        self._lost("the server closed the connection")
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost(f"the connection was lost: {exc}" if exc else "the server closed it")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        if not self.head.done():
+            self.head.set_result((self._parser.get_status_code(), Headers(self._headers)))
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+        if len(self._chunks) >= STREAM_BUFFER and not self._paused and self.transport:
+            self._paused = True
+            self.transport.pause_reading()
+        self._signal()
+
+    def on_message_complete(self) -> None:
+        self._ended = True
+        self._signal()
+
+    async def chunk(self) -> bytes:
+        """The next piece of the body; ``b""`` once it has ended."""
+        while not self._chunks:
+            if self._ended:
+                return b""
+            if self._error is not None:
+                raise self._error
+            self._wake = asyncio.get_running_loop().create_future()
+            await self._wake
+        data = self._chunks.popleft()
+        if self._paused and len(self._chunks) <= STREAM_BUFFER // 4 and self.transport:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    async def read_all(self) -> bytes:
+        """The rest of the body (an error answer's), at most ``MAX_ANSWER_BYTES``."""
+        parts: list[bytes] = []
+        size = 0
+        while piece := await self.chunk():
+            size += len(piece)
+            if size > MAX_ANSWER_BYTES:
+                raise TransportError(f"answer larger than {MAX_ANSWER_BYTES} bytes")
+            parts.append(piece)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        """Stop reading and close the connection (idempotent)."""
+        if not self.head.done():
+            self.head.cancel()  # nobody waits for it now: no error to leave unread
+        if self.transport is not None:
+            self.transport.close()
+
+    def _lost(self, why: str) -> None:
+        if not self._ended:
+            error = Unanswered(why) if self._received == 0 else TransportError(f"truncated: {why}")
+            self._fail(error)
+
+    def _fail(self, error: TransportError) -> None:
+        if self._error is None:
+            self._error = error
+        if not self.head.done():
+            self.head.set_exception(error)
+        self.close()
+        self._signal()
+
+    def _signal(self) -> None:
+        wake, self._wake = self._wake, None
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+
+P = TypeVar("P", _Connection, Stream)

@@ -7,8 +7,9 @@ the write is worth: the executor hop, hand-offs of the interpreter lock, and
 per write (docs/performance.md, "Webhook"). ``LoopGateway`` keeps everything else of
 the gateway — the configuration (kubeconfig or in-cluster), the API root and
 authentication headers with their reuse-and-rotation rule (``root_and_auth``), the
-throttling retries, the answer's decoding and error mapping (``answer``) and the
-watch thread — and sends the other calls through ``shared.http1`` on the running loop.
+throttling retries, the answer's decoding and error mapping (``answer``), the watch
+query and line decoding — and sends the calls through ``shared.http1`` on the running
+loop: watches too, each on a connection of its own read as it arrives.
 
 A gateway is used on one event loop (its connections belong to it). Through an HTTP
 proxy (the configuration names one) the calls stay on the worker threads.
@@ -19,12 +20,25 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
 from shared import http1
 from shared.errors import ServerError
-from shared.gateway import Configuration, Endpoint, Gateway, Response, answer
+from shared.gateway import (
+    Configuration,
+    Endpoint,
+    Gateway,
+    Response,
+    WatchEvent,
+    answer,
+    failure,
+    watch_event,
+    watch_lines,
+    watch_query,
+)
+from shared.resources import Resource
 
 #: Keep-alive connections to the API server the loop's calls share (each carries one
 #: call at a time; more concurrent calls wait for one to come free).
@@ -67,7 +81,7 @@ class _Origin:
 
 
 class LoopGateway(Gateway):
-    """``Gateway`` whose non-watch calls run on the caller's event loop."""
+    """``Gateway`` whose calls, watches included, run on the caller's event loop."""
 
     def __init__(
         self,
@@ -112,3 +126,60 @@ class LoopGateway(Gateway):
         except http1.TransportError as exc:
             raise ServerError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         return answer(method, path, got.status, got.body, got.headers)
+
+    async def watch(
+        self,
+        res: Resource,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_s: int = 270,
+    ) -> AsyncIterator[WatchEvent]:
+        """``Gateway.watch`` on the running loop: the stream on a connection of its own,
+        read as it arrives (no thread). The answer's head must come within the call
+        timeout; the server ends the watch after ``timeout_s`` and one not ended 30 s
+        after that is broken. A 410 (status or ERROR event) raises ``Gone``."""
+        origin = self._origin
+        if origin is None:
+            async for event in super().watch(
+                res, resource_version, namespace, label_selector, timeout_s
+            ):
+                yield event
+            return
+        path = res.path(namespace)
+        query = watch_query(resource_version, label_selector, timeout_s)
+        url, hdrs = self._url_and_headers("GET", path, query, None)
+        loop = asyncio.get_running_loop()
+        stream: http1.Stream | None = None
+        try:
+            try:
+                request = http1.serialize("GET", url[len(origin.prefix) :], origin.host, hdrs, b"")
+                async with asyncio.timeout(self._timeout_s):
+                    stream = await origin.pool.stream(request)
+                    status, headers = await stream.head
+                    if status >= 300:
+                        raise failure(status, await stream.read_all(), headers)
+            except TimeoutError as exc:
+                raise ServerError(0, f"watch {path}: no answer within {self._timeout_s}s") from exc
+            deadline = loop.time() + timeout_s + 30
+            buffer = b""
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await stream.chunk()
+                except TimeoutError as exc:
+                    raise ServerError(0, f"watch {path} did not end in time") from exc
+                if not chunk:
+                    return
+                lines, buffer = watch_lines(buffer, chunk)
+                if len(buffer) > http1.MAX_ANSWER_BYTES:
+                    raise ServerError(
+                        0, f"watch {path}: a line over {http1.MAX_ANSWER_BYTES} bytes"
+                    )
+                for line in lines:
+                    yield watch_event(line)
+        except http1.TransportError as exc:
+            raise ServerError(0, f"watch {path} broke: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if stream is not None:
+                stream.close()

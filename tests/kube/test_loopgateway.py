@@ -10,7 +10,9 @@ certificate the server requires.
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -593,3 +595,154 @@ def test_on_uvloop_the_webhooks_loop(kube: Running, ns: str, tmp_path: Path) -> 
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(scenario())
+
+
+# --- watches on the loop ------------------------------------------------------------------
+
+
+def test_a_watch_streams_events_over_tls_and_raises_gone(
+    kube: Running, ns: str, tmp_path: Path
+) -> None:
+    """As ``Gateway.watch``: events from a version until the server ends the watch;
+    a compacted version raises Gone. No thread is started for it."""
+
+    async def body(gw: LoopGateway) -> None:
+        start = (await gw.list_all(CONFIGMAPS, ns)).resource_version
+        await gw.create(CONFIGMAPS, {"metadata": {"name": "w"}}, ns)
+        await gw.delete(CONFIGMAPS, "w", ns)
+        threads = threading.active_count()
+        seen = [e async for e in gw.watch(CONFIGMAPS, start, ns, timeout_s=1)]
+        assert threading.active_count() == threads
+        assert [(e.type, e.object["metadata"]["name"]) for e in seen] == [
+            ("ADDED", "w"),
+            ("DELETED", "w"),
+        ]
+        kube.call(kube.server.compact_history)
+        with pytest.raises(errors.Gone):
+            async for _ in gw.watch(CONFIGMAPS, start, ns, timeout_s=1):
+                pass
+
+    _run(kube, tmp_path, body)
+
+
+def test_a_watch_refused_by_rbac_raises_forbidden(kube: Running, ns: str, tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(kube.server.kubeconfig(token=kube.server.mint_token("nobody")))
+
+    async def scenario() -> None:
+        gw = LoopGateway(load_configuration(str(path)))
+        try:
+            with pytest.raises(errors.Forbidden):
+                async for _ in gw.watch(CONFIGMAPS, "", ns, timeout_s=1):
+                    pass
+        finally:
+            gw.close()
+
+    asyncio.run(scenario())
+
+
+def _chunked(*pieces: bytes, end: bool = True) -> bytes:
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
+    return head + body + (b"0\r\n\r\n" if end else b"")
+
+
+def _event(kind: str, name: str) -> bytes:
+    return json.dumps({"type": kind, "object": {"metadata": {"name": name}}}).encode() + b"\n"
+
+
+def _watched(script: list[bytes | None]) -> tuple[list[tuple[str, str]], BaseException | None]:
+    seen: list[tuple[str, str]] = []
+    failed: list[BaseException] = []
+
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        try:
+            async for event in gw.watch(CONFIGMAPS, "1", "ns", timeout_s=5):
+                seen.append((event.type, event.object["metadata"]["name"]))
+        except errors.KubeError as exc:
+            failed.append(exc)
+
+    _against(script, check)
+    return seen, (failed[0] if failed else None)
+
+
+def test_a_watch_line_split_across_chunks_is_joined() -> None:
+    one, two = _event("ADDED", "a"), _event("MODIFIED", "b")
+    seen, failed = _watched([_chunked(one[:7], one[7:] + two[:3], two[3:], b"\n")])
+    assert (seen, failed) == ([("ADDED", "a"), ("MODIFIED", "b")], None)
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (_chunked(_event("ADDED", "a"), b"not json\n"), "not JSON"),
+        (_chunked(_event("ADDED", "a"), end=False), "broke: TransportError: truncated"),
+        (_chunked(_event("ADDED", "a"))[:-9], "broke: TransportError"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed answer"),
+    ],
+    ids=["line-not-json", "cut-between-chunks", "cut-mid-chunk", "bad-chunk-size"],
+)
+def test_a_broken_watch_stream_is_a_server_error_after_the_good_events(
+    answer: bytes, message: str
+) -> None:
+    seen, failed = _watched([answer])
+    assert isinstance(failed, errors.ServerError)
+    assert message in failed.message
+    assert seen in ([("ADDED", "a")], [])
+
+
+def test_an_error_event_raises_its_error_after_the_events_before_it() -> None:
+    gone = json.dumps(
+        {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+    ).encode()
+    seen, failed = _watched([_chunked(_event("ADDED", "a") + gone + b"\n")])
+    assert seen == [("ADDED", "a")]
+    assert isinstance(failed, errors.Gone)
+
+
+def test_a_consumer_that_falls_behind_pauses_the_stream_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More chunks than the stream buffers: reading pauses, resumes, every event
+    arrives in order."""
+    monkeypatch.setattr(http1, "STREAM_BUFFER", 4)
+    events = [_event("ADDED", f"o{i}") for i in range(300)]
+    seen: list[str] = []
+
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        async for event in gw.watch(CONFIGMAPS, "1", "ns", timeout_s=5):
+            seen.append(event.object["metadata"]["name"])
+            if len(seen) % 50 == 0:
+                await asyncio.sleep(0.01)  # behind: the server's chunks pile up
+
+    _against([_chunked(*events)], check)
+    assert seen == [f"o{i}" for i in range(300)]
+
+
+def test_leaving_a_watch_early_closes_its_connection() -> None:
+    async def scenario() -> None:
+        closed = asyncio.Event()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(_chunked(_event("ADDED", "a"), end=False))
+            await reader.read()  # until the client closes
+            closed.set()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        gw = LoopGateway(_plain(server.sockets[0].getsockname()[1]))
+        try:
+            stream: Any = gw.watch(CONFIGMAPS, "1", "ns", timeout_s=60)  # an async generator
+            async for _ in stream:
+                break
+            await stream.aclose()
+            await asyncio.wait_for(closed.wait(), 10)
+        finally:
+            gw.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(scenario())
