@@ -63,8 +63,8 @@ def server(app: object, host: str, port: int, tls: ReloadingTLS | None) -> _Serv
 
 async def serve(settings: WebhookSettings) -> None:
     """Run every part until a signal asks to stop."""
-    # The ledger's reads and writes (and the cache's lists) on this loop, not on
-    # worker threads: docs/architecture.md, "The gateway".
+    # The ledger's reads and writes and the cache's list and watch on this loop, not on
+    # worker threads: docs/architecture.md, "The Kubernetes gateway".
     gateway = LoopGateway.from_kubeconfig(settings.common.kubeconfig, timeout_s=5.0)
     cache = ReservationCache(gateway, settings.policy.namespace, settings.clock)
     serving = settings.serving
