@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -68,7 +68,7 @@ def tls_context(endpoint: Endpoint) -> ssl.SSLContext:
 class _Origin:
     """The serialized parts of every request to the API server's origin."""
 
-    def __init__(self, endpoint: Endpoint, size: int) -> None:
+    def __init__(self, endpoint: Endpoint, size: int, monotonic: Callable[[], float]) -> None:
         url = urlsplit(endpoint.root)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"the API server URL {endpoint.root!r} is not http(s)://host")
@@ -77,7 +77,7 @@ class _Origin:
         self.host = url.netloc.rpartition("@")[2]
         tls = tls_context(endpoint) if secure else None
         port = url.port or (443 if secure else 80)
-        self.pool = http1.Pool(url.hostname, port, tls, endpoint.server_name, size)
+        self.pool = http1.Pool(url.hostname, port, tls, endpoint.server_name, size, monotonic)
 
 
 class LoopGateway(Gateway):
@@ -91,7 +91,7 @@ class LoopGateway(Gateway):
     ) -> None:
         super().__init__(configuration, **kwargs)
         endpoint = self.endpoint()
-        self._origin = None if endpoint.proxied else _Origin(endpoint, connections)
+        self._origin = None if endpoint.proxied else _Origin(endpoint, connections, self._monotonic)
 
     def close(self) -> None:
         """Close the loop's idle connections, then the worker threads' (call it on the

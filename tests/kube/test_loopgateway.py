@@ -746,3 +746,24 @@ def test_leaving_a_watch_early_closes_its_connection() -> None:
             await server.wait_closed()
 
     asyncio.run(scenario())
+
+
+def test_a_connection_idle_too_long_is_closed_instead_of_reused() -> None:
+    """On the gateway's clock: reused within ``IDLE_KEEP_S``, replaced after it."""
+    now = [0.0]
+
+    async def scenario() -> Scripted:
+        async with Scripted([OK, OK, OK]) as server:
+            gw = LoopGateway(_plain(server.port), monotonic=lambda: now[0])
+            try:
+                await gw.get(CONFIGMAPS, "c", "ns")
+                now[0] += http1.IDLE_KEEP_S - 0.1
+                await gw.get(CONFIGMAPS, "c", "ns")
+                assert server.connections == 1
+                now[0] += http1.IDLE_KEEP_S + 0.1
+                await gw.get(CONFIGMAPS, "c", "ns")
+            finally:
+                gw.close()
+        return server
+
+    assert asyncio.run(scenario()).connections == 2
