@@ -63,24 +63,24 @@ def serialize(method: str, target: str, host: str, headers: dict[str, str], body
 
 
 class Headers:
-    """An answer's headers by lower-case name (the interface ``gateway.failure`` reads)."""
+    """An answer's headers, matched by name without regard to case (the interface
+    ``gateway.failure`` and ``gateway.answer`` read). Kept as received and decoded only
+    when asked: most answers are read for ``Warning`` alone."""
 
-    __slots__ = ("_values",)
+    __slots__ = ("_pairs",)
 
     def __init__(self, pairs: list[tuple[bytes, bytes]]) -> None:
-        values: dict[str, list[str]] = {}
-        for name, value in pairs:
-            values.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
-        self._values = values
+        self._pairs = pairs
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """The first value of ``name``, else ``default``."""
-        found = self._values.get(name.lower())
+        found = self.getlist(name)
         return found[0] if found else default
 
     def getlist(self, name: str) -> list[str]:
         """Every value of ``name``, in order."""
-        return list(self._values.get(name.lower(), ()))
+        key = name.lower().encode("latin-1")
+        return [v.decode("latin-1") for k, v in self._pairs if k.lower() == key]
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,9 @@ class Scripted:
         self.tls = tls
         self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
         self.connections = 0
+        #: Connections that ended (the client closed them, or the script did).
+        self.ended = asyncio.Event()
+        self.ends = 0
         self.port = 0
         self.server: asyncio.Server | None = None
 
@@ -280,6 +283,8 @@ class Scripted:
             pass
         finally:
             writer.close()
+            self.ends += 1
+            self.ended.set()
 
 
 def _answer(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
@@ -767,3 +772,20 @@ def test_a_connection_idle_too_long_is_closed_instead_of_reused() -> None:
         return server
 
     assert asyncio.run(scenario()).connections == 2
+
+
+def test_closing_the_gateway_closes_its_idle_connections() -> None:
+    """The webhook closes its gateway on the way out: the server sees each kept-alive
+    connection end."""
+
+    async def scenario() -> None:
+        async with Scripted([OK, OK, OK]) as server:
+            gw = LoopGateway(_plain(server.port))
+            await asyncio.gather(*(gw.get(CONFIGMAPS, "c", "ns") for _ in range(2)))
+            assert (server.connections, server.ends) == (2, 0)
+            gw.close()
+            while server.ends < 2:
+                server.ended.clear()
+                await asyncio.wait_for(server.ended.wait(), 10)
+
+    asyncio.run(scenario())
