@@ -365,17 +365,27 @@ async def claim_group(
     cached: dict[str, Any] | None = None,
     cached_parsed: GPUReservation | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    on_sent: Callable[[dict[str, Any], GPUReservation], None] | None = None,
+    pipelined: bool = False,
 ) -> list[ClaimResult]:
     """Claim every ask that fits, in order, with one ``/status`` write; one result each.
 
     The read-decide-write loop of ``claim`` (same ``deadline`` and ``cached`` rules),
-    deciding the whole group at once (``decide_group``): a 409 re-reads and re-decides
-    every ask, so each is told the outcome of the write that landed. The write is a
-    JSON Patch of ``/status`` that appends the new holds to the stored ones, conditional
-    on the resourceVersion read (``appended_ops``: 409 when stale, exactly as a PUT),
-    so neither the request nor its encoding grows with the holds already stored. A stop
-    (not found, deadline, error) is every ask's reason. ``cached_parsed`` is ``cached``
-    parsed already (a watch cache keeps both), so it is not parsed again.
+    deciding the whole group at once (``decide_group``): a lost race re-reads and
+    re-decides every ask, so each is told the outcome of the write that landed. The
+    write is a JSON Patch of ``/status`` that appends the new holds to the stored ones,
+    conditional on what the decision read (``appended_ops``), so neither the request
+    nor its encoding grows with the holds already stored. A stop (not found, deadline,
+    error) is every ask's reason. ``cached_parsed`` is ``cached`` parsed already (a
+    watch cache keeps both), so it is not parsed again.
+
+    ``on_sent(raw, res)`` hears, as each write is sent, the object and the ledger that
+    write will leave when it lands (``expected_after``; only for a write a follower can
+    test: one setting a token on an object with uid and generation), so a second group
+    can be decided on it before the answer (``webhook.groupcommit``). ``pipelined``:
+    ``cached`` is such an expectation, not a read — the first write may reach the
+    server before the one it follows, so a 422 whose tests hold on the re-read is
+    decided again on that re-read instead of stopping with ``error``.
     """
     conflicts = 0
     raw = cached
@@ -397,6 +407,10 @@ async def claim_group(
             entries = [model.hold_to_status(h) for h in new]
             updated = replace(updated, token=model.new_token())
             ops = _ops(raw, updated, entries, max(a.now for a in asks))
+            if on_sent is not None:
+                expected = expected_after(raw, ops)
+                if expected is not None:
+                    on_sent(expected, updated)
             written = await _patch(gateway, namespace, name, ops, deadline, monotonic)
             if not isinstance(written, int):
                 # A refused ask is told the ledger it was judged on (the read plus the
@@ -409,7 +423,8 @@ async def claim_group(
                     for r, cid in zip(reasons, claim_ids, strict=True)
                 ]
             conflicts += 1
-            raw = await _reread(gateway, namespace, name, written, ops, deadline, monotonic)
+            code = 409 if pipelined and conflicts == 1 else written  # overtaken: no stop
+            raw = await _reread(gateway, namespace, name, code, ops, deadline, monotonic)
         raise _Stop("deadline")
     except _Stop as stop:
         _log_stop("ledger.claim_failed", name, stop.reason, conflicts)
@@ -528,6 +543,34 @@ def appended_ops(
     whole = dict(status) if isinstance(status, dict) else {}
     whole.update(holds=[*entries], **totals)
     return [*ops, {"op": "add", "path": "/status", "value": whole}]
+
+
+def expected_after(raw: dict[str, Any], ops: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The object a claim's patch (``appended_ops``) leaves when it lands on ``raw``
+    unchanged, as far as a following claim needs it (uid, generation, status); None
+    when a follower could not be conditional on it (no uid or generation: its new
+    resourceVersion is unknown). Shallow: shares ``raw``'s unchanged parts."""
+    meta = raw.get("metadata")
+    if not isinstance(meta, dict) or "uid" not in meta or "generation" not in meta:
+        return None
+    status = raw.get("status")
+    status = dict(status) if isinstance(status, dict) else {}
+    appended = []
+    for op in ops:
+        path, value = op["path"], op.get("value")
+        if op["op"] != "add" or not path.startswith("/status"):
+            continue
+        if path == "/status":
+            status = dict(value) if isinstance(value, dict) else {}
+        elif path == "/status/holds/-":
+            appended.append(value)
+        else:
+            status[path.removeprefix("/status/")] = value
+    if appended:
+        status["holds"] = [*status.get("holds", []), *appended]
+    expected = dict(raw, status=status)
+    expected["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
+    return expected if guard_ops(expected) is not None else None
 
 
 def guard_ops(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
