@@ -78,14 +78,18 @@ def verdict(res: GPUReservation, gpus: int, now: datetime) -> str:
     zero-length window and only needs to be active), ``too_small`` (the request alone
     exceeds the budget: waiting never helps), ``full`` (the holds leave too little).
     """
-    facts = res.facts
+    return _verdict(res.facts, used(res), gpus, now)
+
+
+def _verdict(facts: model.ReservationFacts, used_gpus: int, gpus: int, now: datetime) -> str:
+    """``verdict`` for a ledger whose holds sum to ``used_gpus``."""
     if facts.state is model.State.CANCELLED:
         return "not_open"
     if facts.kind is not model.Kind.BEST_EFFORT and not facts.is_open(now):
         return "not_open"
     if gpus > facts.gpu_count:
         return "too_small"
-    return "admitted" if fits(res, gpus) else "full"
+    return "admitted" if gpus >= 0 and used_gpus + gpus <= facts.gpu_count else "full"
 
 
 class LedgerFull(ValueError):
@@ -288,13 +292,15 @@ def decide_group(
     """
     reasons: list[str] = []
     new: list[Hold] = []
+    taken = used(res)  # summed once, then kept: not once per ask over every hold
     for ask, claim_id in zip(asks, claim_ids, strict=True):
-        reason = verdict(res, ask.gpus, ask.now)
+        reason = _verdict(res.facts, taken, ask.gpus, ask.now)
         reasons.append(reason)
         if reason == "admitted":
-            hold = Hold(claim_id, ask.gpus, ask.now, pod=ask.pod, announced=ask.announced)
-            res = add_hold(res, hold)
-            new.append(hold)
+            new.append(Hold(claim_id, ask.gpus, ask.now, pod=ask.pod, announced=ask.announced))
+            taken += ask.gpus
+    if new:
+        res = replace(res, holds=(*res.holds, *new))
     return res, reasons, new
 
 

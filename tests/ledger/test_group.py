@@ -9,6 +9,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared import ledger, model
 from shared.errors import Conflict
@@ -217,3 +219,33 @@ def test_a_re_encoded_cached_object_claims_on_a_ledger_stored_without_status() -
     results = group(store, 2, cached=cached)
     assert [r.reason for r in results] == ["admitted"]
     assert ledger.used(store.reservation("res-1")) == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    budget=st.integers(0, 10),
+    held=st.lists(st.integers(0, 4), max_size=5),
+    sizes=st.lists(st.integers(-1, 12), max_size=8),
+    state=st.sampled_from(list(model.State)),
+)
+def test_decide_group_is_the_asks_made_one_after_another(budget, held, sizes, state) -> None:
+    """The group's outcome equals ``verdict`` + ``add_hold`` per ask in order."""
+    res = model.GPUReservation(
+        facts(gpus=budget, state=state),
+        tuple(model.Hold(f"h{i}", g, NOW) for i, g in enumerate(held)),
+    )
+    ids = [f"c{i}" for i in range(len(sizes))]
+    updated, reasons, new = ledger.decide_group(res, asks(*sizes), ids)
+    expected, one_by_one = res, []
+    for ask, claim_id in zip(asks(*sizes), ids, strict=True):
+        reason = ledger.verdict(expected, ask.gpus, ask.now)
+        one_by_one.append(reason)
+        if reason == "admitted":
+            hold = model.Hold(claim_id, ask.gpus, ask.now, pod=ask.pod)
+            expected = ledger.add_hold(expected, hold)
+    assert reasons == one_by_one
+    assert updated.holds == expected.holds
+    assert ledger.used(updated) == ledger.used(expected) <= max(budget, ledger.used(res))
+    assert [h.claim for h in new] == [
+        c for c, r in zip(ids, reasons, strict=True) if r == "admitted"
+    ]
