@@ -13,32 +13,45 @@ webhook's own client (``shared.gateway.Gateway``) calling it one request at a ti
   ledger — a JSON Patch of ``/status`` replacing ``metadata.resourceVersion`` (the
   precondition), appending a hold and setting ``usedGpus`` and ``phase``, plus a
   ``remove`` of the oldest hold so the ledger stays at 50 — with 1 and 3 watches open;
-- ``get``: a GET of the same 50-hold object.
+- ``get``: a GET of the same 50-hold object;
+- ``in-process``: the ``patch`` (1 and 3 watches) and ``get`` cells again with the
+  emulator's ASGI application called directly (``InProcess``): the emulator's own CPU
+  per request without sockets, TLS and the client, best and median chunk.
 
 Printed per cell: requests/s, p50 latency, the emulator thread's CPU per request
-(the yardstick least moved by other load on the machine) and the client's (the rest of
-the process's CPU). The ``patch`` and ``get`` cells run with the webhook's
-``LoopGateway`` (calls on the caller's loop) as well as with the thread-pool gateway.
+(the yardstick least moved by other load on the machine) — over the cell and in its
+best chunk of ``CHUNK`` requests (the least disturbed by other processes on a loaded
+machine) — and the client's (the rest of the process's CPU). The ``patch`` and ``get``
+cells run with the webhook's ``LoopGateway`` (calls on the caller's loop) as well as
+with the thread-pool gateway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from bench.bench_kube_client import EmulatorThread, thread_cpu
 from bench.bench_webhook import NS, booking, mode
 from sandbox import chart
 from sandbox.install import install_base
+from sandbox.kube.admission.install import install as install_admission
+from sandbox.kube.server import KubeServer
 from shared import model
 from shared.clock import SystemClock
 from shared.gateway import Gateway
 from shared.loopgateway import LoopGateway
-from shared.resources import GPU_RESERVATIONS, MUTATING_WEBHOOK_CONFIGURATIONS
+from shared.resources import (
+    CRDS,
+    GPU_RESERVATIONS,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    NAMESPACES,
+)
 
 PUT_HOLDS = 64
 PATCH_HOLDS = 50
@@ -108,12 +121,28 @@ def get_step(gateway: Gateway) -> Step:
     return step
 
 
-async def timed(step: Step, count: int) -> list[float]:
+#: Requests per chunk for the best-chunk CPU figure.
+CHUNK = 50
+
+
+async def timed(
+    step: Step,
+    count: int,
+    cpu: Callable[[], float] | None = None,
+    chunks: list[float] | None = None,
+) -> list[float]:
+    """``count`` steps, one at a time; their latencies. With ``cpu`` (a thread's CPU
+    clock), the CPU per request of every ``CHUNK`` requests goes to ``chunks``."""
     latencies = []
-    for _ in range(count):
+    mark = cpu() if cpu is not None else 0.0
+    for n in range(1, count + 1):
         t0 = time.perf_counter()
         await step()
         latencies.append(time.perf_counter() - t0)
+        if cpu is not None and chunks is not None and n % CHUNK == 0:
+            now = cpu()
+            chunks.append((now - mark) / CHUNK)
+            mark = now
     return latencies
 
 
@@ -121,6 +150,122 @@ async def drain(gateway: Gateway) -> None:
     """One watch of GPUReservations, read until cancelled."""
     async for _ in gateway.watch(GPU_RESERVATIONS, "", NS, timeout_s=600):
         pass
+
+
+class InProcess:
+    """The emulator's ASGI application called directly on this thread: no socket, TLS,
+    HTTP parsing or client — the emulator's own work per request, the figure least
+    moved by other load (best chunk of ``CHUNK`` requests). Admission dispatch is
+    installed with the chart's webhook configuration, as in the sandbox."""
+
+    def __init__(self) -> None:
+        self.server = KubeServer()
+        install_admission(self.server)
+        self.app = self.server.asgi_app()
+        self.auth = f"Bearer {self.server.admin_token}".encode()
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        kind: str = "application/json",
+        query: str = "",
+    ) -> tuple[int, bytes]:
+        scope = {
+            "type": "http",
+            "method": method,
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": query.encode(),
+            "headers": [
+                (b"authorization", self.auth),
+                (b"content-type", kind.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ],
+            "http_version": "1.1",
+            "scheme": "https",
+            "server": ("127.0.0.1", 443),
+            "client": ("127.0.0.1", 1),
+            "root_path": "",
+        }
+        sent = False
+        answer: dict[str, Any] = {"body": []}
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                await asyncio.Event().wait()  # a watch: the client never goes away
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                answer["status"] = message["status"]
+            elif query == "":
+                answer["body"].append(message.get("body", b""))
+
+        await self.app(scope, receive, send)
+        return answer["status"], b"".join(answer["body"])
+
+    async def create(self, res: Any, obj: dict[str, Any], namespace: str | None = None) -> bytes:
+        status, body = await self.call("POST", res.path(namespace), json.dumps(obj).encode())
+        assert status == 201, body
+        return body
+
+    async def measure(self, count: int) -> list[str]:
+        objects = chart.objects(NS)
+        await self.create(NAMESPACES, {"metadata": {"name": NS}})
+        for crd in objects.crds:
+            await self.create(CRDS, crd)
+        await self.create(MUTATING_WEBHOOK_CONFIGURATIONS, objects.webhook_configuration)
+        obj = json.loads(await self.create(GPU_RESERVATIONS, booking(2, "alice", 10**6), NS))
+        path = GPU_RESERVATIONS.path(NS, "res-2")
+        obj["status"] = {"holds": holds(PATCH_HOLDS), "usedGpus": PATCH_HOLDS, "phase": "Open"}
+        status, body = await self.call("PUT", f"{path}/status", json.dumps(obj).encode())
+        assert status == 200, body
+        version = [int(json.loads(body)["metadata"]["resourceVersion"])]
+        fresh = holds(count + CHUNK)
+
+        async def patch() -> None:
+            ops = [
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": str(version[0])},
+                {"op": "remove", "path": "/status/holds/0"},
+                {"op": "add", "path": "/status/holds/-", "value": fresh[version[0] % len(fresh)]},
+                {"op": "add", "path": "/status/usedGpus", "value": PATCH_HOLDS},
+                {"op": "add", "path": "/status/phase", "value": "Open"},
+            ]
+            status, body = await self.call(
+                "PATCH", f"{path}/status", json.dumps(ops).encode(), "application/json-patch+json"
+            )
+            assert status == 200, body
+            version[0] += 1  # the only writer: the next version is the next number
+            await asyncio.sleep(0)  # let the watches send it
+
+        async def get() -> None:
+            assert (await self.call("GET", path))[0] == 200
+
+        lines = []
+        for name, step, watchers in (("patch", patch, 1), ("patch", patch, 3), ("get", get, 0)):
+            query = f"watch=true&resourceVersion={version[0]}"
+            watches = [
+                asyncio.ensure_future(self.call("GET", GPU_RESERVATIONS.path(NS), query=query))
+                for _ in range(watchers)
+            ]
+            chunks: list[float] = []
+            await timed(step, CHUNK)
+            await timed(step, count, time.thread_time, chunks)
+            for watch in watches:
+                watch.cancel()
+            await asyncio.gather(*watches, return_exceptions=True)
+            chunks.sort()
+            lines.append(
+                f"in-process {name:5} {PATCH_HOLDS} holds, {watchers} watch(es): emulator CPU "
+                f"{chunks[len(chunks) // 2] * 1e6:.0f} µs per request (median chunk), best "
+                f"{chunks[0] * 1e6:.0f} µs"
+            )
+        self.server.store.close_watchers()
+        return lines
 
 
 def run() -> list[str]:
@@ -154,7 +299,8 @@ def run() -> list[str]:
                 cpu = thread_cpu(emulator.thread)
                 everything = time.process_time()
                 t0 = time.perf_counter()
-                latencies = await timed(step, count)
+                chunks: list[float] = []
+                latencies = await timed(step, count, lambda: thread_cpu(emulator.thread), chunks)
                 wall = time.perf_counter() - t0
                 cpu = thread_cpu(emulator.thread) - cpu
                 mine = time.process_time() - everything - cpu
@@ -167,12 +313,14 @@ def run() -> list[str]:
             return (
                 f"{cell:5} {size} holds, {watchers} watch(es), {client.__name__}: "
                 f"{count / wall:.0f} req/s, p50 {statistics.median(latencies) * 1e3:.2f} ms, "
-                f"emulator CPU {cpu / count * 1e3:.3f} ms, client CPU "
+                f"emulator CPU {cpu / count * 1e3:.3f} ms (best {CHUNK}-request chunk "
+                f"{min(chunks) * 1e3:.3f} ms), client CPU "
                 f"{mine / count * 1e3:.3f} ms per request"
             )
 
         emulator.run(setup())
-        return [asyncio.run(measure(cell, w, client)) for cell, w, client in CELLS]
+        lines = [asyncio.run(measure(cell, w, client)) for cell, w, client in CELLS]
+    return lines + asyncio.run(InProcess().measure(count))
 
 
 if __name__ == "__main__":

@@ -152,9 +152,13 @@ class KubeServer:
         tls = {"ssl_certfile": str(self._tls.cert_file), "ssl_keyfile": str(self._tls.key_file)}
         self.secure_port = await self._serve(_free_port(), tls)
 
+    def asgi_app(self) -> FaultMiddleware:
+        """The ASGI application both listeners serve (benchmarks call it directly)."""
+        return FaultMiddleware(self._api.app(), self.faults)
+
     async def _serve(self, port: int, options: dict[str, Any]) -> int:
         config = uvicorn.Config(
-            FaultMiddleware(self._api.app(), self.faults),
+            self.asgi_app(),
             host=HOST,
             port=port,
             log_level="warning",
