@@ -1,4 +1,5 @@
-"""The HTTP face of the emulator: one Starlette app over the cluster.
+"""The HTTP face of the emulator: one ASGI app over the cluster (Starlette requests and
+responses, without Starlette's router and middleware: every path goes to one endpoint).
 
 Every request is authenticated (bearer token → user; 401 otherwise, except health
 and version), resolved to a resource, authorized by RBAC (403 Status), then handled.
@@ -14,10 +15,9 @@ from functools import partial
 from typing import Any
 
 import yaml
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandbox.kube import discovery, encoding, paths, protobuf, reads, subresources, table
 from sandbox.kube.cluster import Call, Cluster, present
@@ -34,6 +34,7 @@ Obj = dict[str, Any]
 MAX_BODY = 3 * 1024 * 1024
 _PUBLIC = frozenset({"/healthz", "/readyz", "/livez", "/version"})
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+_ROUTED = frozenset([*_METHODS, "HEAD"])
 
 
 def warning_header(text: str) -> str:
@@ -95,9 +96,26 @@ class Api:
         self._objects = encoding.ObjectBytes()
         self._lines = EncodedLines(self._objects)
 
-    def app(self) -> Starlette:
+    def app(self) -> ASGIApp:
         """The ASGI application."""
-        return Starlette(routes=[Route("/{path:path}", self.endpoint, methods=_METHODS)])
+        return self.asgi
+
+    async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Every HTTP request to ``endpoint``, as Starlette's one catch-all route did: a
+        method outside ``_METHODS`` (HEAD goes with GET) is a plain-text 405, and an
+        unexpected error a plain-text 500 (then raised for the server to log)."""
+        if scope["type"] != "http":
+            return
+        if scope["method"] not in _ROUTED:
+            allowed = {"Allow": ", ".join(sorted(_ROUTED))}
+            await PlainTextResponse("Method Not Allowed", 405, allowed)(scope, receive, send)
+            return
+        try:
+            response = await self.endpoint(Request(scope, receive))
+        except Exception:
+            await PlainTextResponse("Internal Server Error", 500)(scope, receive, send)
+            raise
+        await response(scope, receive, send)
 
     async def endpoint(self, request: Request) -> Response:
         warnings: list[str] = []
@@ -107,7 +125,7 @@ class Api:
             return _json(exc.status, exc.code, warnings)
 
     async def _dispatch(self, request: Request, warnings: list[str]) -> Response:
-        path = request.url.path.rstrip("/") or "/"
+        path = request.scope["path"].rstrip("/") or "/"
         if path in ("/healthz", "/readyz", "/livez"):
             return PlainTextResponse("ok")
         if path == "/version":
@@ -118,7 +136,7 @@ class Api:
         target = paths.parse(self.cluster.registry, path)
         if target is None:
             raise _not_found()
-        query = dict(request.query_params)
+        query = dict(request.query_params) if request.scope.get("query_string") else {}
         watch = parse_bool(query.get("watch"), "watch")
         verb = paths.verb(request.method, target, watch)
         authz = AuthzRequest(

@@ -145,3 +145,32 @@ def test_a_plugin_passing_over_a_request_is_not_called(
         assert [c.resource for c in plugin.calls] == ["pods"]
     finally:
         kube.server.mutating_admission.remove(plugin)
+
+
+class Broken:
+    """A plugin failing in an unexpected way."""
+
+    async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
+        raise RuntimeError("broken plugin")
+
+
+def test_an_unexpected_error_is_a_plain_500_and_other_methods_a_405(
+    kube: Running, api: httpx.Client, ns: str
+) -> None:
+    """The emulator's one endpoint answers as Starlette's catch-all route did: an error no
+    handler expected is a plain-text 500 (and the server, told of it, closes that
+    connection), a method it does not route a plain-text 405 naming the ones it does."""
+    plugin = Broken()
+    kube.server.mutating_admission.append(plugin)
+    try:
+        with kube.client() as own:
+            broken = own.post(
+                f"/api/v1/namespaces/{ns}/configmaps", json={"metadata": {"name": "b"}}
+            )
+    finally:
+        kube.server.mutating_admission.remove(plugin)
+    assert (broken.status_code, broken.text) == (500, "Internal Server Error")
+    assert api.get(f"/api/v1/namespaces/{ns}/configmaps").status_code == 200
+    options = api.options(f"/api/v1/namespaces/{ns}/configmaps")
+    assert (options.status_code, options.text) == (405, "Method Not Allowed")
+    assert options.headers["allow"] == "DELETE, GET, HEAD, PATCH, POST, PUT"
