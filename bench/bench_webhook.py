@@ -15,11 +15,11 @@ store), then end to end, as a user's pod creation meets it:
   of an owner whose booking is open with room: a ledger claim per pod), **no match**
   (a GPU pod of a namespace without bookings), **non-GPU** (a plain pod); each figure
   beside the baseline's as a ratio. The claim booking has 128 GPUs, and while each
-  cell runs a stand-in for the reconciler's upkeep passes over it back to back
-  (``upkeep_pass`` through ``ledger.amend``, as ``reconciler.upkeep`` does while pods
-  stream in): each pass binds the new holds to their pods and drops all but the
-  newest 32 (the older pods finished), so the ledger stays within the booking and its
-  writes are the reconciler's real contention;
+  cell a stand-in for the reconciler's upkeep, a process of its own
+  (``bench.standin``), passes over it back to back (``ledger.amend``, as
+  ``reconciler.upkeep`` does while pods stream in): each pass binds the new holds to
+  their pods and drops all but the newest 32 (the older pods finished), so the ledger
+  stays within the booking and its writes are the reconciler's real contention;
 - a **burst**: 50 connections each sending one create at once for a booking of exactly
   50 GPUs; every one must be admitted at creation (fail-opens counted from the
   webhook's own ``fail_open_total``).
@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -76,12 +76,6 @@ PATHS = ("baseline", "claim", "nomatch", "nongpu")
 #: GPUs of the claim booking: a large booking (16 nodes of 8 GPUs). Its ledger can
 #: never hold more than this, as a real booking's cannot.
 CLAIM_GPUS = 128
-#: Holds the upkeep stand-in leaves after each pass (the older pods have finished).
-KEEP_HOLDS = 32
-#: Pause between two upkeep passes: the reconciler's pass follows the pod events at once
-#: (``reconciler.upkeep.Keeper``: woken by each pod event, no debounce); this stands for
-#: the watch delivering the new pods and the pass's own work.
-UPKEEP_PAUSE_S = 0.01
 BURST = 50
 
 
@@ -226,40 +220,25 @@ def booking(rid: int, owner: str, gpus: int) -> dict[str, Any]:
     return body
 
 
-def upkeep_pass(res: model.GPUReservation) -> model.GPUReservation:
-    """What one reconciler upkeep pass does to the claim booking's ledger while pods
-    stream in (pure): every new hold is bound to its pod (the pod cache now shows it),
-    and the holds of the pods that finished are dropped — here all but the newest
-    ``KEEP_HOLDS``, so the booking never fills."""
-    bound = tuple(
-        h if h.bound else replace(h, pod=h.pod or h.claim, pod_uid=f"uid-{h.claim}")
-        for h in res.holds[-KEEP_HOLDS:]
-    )
-    return replace(res, holds=bound)
+class Upkeep:
+    """The stand-in for the reconciler's upkeep (``bench.standin``) in its own process,
+    on the load's cores, for one cell."""
 
+    def __init__(self, kubeconfig: Path, name: str) -> None:
+        cmd = [sys.executable, "-m", "bench.standin", str(kubeconfig), NS, name]
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, text=True
+        )
+        loadgen.pin(self._proc.pid, server=False)
+        assert self._proc.stdout is not None
+        if self._proc.stdout.readline().strip() != "ready":
+            self._proc.kill()
+            raise RuntimeError("the upkeep stand-in did not start")
 
-async def upkeep(gateway: Gateway, name: str, stop: asyncio.Event) -> int:
-    """A stand-in for the reconciler's upkeep of the claim booking: passes back to back
-    (``UPKEEP_PAUSE_S`` apart), each a ``ledger.amend`` applying ``upkeep_pass`` — a
-    GET, then, when the ledger changed, the write the reconciler's amend makes for it
-    (binds and drops: a JSON Patch testing the holds it touches, keeping the ledger
-    token); writes made."""
-    writes = 0
-    changed = False
-
-    def change(res: model.GPUReservation) -> model.GPUReservation:
-        nonlocal changed
-        updated = upkeep_pass(res)
-        changed = updated.holds != res.holds
-        return updated
-
-    while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), UPKEEP_PAUSE_S)
-        now = SystemClock().now()
-        got = await ledger.amend(gateway, NS, name, change, now=now, deadline=time.monotonic() + 2)
-        writes += got is not None and changed
-    return writes
+    def stop(self) -> int:
+        """End its passes; the ledger writes it made."""
+        out, _ = self._proc.communicate(timeout=30)
+        return int(out.strip() or 0)
 
 
 def counted(health_url: str, *samples: str) -> list[float]:
@@ -395,13 +374,11 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 kind = "claim" if path == "baseline" else path
                 load = Load(kind, c, run.warmup_s, run.measure_s)
                 before = counted(replica.health_url, *CELL_SAMPLES)
-                stop = asyncio.Event()
-                trimmer = asyncio.ensure_future(upkeep(gateway, "res-1", stop))
+                trimmer = await asyncio.to_thread(Upkeep, state / "kubeconfig", "res-1")
                 cpu = thread_cpu_s(server_pid)
                 out = await asyncio.to_thread(loadgen.run_load, target, load)
                 cpu_after = thread_cpu_s(server_pid)
-                stop.set()
-                upkeep_writes = await trimmer
+                upkeep_writes = await asyncio.to_thread(trimmer.stop)
                 after = counted(replica.health_url, *CELL_SAMPLES)
                 answered, fails, groups, grouped, conflicts, queued = (
                     int(a - b) for a, b in zip(after, before, strict=True)
