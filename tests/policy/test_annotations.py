@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta, timezone
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared import model, vocab
@@ -64,6 +64,7 @@ def test_status_flips_at_the_instant() -> None:
     assert guarantee_status(NOW, NOW) == vocab.GUARANTEE_STATUS_OVERSTAY
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     micros=st.integers(0, 10**6 - 1),
     seconds=st.integers(-(10**6), 10**6),

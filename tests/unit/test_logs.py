@@ -8,7 +8,7 @@ import threading
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.logs import (
@@ -106,6 +106,7 @@ def test_the_flusher_flushes_buffered_lines_without_further_logging() -> None:
         handler.close()
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.floats(min_value=1.0, max_value=4e9, allow_nan=False, allow_infinity=False))
 def test_the_json_timestamp_is_the_records_instant_to_the_millisecond(created: float) -> None:
     """Rendered once per second and then reused, it still equals what ``datetime``
