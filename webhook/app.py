@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -31,17 +31,33 @@ class TooLarge(Exception):
     """The request body is over the limit."""
 
 
+def _declared_length(request: Request) -> bytes:
+    for name, value in request.scope["headers"]:
+        if name == b"content-length":
+            return bytes(value)
+    return b""
+
+
 async def _read_limited(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
+    """The body, refused (``TooLarge``) as soon as it is known to exceed ``limit``:
+    from a declared length before reading, else while reading. Read from the ASGI
+    channel itself (``Request.stream``'s generator and header map cost ~5 µs a
+    request); a client gone mid-body raises ``ClientDisconnect`` as ``stream`` does."""
+    declared = _declared_length(request)
     if declared.isdigit() and int(declared) > limit:
         raise TooLarge
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise TooLarge
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def mutate_app(admission: Admission, max_body_bytes: int) -> Starlette:

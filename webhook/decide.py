@@ -30,7 +30,8 @@ from shared import vocab
 from shared.model import GPUReservation, Hold, parse_reference
 from shared.policy import tolerations as tol
 from shared.policy.annotations import admission_annotations
-from shared.policy.matching import PodProfile, annotations_of, profile
+from shared.policy.gpus import GpuRequest, pod_gpus
+from shared.policy.matching import PodProfile, annotations_of, labels_of, profile
 from shared.policy.noshow import declared
 from shared.policy.routing import Path, Route, Wait, route
 from shared.policy.windows import guarantee_end
@@ -101,7 +102,11 @@ class Context:
 
 def is_gpu_pod(prof: PodProfile) -> bool:
     """A pod the reservation system governs: labelled, asking for GPUs, or unreadable."""
-    return prof.gpu_class is not None or prof.gpus.count > 0 or not prof.gpus.readable
+    return _governed(prof.gpu_class, prof.gpus)
+
+
+def _governed(gpu_class: str | None, gpus: GpuRequest) -> bool:
+    return gpu_class is not None or gpus.count > 0 or not gpus.readable
 
 
 # --- CREATE --------------------------------------------------------------------------
@@ -168,7 +173,7 @@ def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _sanitise(
-    pod: dict[str, Any], prof: PodProfile, ctx: Context
+    pod: dict[str, Any], gpu_pod: bool, ctx: Context
 ) -> tuple[dict[str, Any], list[str], str | None]:
     """(pod as edited, warnings, denial message): forged state removed or refused.
 
@@ -176,7 +181,7 @@ def _sanitise(
     place — when there is nothing to remove (most pods); otherwise a copy of the maps
     and lists on the way to what was removed (``webhook.patch.shallow``)."""
     forged = _forged(pod)
-    declared = tol.reservation_tolerations(pod) if is_gpu_pod(prof) else []
+    declared = tol.reservation_tolerations(pod) if gpu_pod else []
     if not forged and not declared:
         return pod, [], None
     edited, warnings = dict(pod), []
@@ -263,18 +268,24 @@ def _routed(
 def decide_create(
     pod: dict[str, Any], namespace: str, reservations: Iterable[GPUReservation], ctx: Context
 ) -> Verdict:
-    """The CREATE verdict (module docstring); no side effects."""
-    prof = profile(pod, ctx.policy.rules, namespace or None)
+    """The CREATE verdict (module docstring); no side effects.
+
+    A plain pod (no ``gpu-class`` label, no GPU request) is told apart first, from
+    its label and GPU count alone: it is never our admission and is never routed, so
+    the rest of its profile is not read."""
+    gpus = pod_gpus(pod)
+    if not _governed(labels_of(pod).get(vocab.GPU_CLASS_LABEL) or None, gpus):
+        edited, warnings, _ = _sanitise(pod, False, ctx)  # a plain pod is never refused
+        return Verdict(Outcome.PASS, edited, tuple(warnings), notes=tuple(warnings))
+    prof = profile(pod, ctx.policy.rules, namespace or None, gpus=gpus)
     pool = list(reservations)
     mine = own_admission(pod, prof, pool, ctx.now, ctx.dry_run)
     if mine is not None:
         text = wording.admitted(mine, _until(mine, pool, ctx), ctx.zone)
         return Verdict(Outcome.ALREADY_ADMITTED, None, (text,), reservation=mine.name)
-    edited, warnings, denial = _sanitise(pod, prof, ctx)
+    edited, warnings, denial = _sanitise(pod, True, ctx)
     if denial is not None:
         return Verdict(Outcome.DENIED, None, tuple(warnings), message=denial)
-    if not is_gpu_pod(prof):
-        return Verdict(Outcome.PASS, edited, tuple(warnings), notes=tuple(warnings))
     return _routed(prof, pool, edited, tuple(warnings), ctx)
 
 

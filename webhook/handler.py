@@ -77,6 +77,7 @@ class Admission:
         self.ledger_deadline_s = ledger_deadline_s
         self.zone = zone
         self.monotonic = monotonic
+        self._answered: dict[str, Any] = {}  # outcome -> its requests_total child
         self.group = GroupCommit(
             gateway,
             policy.namespace,
@@ -98,10 +99,17 @@ class Admission:
             return 400, {"error": str(exc)}
         verdict, doc = await self._answer(request, started + self.ledger_deadline_s)
         elapsed = self.monotonic() - started
-        self.metrics.requests.labels(verdict.outcome.value).inc()
+        self._count(verdict.outcome.value)
         self.metrics.latency.observe(elapsed)
         self._log_line(request, verdict, elapsed)
         return 200, doc
+
+    def _count(self, outcome: str) -> None:
+        """``requests_total{outcome}`` + 1, the labelled child looked up once."""
+        child = self._answered.get(outcome)
+        if child is None:
+            child = self._answered[outcome] = self.metrics.requests.labels(outcome)
+        child.inc()
 
     async def _answer(
         self, request: AdmissionRequest, deadline: float

@@ -53,6 +53,12 @@ def jit() -> str:
 
 
 def no_match(found: Sequence[Miss]) -> str:
+    return _no_match(tuple(found))
+
+
+@lru_cache(maxsize=256)
+def _no_match(found: tuple[Miss, ...]) -> str:
+    """Rendered once per set of reasons (a few dozen exist)."""
     return f"no reservation matches: {_misses(found, 2)}"
 
 

@@ -87,7 +87,7 @@ class PodProfile:
 
 
 def _strings(value: Any) -> dict[str, str]:
-    if not isinstance(value, MAP):
+    if not value or not isinstance(value, MAP):  # most pods: none, or an empty map
         return {}
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
@@ -139,8 +139,11 @@ def minimum_runtime(notes: Mapping[str, str], rules: MatchRules) -> int | None:
     return rules.default_minimum_runtime_s or None
 
 
-def profile(pod: Any, rules: MatchRules, namespace: str | None = None) -> PodProfile:
-    """The matching view of ``pod`` (``namespace`` overrides the pod's own)."""
+def profile(
+    pod: Any, rules: MatchRules, namespace: str | None = None, *, gpus: GpuRequest | None = None
+) -> PodProfile:
+    """The matching view of ``pod`` (``namespace`` overrides the pod's own; ``gpus``:
+    ``pod_gpus(pod)``, when the caller has it already)."""
     meta = pod.get("metadata") if isinstance(pod, MAP) else None
     own_ns = meta.get("namespace") if isinstance(meta, MAP) else None
     labels, notes = labels_of(pod), annotations_of(pod)
@@ -151,7 +154,7 @@ def profile(pod: Any, rules: MatchRules, namespace: str | None = None) -> PodPro
         owner=namespace or (own_ns if isinstance(own_ns, str) else ""),
         gpu_class=labels.get(vocab.GPU_CLASS_LABEL) or None,
         group=pod_group(labels, rules),
-        gpus=pod_gpus(pod),
+        gpus=pod_gpus(pod) if gpus is None else gpus,
         usage_group=usage_group(labels, notes, rules),
         minimum_runtime_s=minimum_runtime(notes, rules),
         best_effort=best_effort,

@@ -101,6 +101,8 @@ def wait_reason(res: GPUReservation, gpus: int, now: datetime) -> Wait:
     return Wait.FULL
 
 
+#: Every miss in the order the checks run (the order reasons are told in).
+MISS_ORDER = tuple(Miss)
 #: Misses that say what is wrong with the pod, whichever reservation it was checked on.
 POD_MISSES = frozenset({Miss.UNREADABLE_GPUS, Miss.NO_CLASS_LABEL, Miss.NO_GROUP})
 
@@ -128,7 +130,7 @@ def _misses(
     else:
         others = {miss(r) for r in reservations}
         chosen = {Miss.OTHER_OWNER} | {m for m in others if m in POD_MISSES}
-    return tuple(m for m in Miss if m in chosen)
+    return tuple(m for m in MISS_ORDER if m in chosen)
 
 
 def route(

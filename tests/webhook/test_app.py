@@ -65,6 +65,35 @@ async def test_malformed_reviews_get_400(body: bytes) -> None:
     assert "error" in response.json()
 
 
+def chunks_of(body: bytes, size: int) -> Any:
+    """``body`` as a chunked upload (no Content-Length), ``size`` bytes a chunk."""
+
+    async def parts() -> Any:
+        for start in range(0, len(body), size):
+            yield body[start : start + size]
+
+    return parts()
+
+
+async def test_a_chunked_body_is_read_whole_and_limited_while_reading() -> None:
+    admission, _ = await wired(reservation(1))
+    app = mutate_app(admission, LIMIT)
+    body = json.dumps(review(gpu_pod(1).build())).encode()
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as client:
+        fine = await client.post("/mutate", content=chunks_of(body, 100))
+        huge = await client.post("/mutate", content=chunks_of(b"x" * (LIMIT + 1), 4096))
+        declared = await client.post(
+            "/mutate", content=b"{}", headers={"content-length": str(LIMIT + 1)}
+        )
+    assert "content-length" not in fine.request.headers
+    assert fine.status_code == 200
+    assert fine.json()["response"]["patchType"] == "JSONPatch"
+    assert huge.status_code == 400
+    assert huge.json() == {"error": "request body too large"}
+    assert declared.status_code == 400
+
+
 @pytest.mark.parametrize(
     "garbage",
     [
