@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 from urllib.parse import urlencode
 
 import kubernetes.client
@@ -194,7 +194,7 @@ class Gateway:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube")
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None, **kwargs: Any) -> Gateway:
+    def from_kubeconfig(cls, kubeconfig: str | None, **kwargs: Any) -> Self:
         """A gateway for ``kubeconfig`` (``None``: in-cluster credentials)."""
         return cls(load_configuration(kubeconfig), **kwargs)
 

@@ -30,6 +30,8 @@ import httptools
 
 #: Most bytes one answer (headers and body) may take; more is refused as malformed.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+#: Seconds ``Pool.aclose`` waits for its connections' TLS shutdowns before aborting them.
+CLOSE_WAIT_S = 2.0
 #: Body chunks a stream buffers before its connection stops reading (the consumer is
 #: behind; reading resumes when it has caught up to a quarter of this).
 STREAM_BUFFER = 256
@@ -97,6 +99,8 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        #: Resolved once the connection is gone (``Pool.aclose`` waits for it).
+        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed = False
         self.idle_since = 0.0
         self.keep_alive = False
@@ -131,6 +135,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost(f"the connection was lost: {exc}" if exc else "the server closed it")
+        if not self.gone.done():
+            self.gone.set_result(None)
 
     # --- httptools callbacks ----------------------------------------------------------
 
@@ -204,6 +210,9 @@ class Pool:
         #: Idle connections, the most recently used last (reused first).
         self._idle: list[_Connection] = []
         self._slots: asyncio.Semaphore | None = None
+        self._closed = False
+        #: Every connection not yet gone, idle, in use or streaming.
+        self._live: set[_Connection | Stream] = set()
 
     async def request(self, request: bytes, idempotent: bool) -> Answer:
         """Send one serialized request and return its answer.
@@ -227,10 +236,29 @@ class Pool:
             return self._finish(conn, await self._exchange(conn, request))
 
     def close(self) -> None:
-        """Close every idle connection (connections in use close when their call ends)."""
+        """Close every idle connection; one in use closes when its call ends."""
+        self._closed = True
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+    async def aclose(self, timeout_s: float = CLOSE_WAIT_S) -> None:
+        """Close every connection, in use and streaming too, and wait until they are
+        gone: a TLS connection's close is a shutdown exchange the loop must still run
+        (a loop closed before it ends refuses to close, uvloop's with EBUSY). One not
+        gone within ``timeout_s`` is aborted."""
+        self.close()
+        live = list(self._live)
+        for conn in live:
+            conn.close()
+        pending = [conn.gone for conn in live if not conn.gone.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
+        for conn in live:
+            if not conn.gone.done() and conn.transport is not None:
+                conn.transport.abort()
+        if any(not conn.gone.done() for conn in live):
+            await asyncio.wait([c.gone for c in live if not c.gone.done()], timeout=1.0)
 
     def _take(self) -> _Connection | None:
         """The most recently used idle connection still open and fresh enough."""
@@ -261,6 +289,8 @@ class Pool:
             )
         except OSError as exc:  # refused, unreachable, TLS verification (SSLError)
             raise TransportError(f"cannot connect: {type(exc).__name__}: {exc}") from exc
+        self._live.add(conn)
+        conn.gone.add_done_callback(lambda _: self._live.discard(conn))
         return conn
 
     @staticmethod
@@ -272,7 +302,7 @@ class Pool:
             raise
 
     def _finish(self, conn: _Connection, answer: Answer) -> Answer:
-        if conn.keep_alive and not conn.closed:
+        if conn.keep_alive and not conn.closed and not self._closed:
             conn.idle_since = self._monotonic()
             self._idle.append(conn)
         else:
@@ -289,6 +319,8 @@ class Stream(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        #: Resolved once the connection is gone (``Pool.aclose`` waits for it).
+        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.head: asyncio.Future[tuple[int, Headers]] = asyncio.get_running_loop().create_future()
         self._parser = httptools.HttpResponseParser(self)
         self._headers: list[tuple[bytes, bytes]] = []
@@ -320,6 +352,8 @@ class Stream(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost(f"the connection was lost: {exc}" if exc else "the server closed it")
+        if not self.gone.done():
+            self.gone.set_result(None)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))

@@ -95,9 +95,17 @@ class LoopGateway(Gateway):
 
     def close(self) -> None:
         """Close the loop's idle connections, then the worker threads' (call it on the
-        loop: closing a connection is the loop's work)."""
+        loop: closing a connection is the loop's work). Prefer ``aclose``."""
         if self._origin is not None:
             self._origin.pool.close()
+        super().close()
+
+    async def aclose(self) -> None:
+        """Close every connection — idle, in use, watching — and wait until they are
+        gone (bounded: ``http1.CLOSE_WAIT_S``), then the worker threads: the loop can
+        then be closed (a TLS connection still shutting down would keep it busy)."""
+        if self._origin is not None:
+            await self._origin.pool.aclose()
         super().close()
 
     async def _send(

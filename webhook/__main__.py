@@ -87,7 +87,7 @@ async def serve(settings: WebhookSettings) -> None:
     try:
         await _run(servers, [cache.run(), tls.watch()])
     finally:
-        gateway.close()
+        await gateway.aclose()
 
 
 async def _run(servers: list[_Server], loops: list[Coroutine[Any, Any, None]]) -> None:

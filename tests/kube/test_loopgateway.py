@@ -43,7 +43,7 @@ def _run(kube: Running, tmp_path: Path, body: Callable[[LoopGateway], Awaitable[
         try:
             await body(gw)
         finally:
-            gw.close()
+            await gw.aclose()
 
     asyncio.run(scenario())
 
@@ -138,7 +138,7 @@ def test_a_throttled_call_is_sent_again_and_lasting_throttling_gives_up(
             assert caught.value.retry_after_s == 2.0
             assert fault.fired == THROTTLE_RETRIES + 1
         finally:
-            gw.close()
+            await gw.aclose()
 
     asyncio.run(scenario())
 
@@ -165,7 +165,7 @@ def test_a_rotated_token_is_used_within_the_reuse_interval(
             with pytest.raises(errors.Unauthorized):
                 await gw.get(CONFIGMAPS, "c", ns)
         finally:
-            gw.close()
+            await gw.aclose()
 
     asyncio.run(scenario())
 
@@ -186,7 +186,7 @@ def test_a_server_with_a_certificate_from_another_ca_is_refused(
             assert caught.value.code == 0
             assert "CERTIFICATE_VERIFY_FAILED" in caught.value.message
         finally:
-            gw.close()
+            await gw.aclose()
 
     asyncio.run(scenario())
 
@@ -203,7 +203,7 @@ def test_concurrent_calls_share_a_bounded_pool(kube: Running, ns: str, tmp_path:
             assert gw._origin is not None
             assert 1 <= len(gw._origin.pool._idle) <= 3
         finally:
-            gw.close()
+            await gw.aclose()
 
     asyncio.run(scenario())
 
@@ -317,7 +317,7 @@ def _against(
             try:
                 await check(gw, server)
             finally:
-                gw.close()
+                await gw.aclose()
         return server
 
     return asyncio.run(scenario())
@@ -464,7 +464,7 @@ def test_a_server_that_never_answers_times_out() -> None:
             assert gw._origin.pool._idle == []
         finally:
             silent.set()
-            gw.close()
+            await gw.aclose()
             server.close()
             await server.wait_closed()
 
@@ -482,7 +482,7 @@ def test_nothing_listening_is_a_server_error() -> None:
             with pytest.raises(errors.ServerError, match="cannot connect"):
                 await gw.get(CONFIGMAPS, "c", "ns")
         finally:
-            gw.close()
+            await gw.aclose()
 
     asyncio.run(scenario())
 
@@ -512,7 +512,7 @@ def test_a_header_that_would_split_the_request_is_refused(token: str) -> None:
                 with pytest.raises(errors.ServerError, match="TransportError"):
                     await gw.get(CONFIGMAPS, "c", "ns")
             finally:
-                gw.close()
+                await gw.aclose()
             assert server.requests == []
 
     asyncio.run(scenario())
@@ -540,7 +540,7 @@ def test_a_client_certificate_from_the_configuration_is_presented(tmp_path: Path
                 with pytest.raises(errors.ServerError):
                     await bare.get(CONFIGMAPS, "c", "ns")
             finally:
-                bare.close()
+                await bare.aclose()
             cfg = _plain(
                 server.port,
                 "https",
@@ -552,7 +552,7 @@ def test_a_client_certificate_from_the_configuration_is_presented(tmp_path: Path
             try:
                 assert (await gw.get(CONFIGMAPS, "c", "ns"))["kind"] == "ConfigMap"
             finally:
-                gw.close()
+                await gw.aclose()
 
     asyncio.run(scenario())
 
@@ -584,7 +584,7 @@ def test_on_uvloop_the_webhooks_loop(kube: Running, ns: str, tmp_path: Path) -> 
             with pytest.raises(errors.NotFound):
                 await gw.get(CONFIGMAPS, "absent", ns)
         finally:
-            gw.close()
+            await gw.aclose()
 
         async def check(gw: LoopGateway, server: Scripted) -> None:
             await gw.get(CONFIGMAPS, "c", "ns")
@@ -595,7 +595,7 @@ def test_on_uvloop_the_webhooks_loop(kube: Running, ns: str, tmp_path: Path) -> 
             try:
                 await check(gw, server)
             finally:
-                gw.close()
+                await gw.aclose()
         assert server.connections == 2
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -641,7 +641,7 @@ def test_a_watch_refused_by_rbac_raises_forbidden(kube: Running, ns: str, tmp_pa
                 async for _ in gw.watch(CONFIGMAPS, "", ns, timeout_s=1):
                     pass
         finally:
-            gw.close()
+            await gw.aclose()
 
     asyncio.run(scenario())
 
@@ -746,7 +746,7 @@ def test_leaving_a_watch_early_closes_its_connection() -> None:
             await stream.aclose()
             await asyncio.wait_for(closed.wait(), 10)
         finally:
-            gw.close()
+            await gw.aclose()
             server.close()
             await server.wait_closed()
 
@@ -768,7 +768,7 @@ def test_a_connection_idle_too_long_is_closed_instead_of_reused() -> None:
                 now[0] += http1.IDLE_KEEP_S + 0.1
                 await gw.get(CONFIGMAPS, "c", "ns")
             finally:
-                gw.close()
+                await gw.aclose()
         return server
 
     assert asyncio.run(scenario()).connections == 2
@@ -776,16 +776,53 @@ def test_a_connection_idle_too_long_is_closed_instead_of_reused() -> None:
 
 def test_closing_the_gateway_closes_its_idle_connections() -> None:
     """The webhook closes its gateway on the way out: the server sees each kept-alive
-    connection end."""
+    connection end, and one a call was using when the gateway closed ends with it."""
 
     async def scenario() -> None:
-        async with Scripted([OK, OK, OK]) as server:
+        async with Scripted([OK] * 5) as server:  # the server would keep them open
             gw = LoopGateway(_plain(server.port))
             await asyncio.gather(*(gw.get(CONFIGMAPS, "c", "ns") for _ in range(2)))
             assert (server.connections, server.ends) == (2, 0)
+            late = asyncio.ensure_future(gw.get(CONFIGMAPS, "c", "ns"))  # in flight
+            await asyncio.sleep(0)
             gw.close()
+            assert (await late)["kind"] == "ConfigMap"
             while server.ends < 2:
                 server.ended.clear()
                 await asyncio.wait_for(server.ended.wait(), 10)
+            await gw.aclose()
 
     asyncio.run(scenario())
+
+
+def test_aclose_waits_until_every_tls_connection_is_gone_on_uvloop(
+    kube: Running, ns: str, tmp_path: Path
+) -> None:
+    """The webhook's shutdown: idle connections and a watch's, over TLS on uvloop, are
+    all gone when ``aclose`` returns (a TLS close is a shutdown exchange; a loop closed
+    before it ends fails with EBUSY), and the loop then closes cleanly."""
+
+    async def scenario(name: str) -> None:
+        gw = _tls_gateway(kube, tmp_path, connections=2)
+        await gw.create(CONFIGMAPS, {"metadata": {"name": name}}, ns)
+        await asyncio.gather(*(gw.get(CONFIGMAPS, name, ns) for _ in range(4)))
+        started = asyncio.Event()
+
+        async def watching() -> None:
+            async for _ in gw.watch(CONFIGMAPS, "", ns, timeout_s=60):
+                started.set()
+
+        watch = asyncio.ensure_future(watching())
+        await asyncio.wait_for(started.wait(), 10)  # the watch sends the object as ADDED
+        assert gw._origin is not None
+        live = list(gw._origin.pool._live)
+        assert len(live) == 3  # two kept-alive connections and the watch's
+        await gw.aclose()
+        assert all(conn.gone.done() for conn in live)
+        assert gw._origin.pool._live == set()
+        with pytest.raises(errors.ServerError):
+            await watch  # its connection went away under it
+
+    for name in ("s1", "s2", "s3"):
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(scenario(name))
