@@ -9,10 +9,10 @@ webhook's own client (``shared.gateway.Gateway``) calling it one request at a ti
 
 - ``put``: a ``/status`` PUT of a 64-hold GPUReservation dropping the oldest hold and
   adding a new one (the reconciler's upkeep), with 0, 1 and 4 watches open;
-- ``patch``: the claim's write (``shared.ledger.appended_ops``' shape) on a 50-hold
-  ledger — a JSON Patch of ``/status`` replacing ``metadata.resourceVersion`` (the
-  precondition), appending a hold and setting ``usedGpus`` and ``phase``, plus a
-  ``remove`` of the oldest hold so the ledger stays at 50 — with 1 and 3 watches open;
+- ``patch``: the claim's write on a 50-hold ledger (``claim_ops``: the ledger token
+  protocol's JSON Patch of ``/status`` — tests of uid, generation and token, an
+  appended hold, ``usedGpus``, ``phase`` and the next token — plus a ``remove`` of the
+  oldest hold so the ledger stays at 50), with 1 and 3 watches open;
 - ``get``: a GET of the same 50-hold object;
 - ``in-process``: the ``patch`` (1 and 3 watches) and ``get`` cells again with the
   emulator's ASGI application called directly (``InProcess``): the emulator's own CPU
@@ -80,6 +80,7 @@ async def seed(gateway: Gateway, name: str, count: int) -> None:
     """Give ``name`` a ledger of ``count`` holds."""
     obj = await gateway.get(GPU_RESERVATIONS, name, NS)
     obj["status"] = {"holds": holds(count), "usedGpus": count, "phase": "Open"}
+    obj["status"][model.LEDGER_TOKEN] = "t0"
     await gateway.replace(GPU_RESERVATIONS, name, obj, NS, subresource="status")
 
 
@@ -97,19 +98,36 @@ def put_step(gateway: Gateway, obj: dict[str, Any]) -> Step:
     return step
 
 
-def patch_step(gateway: Gateway, version: list[str]) -> Step:
-    """The claim's JSON Patch (conditional on the version last written)."""
+def claim_ops(meta: dict[str, Any], token: int, hold: dict[str, Any]) -> list[dict[str, Any]]:
+    """A claim's JSON Patch as the ledger token protocol writes it (``shared.ledger``:
+    ``guard_ops`` then ``appended_ops``): tests of the uid, the generation and the token
+    read, one hold appended, the totals and the next token — plus a ``remove`` of the
+    oldest hold, so the ledger stays at ``PATCH_HOLDS``."""
+    return [
+        {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+        {"op": "test", "path": "/metadata/generation", "value": meta["generation"]},
+        {"op": "test", "path": f"/status/{model.LEDGER_TOKEN}", "value": f"t{token}"},
+        {"op": "remove", "path": "/status/holds/0"},
+        {"op": "add", "path": "/status/holds/-", "value": hold},
+        {"op": "add", "path": "/status/usedGpus", "value": PATCH_HOLDS},
+        {"op": "add", "path": "/status/phase", "value": "Open"},
+        {"op": "add", "path": f"/status/{model.LEDGER_TOKEN}", "value": f"t{token + 1}"},
+    ]
+
+
+def token_of(obj: dict[str, Any]) -> int:
+    """The number of the bench's ledger token (``t<n>``) in ``obj``."""
+    return int(obj["status"][model.LEDGER_TOKEN][1:])
+
+
+def patch_step(gateway: Gateway, obj: dict[str, Any]) -> Step:
+    """The claim's JSON Patch (conditional on the token last written)."""
+    token = [token_of(obj)]
 
     async def step() -> None:
-        ops: list[dict[str, Any]] = [
-            {"op": "replace", "path": "/metadata/resourceVersion", "value": version[0]},
-            {"op": "remove", "path": "/status/holds/0"},
-            *({"op": "add", "path": "/status/holds/-", "value": h} for h in holds(1)),
-            {"op": "add", "path": "/status/usedGpus", "value": PATCH_HOLDS},
-            {"op": "add", "path": "/status/phase", "value": "Open"},
-        ]
+        ops = claim_ops(obj["metadata"], token[0], holds(1)[0])
         written = await gateway.patch(GPU_RESERVATIONS, "res-2", ops, NS, subresource="status")
-        version[0] = written["metadata"]["resourceVersion"]
+        token[0] = token_of(written)
 
     return step
 
@@ -222,24 +240,20 @@ class InProcess:
         obj = json.loads(await self.create(GPU_RESERVATIONS, booking(2, "alice", 10**6), NS))
         path = GPU_RESERVATIONS.path(NS, "res-2")
         obj["status"] = {"holds": holds(PATCH_HOLDS), "usedGpus": PATCH_HOLDS, "phase": "Open"}
+        obj["status"][model.LEDGER_TOKEN] = "t0"
         status, body = await self.call("PUT", f"{path}/status", json.dumps(obj).encode())
         assert status == 200, body
-        version = [int(json.loads(body)["metadata"]["resourceVersion"])]
+        obj = json.loads(body)
+        token = [0]
         fresh = holds(count + CHUNK)
 
         async def patch() -> None:
-            ops = [
-                {"op": "replace", "path": "/metadata/resourceVersion", "value": str(version[0])},
-                {"op": "remove", "path": "/status/holds/0"},
-                {"op": "add", "path": "/status/holds/-", "value": fresh[version[0] % len(fresh)]},
-                {"op": "add", "path": "/status/usedGpus", "value": PATCH_HOLDS},
-                {"op": "add", "path": "/status/phase", "value": "Open"},
-            ]
+            ops = claim_ops(obj["metadata"], token[0], fresh[token[0] % len(fresh)])
             status, body = await self.call(
                 "PATCH", f"{path}/status", json.dumps(ops).encode(), "application/json-patch+json"
             )
             assert status == 200, body
-            version[0] += 1  # the only writer: the next version is the next number
+            token[0] += 1
             await asyncio.sleep(0)  # let the watches send it
 
         async def get() -> None:
@@ -247,7 +261,7 @@ class InProcess:
 
         lines = []
         for name, step, watchers in (("patch", patch, 1), ("patch", patch, 3), ("get", get, 0)):
-            query = f"watch=true&resourceVersion={version[0]}"
+            query = "watch=true"
             watches = [
                 asyncio.ensure_future(self.call("GET", GPU_RESERVATIONS.path(NS), query=query))
                 for _ in range(watchers)
@@ -291,8 +305,7 @@ def run() -> list[str]:
                 if cell == "put":
                     step = put_step(gateway, await gateway.get(GPU_RESERVATIONS, "res-1", NS))
                 elif cell == "patch":
-                    obj = await gateway.get(GPU_RESERVATIONS, "res-2", NS)
-                    step = patch_step(gateway, [obj["metadata"]["resourceVersion"]])
+                    step = patch_step(gateway, await gateway.get(GPU_RESERVATIONS, "res-2", NS))
                 else:
                     step = get_step(gateway)
                 await timed(step, 20)  # warm up (and let the watches start)

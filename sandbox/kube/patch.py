@@ -1,10 +1,11 @@
 """The PATCH flavours: JSON Patch, JSON merge patch and strategic merge patch.
 
 JSON Patch (RFC 6902) is applied by ``jsonpatch``; a failed ``test`` or an operation
-on a missing path is a 422 (facts §3.1). A patch made only of ``add``, ``replace`` and
-``remove`` on plain paths (a ledger claim's shape) is applied directly instead
-(``_simple``), giving what ``jsonpatch`` gives; anything else, or any step it cannot
-take, goes to ``jsonpatch`` from the start, so every refusal is ``jsonpatch``'s.
+on a missing path is a 422 (facts §3.1). A patch made only of ``add``, ``replace``,
+``remove`` and ``test`` on plain paths (a ledger claim's shape) is applied directly
+instead (``_simple``), giving what ``jsonpatch`` gives (its own comparison for
+``test``); anything else, or any step it cannot take, goes to ``jsonpatch`` from the
+start, so every refusal is ``jsonpatch``'s.
 Merge patch is RFC 7386. Strategic merge follows the built-in types' patch strategies
 for the kinds we serve: lists with a merge key are merged by it (``$patch: delete``
 removes an element, ``$patch: replace`` replaces), primitive lists with a merge
@@ -66,9 +67,10 @@ def json_patch(target: Obj, ops: Any) -> Obj:
         raise too_large(
             f"The allowed operations in this JSON patch is {MAX_JSON_PATCH_OPS}, got {len(ops)}"
         )
-    simple = clone(target)
-    if _simple(simple, ops):
-        return simple
+    if all(type(op) is dict and op.get("op") in _SIMPLE_OPS for op in ops):
+        simple = clone(target)
+        if _simple(simple, ops):
+            return simple
     return with_jsonpatch(target, ops)
 
 
@@ -89,21 +91,27 @@ def with_jsonpatch(target: Obj, ops: list[Any]) -> Obj:
     return result
 
 
-_SIMPLE_OPS = frozenset({"add", "replace", "remove"})
+#: jsonpatch's comparison for ``test`` (RFC 6902 4.6: ``true`` is not ``1``); without
+#: it, ``test`` is left to jsonpatch.
+_json_equal: Any = getattr(jsonpatch, "_json_equal", None)
+_SIMPLE_OPS = frozenset({"add", "replace", "remove", *(("test",) if _json_equal else ())})
 _INDEX = re.compile(r"0|[1-9][0-9]*")
 
 
 def _simple(doc: Obj, ops: list[Any]) -> bool:
-    """Apply ``ops`` to ``doc`` in place when every one is an ``add``, ``replace`` or
-    ``remove`` whose path (no ``~`` escapes) leads through existing objects and arrays
-    to a place it applies to — exactly as ``jsonpatch`` would, values copied as it
-    copies them. False as soon as one is not: ``doc`` is then partly changed, and the
-    caller applies the whole patch with ``jsonpatch`` to a fresh copy."""
+    """Apply ``ops`` to ``doc`` in place when every one is an ``add``, ``replace``,
+    ``remove`` or a passing ``test`` whose path (no ``~`` escapes) leads through
+    existing objects and arrays to a place it applies to — exactly as ``jsonpatch``
+    would, values copied as it copies them. False as soon as one is not: ``doc`` is
+    then partly changed, and the caller applies the whole patch with ``jsonpatch`` to
+    a fresh copy (which gives its refusal)."""
     for op in ops:
         if type(op) is not dict:
             return False
         kind, path = op.get("op"), op.get("path")
-        if kind not in _SIMPLE_OPS or type(path) is not str or not path.startswith("/"):
+        if type(kind) is not str or kind not in _SIMPLE_OPS:
+            return False
+        if type(path) is not str or not path.startswith("/"):
             return False
         if "~" in path or (kind != "remove" and "value" not in op):
             return False
@@ -122,6 +130,8 @@ def _simple(doc: Obj, ops: list[Any]) -> bool:
 
 
 def _apply_simple(container: Any, kind: str, last: str, value: Any) -> bool:
+    if kind == "test":
+        return _passes(container, last, value)
     if type(container) is dict:
         if kind == "add":
             container[last] = clone(value)
@@ -149,6 +159,16 @@ def _apply_simple(container: Any, kind: str, last: str, value: Any) -> bool:
     else:
         del container[index]
     return True
+
+
+def _passes(container: Any, last: str, value: Any) -> bool:
+    """A ``test`` whose path exists and whose value equals ``value`` (jsonpatch's
+    comparison); anything else is left to jsonpatch."""
+    if type(container) is dict and last in container:
+        return bool(_json_equal(container[last], value))
+    if type(container) is list and _INDEX.fullmatch(last) and int(last) < len(container):
+        return bool(_json_equal(container[int(last)], value))
+    return False
 
 
 def _rejected(detail: str) -> Exception:

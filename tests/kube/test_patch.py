@@ -284,18 +284,26 @@ def test_a_json_patch_gives_what_jsonpatch_gives(doc: dict[str, Any], ops: list[
 
 
 def test_the_claims_patch_takes_the_direct_path() -> None:
-    """A ledger claim's patch (resourceVersion precondition, appended holds, totals) is
-    applied directly; its values are copies, never the patch's own."""
+    """A ledger claim's patch (its tests of uid, generation and token, or a
+    resourceVersion precondition; appended holds; totals) is applied directly; its
+    values are copies, never the patch's own; a ``test`` compares as jsonpatch does
+    (``true`` is not ``1``) and a failing one leaves the patch to jsonpatch."""
     hold = {"claim": "c", "gpus": 1}
     doc: dict[str, Any] = {
-        "metadata": {"resourceVersion": "7"},
-        "status": {"holds": [], "usedGpus": 0},
+        "metadata": {"resourceVersion": "7", "uid": "u", "generation": 1},
+        "status": {"holds": [], "usedGpus": 0, "ledgerToken": "t"},
     }
     ops = [
+        {"op": "test", "path": "/metadata/uid", "value": "u"},
+        {"op": "test", "path": "/metadata/generation", "value": 1},
+        {"op": "test", "path": "/status/ledgerToken", "value": "t"},
         {"op": "replace", "path": "/metadata/resourceVersion", "value": "7"},
         {"op": "add", "path": "/status/holds/-", "value": hold},
         {"op": "add", "path": "/status/usedGpus", "value": 1},
     ]
     assert _simple(doc, ops)
-    assert doc == {"metadata": {"resourceVersion": "7"}, "status": {"holds": [hold], "usedGpus": 1}}
+    assert doc["status"] == {"holds": [hold], "usedGpus": 1, "ledgerToken": "t"}
     assert doc["status"]["holds"][0] is not hold
+    assert not _simple(clone(doc), [{"op": "test", "path": "/metadata/generation", "value": True}])
+    refused = _outcome(json_patch, doc, [{"op": "test", "path": "/status/usedGpus", "value": 2}])
+    assert refused[:2] == (422, "Invalid")
