@@ -6,6 +6,7 @@ import json
 import logging
 import threading
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -129,3 +130,80 @@ def test_log_fields_takes_the_dict_as_given(caplog: pytest.LogCaptureFixture) ->
     caplog.clear()
     log_fields(logging.getLogger("t"), logging.DEBUG, "noise", {"big": object()})
     assert caplog.records == []
+
+
+def own_logger(handler: logging.Handler) -> logging.Logger:
+    """A logger outside the hierarchy (no parent: pytest's capture on the root is not
+    in its chain) whose one handler is ``handler``."""
+    logger = logging.Logger("t.direct", logging.INFO)
+    logger.addHandler(handler)
+    return logger
+
+
+def test_log_fields_writes_the_records_line_without_a_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the process's JSON handler the line is written directly: the same JSON as
+    the record would have rendered, batched the same way, and no ``LogRecord`` made."""
+    stream = CountingStream()
+    handler = BufferedHandler(stream, BATCHED, interval_s=3600)
+    handler.setFormatter(JsonFormatter())
+    logger = own_logger(handler)
+    made: list[str] = []
+    real = logger.makeRecord
+
+    def counted(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        made.append("record")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(logger, "makeRecord", counted)
+    try:
+        fields = {"uid": "u", "n": 1, "when": datetime(2026, 1, 1, tzinfo=UTC)}
+        log_fields(logger, logging.INFO, "webhook.admission", fields)
+        assert made == []
+        assert stream.flushes == 0
+        line = json.loads(stream.written[0])
+        record = logging.LogRecord("t.direct", logging.INFO, "", 0, "webhook.admission", (), None)
+        record.fields = fields
+        wanted = json.loads(JsonFormatter().format(record))
+        assert {k: v for k, v in line.items() if k != "ts"} == {
+            k: v for k, v in wanted.items() if k != "ts"
+        }
+        assert datetime.fromisoformat(line["ts"]).tzinfo is not None
+        log_fields(logger, logging.INFO, "cache.synced", {})
+        assert stream.flushes == 1  # not a batched event: flushed at once
+        log_fields(logger, logging.WARNING, "webhook.admission", {})
+        assert stream.flushes == 2  # above INFO: flushed at once
+        log_fields(logger, logging.DEBUG, "webhook.admission", {})
+        assert len(stream.written) == 3
+        assert made == []
+    finally:
+        handler.close()
+
+
+def test_log_fields_makes_a_record_when_a_filter_or_another_handler_could_see_it() -> None:
+    stream = CountingStream()
+    handler = BufferedHandler(stream, BATCHED, interval_s=3600)
+    handler.setFormatter(JsonFormatter())
+    logger = own_logger(handler)
+    seen: list[logging.LogRecord] = []
+    try:
+        handler.addFilter(lambda r: False)  # a filter on the handler drops the line
+        log_fields(logger, logging.INFO, "webhook.admission", {"uid": "u"})
+        assert stream.written == []
+        handler.filters.clear()
+
+        def keep(record: logging.LogRecord) -> bool:
+            seen.append(record)
+            return True
+
+        logger.addFilter(keep)  # a logger filter sees a record
+        log_fields(logger, logging.INFO, "webhook.admission", {"uid": "u"})
+        assert [fields_of(r) for r in seen] == [{"uid": "u"}]
+        assert len(stream.written) == 1
+        logger.filters.clear()
+        handler.setFormatter(ConsoleFormatter())  # not JSON: the console's own form
+        log_fields(logger, logging.INFO, "webhook.admission", {"uid": "u"})
+        assert stream.written[-1].endswith("webhook.admission uid=u\n")
+    finally:
+        handler.close()
