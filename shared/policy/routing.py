@@ -133,6 +133,13 @@ def _misses(
     return tuple(m for m in MISS_ORDER if m in chosen)
 
 
+#: The routes over no reservations at all (a namespace without bookings): JIT for an
+#: eligible pod, else nothing, told as "no booking of yours" — what the general path
+#: below gives over an empty pool, without building its lists and sets.
+_JIT = Route(Path.JIT)
+_NOTHING = Route(Path.NONE, misses=(Miss.OTHER_OWNER,))
+
+
 def route(
     pod: PodProfile,
     reservations: Iterable[GPUReservation],
@@ -148,6 +155,8 @@ def route(
     refused. A pod whose GPU count is unreadable matches nothing.
     """
     pool = list(reservations)
+    if not pool:
+        return _JIT if jit_eligible(pod, rules) else _NOTHING
     matches = [r for r in pool if mismatch(r.facts, pod, now, rules, no_shows) is None]
     gpus = pod.gpus.count
     ready = [r for r in admittable(matches, gpus, now, rules) if r.name not in exclude]

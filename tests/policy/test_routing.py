@@ -110,6 +110,19 @@ def test_nothing_at_all_means_no_booking_of_the_owner() -> None:
     assert go(gpu_pod()).misses == (Miss.OTHER_OWNER,)
 
 
+def test_over_no_reservations_an_eligible_pod_goes_jit_any_other_nowhere() -> None:
+    """The short way over an empty pool (a namespace without bookings) gives what the
+    general path gives: JIT when eligible, else only "no booking of yours", whatever
+    is wrong with the pod itself (no reservation to tell it by)."""
+    eligible = (
+        gpu_pod().annotate(vocab.MINIMUM_RUNTIME_SECONDS, "60").annotate(vocab.USAGE_GROUP, "g")
+    )
+    assert go(eligible).path is Path.JIT
+    assert go(eligible, rules=MatchRules(leases_enabled=False)).path is Path.NONE
+    for pod in (gpu_pod(), gpu_pod().gpus("x"), PodBuilder().gpus("1")):
+        assert go(pod) == Route(Path.NONE, misses=(Miss.OTHER_OWNER,))
+
+
 def test_an_unreadable_pod_matches_nothing() -> None:
     r = go(gpu_pod().gpus("x"), reservation(1))
     assert (r.path, r.misses) == (Path.NONE, (Miss.UNREADABLE_GPUS,))
