@@ -13,6 +13,8 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from json.encoder import encode_basestring
 from typing import Any
 
 API_VERSION = "admission.k8s.io/v1"
@@ -136,3 +138,43 @@ def answer(
     if warnings:
         response["warnings"] = _warnings(warnings)
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
+_COMPACT = (",", ":")  # as the response class renders
+#: What ``answer``'s document renders as ahead of its uid.
+_HEAD = json.dumps(
+    {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": ""}}, separators=_COMPACT
+)[: -len('""}}')].encode()
+
+
+@lru_cache(maxsize=512)
+def _after_uid(warnings: tuple[str, ...]) -> bytes:
+    """The rest of an allowed answer without a patch, after its uid (the warnings as
+    ``answer`` already cut them)."""
+    rest: dict[str, Any] = {"allowed": True}
+    if warnings:
+        rest["warnings"] = list(warnings)
+    text = json.dumps(rest, ensure_ascii=False, allow_nan=False, separators=_COMPACT)
+    return ("," + text[1:] + "}").encode()
+
+
+def allowed_json(doc: Mapping[str, Any]) -> bytes | None:
+    """The JSON bytes of ``doc`` when it is an ``answer`` that allows without a patch
+    (most answers: no match, a plain pod, an update), else None.
+
+    The same bytes as ``json.dumps(doc, ensure_ascii=False, separators=(",", ":"))``
+    (the response class's rendering), with everything after the uid made once per set
+    of warnings: a no-change answer's encoding is a fifth of the webhook's own work on
+    it otherwise."""
+    response = doc.get("response")
+    if len(doc) != 3 or doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
+        return None
+    if not isinstance(response, dict) or response.get("allowed") is not True:
+        return None
+    warnings = response.get("warnings", ())
+    if len(response) != 2 + ("warnings" in response) or "uid" not in response:
+        return None
+    uid = response["uid"]
+    if not isinstance(uid, str) or not isinstance(warnings, list | tuple):
+        return None
+    return _HEAD + encode_basestring(uid).encode() + _after_uid(tuple(warnings))

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared import vocab
-from tests.policy.builders import gpu_pod, reservation
+from tests.policy.builders import PodBuilder, gpu_pod, reservation
 from tests.webhook.helpers import review, wired
-from webhook.app import health_app, mutate_app
+from webhook.app import health_app, json_response, mutate_app
 from webhook.patch import apply
 
 pytestmark = pytest.mark.anyio
@@ -63,6 +63,34 @@ async def test_malformed_reviews_get_400(body: bytes) -> None:
     response = await post(mutate_app(admission, LIMIT), body)
     assert response.status_code == 400
     assert "error" in response.json()
+
+
+@pytest.mark.parametrize(
+    ("pod", "keys"),
+    [
+        pytest.param(PodBuilder().build(), {"uid", "allowed"}, id="a plain pod"),
+        pytest.param(
+            gpu_pod(1, namespace="nobody").build(), {"uid", "allowed", "warnings"}, id="no booking"
+        ),
+        pytest.param(
+            gpu_pod(1).build(), {"uid", "allowed", "patchType", "patch", "warnings"}, id="admitted"
+        ),
+    ],
+)
+async def test_every_answer_is_sent_as_the_json_response_class_renders_it(
+    pod: dict[str, Any], keys: set[str]
+) -> None:
+    """No-change answers take the memoised encoding; the bytes and headers are those of
+    ``json_response`` for the same document."""
+    admission, _ = await wired(reservation(1, gpus=2))
+    response = await post(mutate_app(admission, LIMIT), json.dumps(review(pod)).encode())
+    doc = response.json()
+    wanted = json_response(doc)
+    assert response.status_code == 200
+    assert response.content == wanted.body
+    assert response.headers["content-type"] == wanted.media_type
+    assert response.headers["content-length"] == str(len(wanted.body))
+    assert set(doc["response"]) == keys
 
 
 def chunks_of(body: bytes, size: int) -> Any:
