@@ -81,8 +81,10 @@ class ConsoleFormatter(logging.Formatter):
         return line
 
 
-#: Longest a batched line waits in the stdout buffer before a flush (seconds).
+#: Longest a batched line waits in the handler's buffer before a flush (seconds).
 FLUSH_INTERVAL_S = 0.2
+#: Batched lines held at most; one more writes them all (bounds the buffer's memory).
+MAX_PENDING_LINES = 512
 
 
 class BufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -91,11 +93,14 @@ class BufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
     ``logging.StreamHandler`` flushes per record: one ``write`` system call per line,
     which for a line logged on every request (the webhook's canonical
     ``webhook.admission``) costs more than formatting it. Records whose event is in
-    ``batched`` (at INFO or below) stay in the stream's buffer, flushed by a daemon
-    thread every ``interval_s``; every other record flushes at once, with whatever is
-    buffered before it, so lifecycle lines and warnings appear as they happen and in
-    order. ``logging.shutdown`` (at exit) flushes the rest; a process killed outright
-    loses at most ``interval_s`` of batched lines.
+    ``batched`` (at INFO or below) are held in the handler's own buffer — not the
+    stream's: with ``PYTHONUNBUFFERED`` (the image sets it) stdout writes every line
+    through at once — and written in one ``write`` by a daemon thread every
+    ``interval_s`` (or when ``MAX_PENDING_LINES`` are held); every other record is
+    written and flushed at once, after whatever is held before it, so lifecycle lines
+    and warnings appear as they happen and in order. ``logging.shutdown`` (at exit)
+    flushes the rest; a process killed outright loses at most ``interval_s`` of
+    batched lines.
     """
 
     def __init__(
@@ -104,17 +109,32 @@ class BufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().__init__(stream)
         self.batched = batched
         self.interval_s = interval_s
+        self._pending: list[str] = []  # batched lines not yet written (under self.lock)
         self._stopped = threading.Event()
         self._flusher = threading.Thread(target=self._flush_often, name="log-flush", daemon=True)
         self._flusher.start()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.stream.write(self.format(record) + self.terminator)
-            if record.levelno > logging.INFO or record.msg not in self.batched:
-                self.flush()
+            urgent = record.levelno > logging.INFO or record.msg not in self.batched
+            self._add(self.format(record) + self.terminator, urgent)
         except Exception:
             self.handleError(record)
+
+    def _add(self, line: str, urgent: bool) -> None:
+        with self.lock:  # type: ignore[union-attr]  # created by Handler.__init__
+            self._pending.append(line)
+            if urgent or len(self._pending) >= MAX_PENDING_LINES:
+                self.flush()
+
+    def flush(self) -> None:
+        """Write the held lines in one ``write``, then flush the stream."""
+        with self.lock:  # type: ignore[union-attr]
+            if self._pending:
+                text = "".join(self._pending)
+                self._pending.clear()
+                self.stream.write(text)
+            super().flush()
 
     def write_fields(
         self, formatter: JsonFormatter, level: int, logger: str, event: str, fields: dict[str, Any]
@@ -123,10 +143,7 @@ class BufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         line (``JsonFormatter.line``), under the handler's lock, batched the same way."""
         try:
             text = formatter.line(time.time(), logging.getLevelName(level), logger, event, fields)
-            with self.lock:  # type: ignore[union-attr]  # created by Handler.__init__
-                self.stream.write(text + self.terminator)
-                if level > logging.INFO or event not in self.batched:
-                    self.flush()
+            self._add(text + self.terminator, level > logging.INFO or event not in self.batched)
         except Exception:
             record = logging.LogRecord(logger, level, "", 0, event, (), None)
             setattr(record, _FIELDS, fields)

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.logs import (
+    MAX_PENDING_LINES,
     BufferedHandler,
     ConsoleFormatter,
     JsonFormatter,
@@ -81,18 +82,35 @@ def info(message: str, level: int = logging.INFO) -> logging.LogRecord:
 BATCHED = frozenset({"webhook.admission"})
 
 
-def test_batched_lines_are_written_without_a_flush_each_others_flush_at_once() -> None:
+def test_batched_lines_are_held_and_written_at_once_before_any_other_line() -> None:
+    """Held by the handler itself (an unbuffered stdout would write each through), then
+    one ``write`` for the batch and the line that ended it, in order."""
     stream = CountingStream()
     handler = BufferedHandler(stream, BATCHED, interval_s=3600)
     try:
         handler.handle(info("webhook.admission"))
         handler.handle(info("webhook.admission"))
-        assert stream.written == ["webhook.admission\n", "webhook.admission\n"]
+        assert stream.written == []
         assert stream.flushes == 0
         handler.handle(info("cache.synced"))
+        assert stream.written == ["webhook.admission\nwebhook.admission\ncache.synced\n"]
         assert stream.flushes == 1
         handler.handle(info("webhook.admission", logging.WARNING))
+        assert stream.written[-1] == "webhook.admission\n"
         assert stream.flushes == 2
+    finally:
+        handler.close()
+
+
+def test_held_lines_are_bounded() -> None:
+    stream = CountingStream()
+    handler = BufferedHandler(stream, BATCHED, interval_s=3600)
+    try:
+        for _ in range(MAX_PENDING_LINES * 2 + 1):
+            handler.handle(info("webhook.admission"))
+        assert [len(text.splitlines()) for text in stream.written] == [MAX_PENDING_LINES] * 2
+        handler.flush()
+        assert len(stream.written[-1].splitlines()) == 1
     finally:
         handler.close()
 
@@ -161,7 +179,8 @@ def test_log_fields_writes_the_records_line_without_a_record(
         fields = {"uid": "u", "n": 1, "when": datetime(2026, 1, 1, tzinfo=UTC)}
         log_fields(logger, logging.INFO, "webhook.admission", fields)
         assert made == []
-        assert stream.flushes == 0
+        assert stream.written == []  # held, as a record's line would be
+        handler.flush()
         line = json.loads(stream.written[0])
         record = logging.LogRecord("t.direct", logging.INFO, "", 0, "webhook.admission", (), None)
         record.fields = fields
@@ -171,9 +190,9 @@ def test_log_fields_writes_the_records_line_without_a_record(
         }
         assert datetime.fromisoformat(line["ts"]).tzinfo is not None
         log_fields(logger, logging.INFO, "cache.synced", {})
-        assert stream.flushes == 1  # not a batched event: flushed at once
+        assert stream.flushes == 2  # not a batched event: flushed at once
         log_fields(logger, logging.WARNING, "webhook.admission", {})
-        assert stream.flushes == 2  # above INFO: flushed at once
+        assert stream.flushes == 3  # above INFO: flushed at once
         log_fields(logger, logging.DEBUG, "webhook.admission", {})
         assert len(stream.written) == 3
         assert made == []
@@ -190,6 +209,7 @@ def test_log_fields_makes_a_record_when_a_filter_or_another_handler_could_see_it
     try:
         handler.addFilter(lambda r: False)  # a filter on the handler drops the line
         log_fields(logger, logging.INFO, "webhook.admission", {"uid": "u"})
+        handler.flush()
         assert stream.written == []
         handler.filters.clear()
 
@@ -200,10 +220,12 @@ def test_log_fields_makes_a_record_when_a_filter_or_another_handler_could_see_it
         logger.addFilter(keep)  # a logger filter sees a record
         log_fields(logger, logging.INFO, "webhook.admission", {"uid": "u"})
         assert [fields_of(r) for r in seen] == [{"uid": "u"}]
+        handler.flush()
         assert len(stream.written) == 1
         logger.filters.clear()
         handler.setFormatter(ConsoleFormatter())  # not JSON: the console's own form
         log_fields(logger, logging.INFO, "webhook.admission", {"uid": "u"})
+        handler.flush()
         assert stream.written[-1].endswith("webhook.admission uid=u\n")
     finally:
         handler.close()
