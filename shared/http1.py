@@ -94,40 +94,23 @@ class Answer:
     body: bytes
 
 
-class _Connection(asyncio.Protocol):
-    """One connection carrying one exchange at a time."""
+class _Reader(asyncio.Protocol):
+    """What both kinds of connection share: the transport, the ``gone`` signal, the
+    response parser fed with every byte received, the headers it reports, and the two
+    ways a connection ends (the server's EOF, the connection lost), both told to
+    ``_lost``."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         #: Resolved once the connection is gone (``Pool.aclose`` waits for it).
         self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.closed = False
-        self.idle_since = 0.0
-        self.keep_alive = False
         self._parser = httptools.HttpResponseParser(self)
-        self._waiter: asyncio.Future[Answer] | None = None
         self._received = 0
         self._headers: list[tuple[bytes, bytes]] = []
-        self._body: list[bytes] = []
-
-    # --- asyncio.Protocol ---------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio's; they have its interface.
         self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._received += len(data)
-        if self._waiter is None:
-            self._fail(TransportError("bytes arrived with no request in flight"))
-            return
-        if self._received > MAX_ANSWER_BYTES:
-            self._fail(TransportError(f"answer larger than {MAX_ANSWER_BYTES} bytes"))
-            return
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(TransportError(f"malformed answer: {exc}"))
 
     def eof_received(self) -> bool | None:
         self._lost("the server closed the connection")
@@ -138,10 +121,46 @@ class _Connection(asyncio.Protocol):
         if not self.gone.done():
             self.gone.set_result(None)
 
-    # --- httptools callbacks ----------------------------------------------------------
-
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(TransportError(f"malformed answer: {exc}"))
+
+    def _lost(self, why: str) -> None:
+        raise NotImplementedError
+
+    def _fail(self, error: TransportError) -> None:
+        raise NotImplementedError
+
+
+class _Connection(_Reader):
+    """One connection carrying one exchange at a time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        self.idle_since = 0.0
+        self.keep_alive = False
+        self._waiter: asyncio.Future[Answer] | None = None
+        self._body: list[bytes] = []
+
+    # --- asyncio.Protocol ---------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self._received += len(data)
+        if self._waiter is None:
+            self._fail(TransportError("bytes arrived with no request in flight"))
+            return
+        if self._received > MAX_ANSWER_BYTES:
+            self._fail(TransportError(f"answer larger than {MAX_ANSWER_BYTES} bytes"))
+            return
+        self._feed(data)
+
+    # --- httptools callbacks ----------------------------------------------------------
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
@@ -310,7 +329,7 @@ class Pool:
         return answer
 
 
-class Stream(asyncio.Protocol):
+class Stream(_Reader):
     """One answer read as it arrives, on a connection of its own (a watch).
 
     ``head`` resolves to the status and headers; ``chunk()`` then gives the body's
@@ -318,21 +337,13 @@ class Stream(asyncio.Protocol):
     answer, raises ``TransportError`` from whichever is awaited. ``close()`` ends it."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        #: Resolved once the connection is gone (``Pool.aclose`` waits for it).
-        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        super().__init__()
         self.head: asyncio.Future[tuple[int, Headers]] = asyncio.get_running_loop().create_future()
-        self._parser = httptools.HttpResponseParser(self)
-        self._headers: list[tuple[bytes, bytes]] = []
         self._chunks: collections.deque[bytes] = collections.deque()
         self._ended = False
         self._error: TransportError | None = None
         self._wake: asyncio.Future[None] | None = None
         self._paused = False
-        self._received = 0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
 
     def send(self, request: bytes) -> None:
         """Write the request (once, right after connecting)."""
@@ -341,22 +352,7 @@ class Stream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._received += len(data)
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(TransportError(f"malformed answer: {exc}"))
-
-    def eof_received(self) -> bool | None:
-        self._lost("the server closed the connection")
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._lost(f"the connection was lost: {exc}" if exc else "the server closed it")
-        if not self.gone.done():
-            self.gone.set_result(None)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+        self._feed(data)
 
     def on_headers_complete(self) -> None:
         if not self.head.done():
