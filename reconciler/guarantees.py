@@ -34,6 +34,7 @@ from shared.clock import Clock, format_utc
 from shared.errors import KubeError
 from shared.logs import log
 from shared.model import GPUReservation, ReservationFacts, State
+from shared.pointer import annotation
 from shared.policy.annotations import guarantee_status, reservation_facts
 from shared.policy.windows import Kin, guarantee_end, kin, kin_key
 from shared.resources import PODS
@@ -70,11 +71,6 @@ class PodPatcher(Protocol):
 
 
 # --- pure rules -----------------------------------------------------------------------
-
-
-def pointer(key: str) -> str:
-    """The JSON Pointer of annotation ``key`` (RFC 6901 escaping)."""
-    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
 
 
 def kept_live(pod: PodView) -> bool:
@@ -130,9 +126,9 @@ def wanted_notes(
 def patch_ops(reference: str, changes: Mapping[str, str]) -> list[dict[str, Any]]:
     """One JSON Patch: ``test`` the booking reference, then set every change."""
     ops: list[dict[str, Any]] = [
-        {"op": "test", "path": pointer(vocab.BOOKING_REFERENCE), "value": reference}
+        {"op": "test", "path": annotation(vocab.BOOKING_REFERENCE), "value": reference}
     ]
-    ops.extend({"op": "add", "path": pointer(k), "value": v} for k, v in sorted(changes.items()))
+    ops.extend({"op": "add", "path": annotation(k), "value": v} for k, v in sorted(changes.items()))
     return ops
 
 

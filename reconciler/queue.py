@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from reconciler.metrics import NAMESPACE
 from reconciler.pods import PodView
 from shared.model import GPUReservation, State
+from shared.pointer import annotation
 from shared.policy.annotations import admission_annotations
 from shared.policy.tolerations import granted_toleration
 
@@ -67,11 +68,6 @@ def holders(res: GPUReservation, pods: Iterable[PodView], owner: str) -> list[st
     )
 
 
-def pointer(key: str) -> str:
-    """A JSON Pointer segment (RFC 6901: ``~`` → ``~0``, ``/`` → ``~1``)."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def admission_patch(
     pod: PodView,
     res: GPUReservation,
@@ -101,8 +97,7 @@ def admission_patch(
     )
     if pod.annotation_map:
         for key, value in sorted(notes.items()):
-            path = f"/metadata/annotations/{pointer(key)}"
-            ops.append({"op": "add", "path": path, "value": value})
+            ops.append({"op": "add", "path": annotation(key), "value": value})
     else:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": notes})
     if gate:

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from reconciler.guarantees import patch_ops, pointer
+from reconciler.guarantees import patch_ops
 from reconciler.pods import PodView
 from reconciler.relink import Emit
 from shared import vocab
 from shared.clock import format_utc
 from shared.errors import KubeError
 from shared.logs import log
+from shared.pointer import annotation
 from shared.resources import PODS
 
 _log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def wanted(pod: PodView, warning: Warning | None) -> list[dict[str, Any]] | None
         if not present:
             return None
         ops = patch_ops(ref, {})
-        ops.extend({"op": "remove", "path": pointer(k)} for k in present)
+        ops.extend({"op": "remove", "path": annotation(k)} for k in present)
         return ops
     changes = {k: v for k, v in warning.values().items() if notes.get(k) != v}
     return patch_ops(ref, changes) if changes else None

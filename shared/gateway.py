@@ -105,6 +105,15 @@ def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Confi
     return cfg
 
 
+def encoded(body: Any, headers: dict[str, str]) -> bytes | None:
+    """A call's body as JSON bytes (None without one), setting ``headers``' content type
+    unless the caller chose one (a patch's)."""
+    if body is None:
+        return None
+    headers.setdefault("Content-Type", "application/json")
+    return json.dumps(body).encode()
+
+
 #: Times one call the apiserver throttled (429 with a ``Retry-After``) is sent again.
 THROTTLE_RETRIES = 3
 #: The longest wait honoured from one ``Retry-After``, in seconds (a larger one is cut
@@ -443,10 +452,7 @@ class Gateway:
         headers: dict[str, str] | None,
     ) -> Response:
         url, hdrs = self._url_and_headers(method, path, query, headers)
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            hdrs.setdefault("Content-Type", "application/json")
+        data = encoded(body, hdrs)
         try:
             resp = self._api.rest_client.pool_manager.request(
                 method, url, body=data, headers=hdrs, timeout=self._timeout_s, retries=False

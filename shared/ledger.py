@@ -45,6 +45,7 @@ from shared import model
 from shared.errors import Conflict, Invalid, KubeError, NotFound
 from shared.logs import log
 from shared.model import GPUReservation, Hold
+from shared.pointer import resolve
 from shared.resources import GPU_RESERVATIONS, Resource
 
 _log = logging.getLogger(__name__)
@@ -654,24 +655,10 @@ def tests_hold(ops: Sequence[dict[str, Any]], obj: dict[str, Any]) -> bool:
     for op in ops:
         if op.get("op") != "test":
             continue
-        found, value = _resolve(obj, str(op.get("path", "")))
+        found, value = resolve(obj, str(op.get("path", "")))
         if not found or not _same_json(value, op.get("value")):
             return False
     return True
-
-
-def _resolve(obj: Any, pointer: str) -> tuple[bool, Any]:
-    if pointer == "":
-        return True, obj
-    for token in pointer.split("/")[1:]:
-        key = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(obj, dict) and key in obj:
-            obj = obj[key]
-        elif isinstance(obj, list) and key.isdigit() and int(key) < len(obj):
-            obj = obj[int(key)]
-        else:
-            return False, None
-    return True, obj
 
 
 def _same_json(a: Any, b: Any) -> bool:

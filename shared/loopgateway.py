@@ -18,7 +18,6 @@ proxy (the configuration names one) the calls stay on the worker threads.
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -33,6 +32,7 @@ from shared.gateway import (
     Response,
     WatchEvent,
     answer,
+    encoded,
     failure,
     watch_event,
     watch_lines,
@@ -121,10 +121,7 @@ class LoopGateway(Gateway):
         if origin is None:
             return await super()._send(method, path, query, body, headers)
         url, hdrs = self._url_and_headers(method, path, query, headers)
-        data = b""
-        if body is not None:
-            data = json.dumps(body).encode()
-            hdrs.setdefault("Content-Type", "application/json")
+        data = encoded(body, hdrs) or b""
         try:
             request = http1.serialize(method, url[len(origin.prefix) :], origin.host, hdrs, data)
             async with asyncio.timeout(self._timeout_s):

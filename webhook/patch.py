@@ -34,6 +34,8 @@ from typing import Any
 
 import jsonpatch
 
+from shared.pointer import segment
+
 Op = dict[str, Any]
 
 
@@ -63,12 +65,6 @@ def apply(original: dict[str, Any], operations: list[Op]) -> dict[str, Any]:
     """``operations`` applied to a copy of ``original`` (tests and self-checks)."""
     result: dict[str, Any] = jsonpatch.apply_patch(original, operations, in_place=False)
     return result
-
-
-def _escape(key: str) -> str:
-    if "~" in key or "/" in key:
-        return key.replace("~", "~0").replace("/", "~1")
-    return key
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -102,12 +98,12 @@ def _values(old: Any, new: Any, path: str, ops: list[Op]) -> None:
 def _maps(old: dict[str, Any], new: dict[str, Any], path: str, ops: list[Op]) -> None:
     for key in old:
         if key not in new:
-            ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+            ops.append({"op": "remove", "path": f"{path}/{segment(key)}"})
     for key, value in new.items():
         if key not in old:
-            ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
+            ops.append({"op": "add", "path": f"{path}/{segment(key)}", "value": value})
         elif old[key] is not value:
-            _values(old[key], value, f"{path}/{_escape(key)}", ops)
+            _values(old[key], value, f"{path}/{segment(key)}", ops)
 
 
 def _lists(old: list[Any], new: list[Any], path: str, ops: list[Op]) -> None:

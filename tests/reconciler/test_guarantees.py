@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from reconciler.guarantees import differing, next_end, patch_ops, pointer, wanted_notes
+from reconciler.guarantees import differing, next_end, patch_ops, wanted_notes
 from shared import model, vocab
 from shared.clock import format_utc
+from shared.pointer import annotation as pointer
 from tests.reconciler.builders import START
 from tests.reconciler.upholdkit import H, World, facts, raw_pod, run
 
