@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from typing import Any
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.applications import Starlette
 
 from shared import vocab
+from shared.logs import fields_of
 from tests.policy.builders import PodBuilder, gpu_pod, reservation
 from tests.webhook.helpers import review, wired
 from webhook.app import health_app, json_response, mutate_app
@@ -91,6 +94,124 @@ async def test_every_answer_is_sent_as_the_json_response_class_renders_it(
     assert response.headers["content-type"] == wanted.media_type
     assert response.headers["content-length"] == str(len(wanted.body))
     assert set(doc["response"]) == keys
+
+
+def scope_of(method: str = "POST", path: str = "/mutate", length: int | None = None) -> Any:
+    """An ASGI HTTP scope as uvicorn builds it."""
+    headers = [(b"host", b"webhook"), (b"content-type", b"application/json")]
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "scheme": "https",
+        "method": method,
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "server": ("127.0.0.1", 8443),
+        "client": ("127.0.0.1", 50000),
+        "state": {},
+    }
+
+
+async def call(app: Any, scope: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages ``app`` sends for a request whose body arrives as ``messages``."""
+    sent: list[dict[str, Any]] = []
+    pending = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_the_mutate_route_answers_as_the_direct_path_does() -> None:
+    """``POST /mutate`` skips Starlette's layers; the same endpoint reached through
+    Starlette's own middleware and router (its route for ``/mutate``) sends the very
+    same messages."""
+    admission, _ = await wired(reservation(1, gpus=2))
+    app = mutate_app(admission, LIMIT)
+    no_change = (PodBuilder().build(), gpu_pod(1, namespace="x").build())
+    for pod in (gpu_pod(1).build(), *no_change):
+        body = json.dumps(review(pod, uid="same")).encode()
+        request = [{"type": "http.request", "body": body, "more_body": False}]
+        direct = await call(app, scope_of(length=len(body)), request)
+        routed = await call(
+            lambda *a: Starlette.__call__(app, *a), scope_of(length=len(body)), request
+        )
+        assert [m["type"] for m in direct] == [m["type"] for m in routed]
+        assert direct[0]["status"] == routed[0]["status"] == 200
+        sent, via_router = direct[1]["body"], routed[1]["body"]
+        if pod in no_change:
+            assert sent == via_router
+            assert direct[0]["headers"] == routed[0]["headers"]
+        else:  # each admission claims anew (its own claim id): the same shape
+            assert json.loads(sent)["response"].keys() == json.loads(via_router)["response"].keys()
+            assert direct[0]["headers"][1:] == routed[0]["headers"][1:]  # all but the length
+
+
+async def test_other_methods_and_paths_get_starlettes_405_and_404() -> None:
+    admission, _ = await wired(reservation(1))
+    transport = httpx.ASGITransport(app=mutate_app(admission, LIMIT))
+    async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as client:
+        get = await client.get("/mutate")
+        put = await client.put("/mutate", content=b"{}")
+        elsewhere = await client.post("/mutate/x", content=b"{}")
+        root = await client.get("/")
+    assert (get.status_code, get.headers["allow"]) == (405, "POST")
+    assert put.status_code == 405
+    assert elsewhere.status_code == 404
+    assert root.status_code == 404
+    assert admission.metrics.requests.labels("malformed")._value.get() == 0
+
+
+async def test_an_exception_outside_the_reviews_own_handling_is_a_500_and_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The review answers its own internal errors fail-open; anything that still
+    escapes it (or its encoding) is answered 500 without its text, logged with the
+    traceback, and the app goes on answering."""
+    admission, _ = await wired(reservation(1))
+    app = mutate_app(admission, LIMIT)
+    body = json.dumps(review(gpu_pod(1).build())).encode()
+
+    async def broken(_: bytes) -> Any:
+        raise RuntimeError("secret detail")
+
+    async def unencodable(_: bytes) -> Any:
+        return 200, {"response": {"value": float("nan")}}
+
+    with caplog.at_level(logging.ERROR):
+        for fake in (broken, unencodable):
+            with monkeypatch.context() as patched:
+                patched.setattr(admission, "review", fake)
+                response = await post(app, body)
+            assert response.status_code == 500
+            assert response.text == "Internal Server Error"
+            assert response.headers["content-type"] == "text/plain; charset=utf-8"
+    failed = [r for r in caplog.records if r.getMessage() == "webhook.request_failed"]
+    assert len(failed) == 2
+    assert "secret detail" in str(failed[0].exc_info)
+    assert all(r.levelno == logging.ERROR for r in failed)
+    assert fields_of(failed[0]) == {}
+    assert (await post(app, body)).status_code == 200
+
+
+async def test_a_client_gone_before_its_body_arrived_is_not_answered() -> None:
+    admission, _ = await wired(reservation(1))
+    app = mutate_app(admission, LIMIT)
+    first = {"type": "http.request", "body": b'{"apiVersion"', "more_body": True}
+    assert await call(app, scope_of(), [first, {"type": "http.disconnect"}]) == []
+    assert await call(app, scope_of(length=100), [{"type": "http.disconnect"}]) == []
+    assert admission.metrics.requests.labels("malformed")._value.get() == 0
 
 
 def chunks_of(body: bytes, size: int) -> Any:
