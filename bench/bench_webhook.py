@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,10 +49,13 @@ from typing import Any
 
 import httpx
 import jsonpatch
+import uvloop
 
 from bench import loadgen
 from bench.loadgen import Load, Outcome, Target
 from bench.procstat import rss_mib, thread_cpu_s
+from sandbox.kube.server import KubeServer
+from sandbox.kube.timing import RequestTimes, summary
 from sandbox.ports import free_port
 from sandbox.reconciler_component import ROOT
 from sandbox.runner import Sandbox, SandboxContext
@@ -303,6 +307,19 @@ def cpu_per_request(
     return per
 
 
+def emulator(cpu_s: float, writes: int, answers: RequestTimes) -> dict[str, Any]:
+    """The kube emulator's side of a cell: its thread's CPU per ledger write (the
+    webhook's group commits and the upkeep stand-in's writes; the reads and watch
+    events around them included) and its own answer times by method
+    (``sandbox.kube.timing``)."""
+    return {
+        "cpu_s": cpu_s,
+        "writes": writes,
+        "cpu_ms_per_write": cpu_s * 1e3 / writes if writes else None,
+        "answer": {method: summary(found) for method, found in answers.by_method.items()},
+    }
+
+
 def cell(c: int, path: str, out: Outcome, fails: int | None) -> dict[str, Any]:
     lat = out.latencies
     return {
@@ -352,6 +369,8 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
         assert replica.proc is not None
         assert component.mount is not None
         pid = replica.proc.pid
+        kube: KubeServer = ctx.handles["kube"]
+        answers = kube.time_requests()
         loadgen.pin(pid, server=True)
         loadgen.pin(os.getpid(), server=False)
         baseline, baseline_port = await start_baseline(
@@ -376,7 +395,10 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 before = counted(replica.health_url, *CELL_SAMPLES)
                 trimmer = await asyncio.to_thread(Upkeep, state / "kubeconfig", "res-1")
                 cpu = thread_cpu_s(server_pid)
+                emulator_cpu = thread_cpu_s(os.getpid())["main"]
+                answers.clear()
                 out = await asyncio.to_thread(loadgen.run_load, target, load)
+                emulator_cpu = thread_cpu_s(os.getpid())["main"] - emulator_cpu
                 cpu_after = thread_cpu_s(server_pid)
                 upkeep_writes = await asyncio.to_thread(trimmer.stop)
                 after = counted(replica.health_url, *CELL_SAMPLES)
@@ -392,6 +414,7 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 cells[-1]["ledger_conflicts"] = conflicts
                 cells[-1]["queued"] = queued
                 cells[-1]["upkeep_writes"] = upkeep_writes
+                cells[-1]["emulator"] = emulator(emulator_cpu, groups + upkeep_writes, answers)
         fails_before = fail_opens(replica.health_url)
         burst_load = Load("claim", BURST, 0, 0, per_connection=1, owner="burst")
         out = await asyncio.to_thread(loadgen.run_load, webhook, burst_load)
@@ -449,6 +472,21 @@ def table(found: dict[str, Any]) -> list[str]:
                 f"server CPU per request, c={c['concurrency']} {c['path']}: "
                 f"{cpu['total']:.3f} ms ({parts}){mean}"
             )
+    for c in found["cells"]:
+        emu = c.get("emulator")
+        if not emu or not emu["writes"]:
+            continue
+        times = "; ".join(
+            f"{method} {t['count']} in {t['mean_ms']:.2f} ms mean, p50 {t['p50_ms']:.2f}, "
+            f"p99 {t['p99_ms']:.2f}"
+            for method, t in sorted(emu["answer"].items())
+            if t["count"]
+        )
+        rows.append(
+            f"emulator, c={c['concurrency']} {c['path']}: {emu['cpu_ms_per_write']:.3f} ms "
+            f"of its thread's CPU per ledger write ({emu['writes']} writes, "
+            f"{emu['cpu_s']:.2f} s); answers {times}"
+        )
     b = found["burst"]
     rows.append(
         f"burst: {BURST} concurrent creates on one booking of {BURST} GPUs: {b['admitted']} "
@@ -480,6 +518,15 @@ def write_json(name: str, found: dict[str, Any]) -> Path:
     return path
 
 
+def emulator_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop the benchmark's process (so the kube emulator) runs on:
+    asyncio's, as in ``make sandbox`` and the tests; ``BENCH_EMULATOR_LOOP=uvloop``
+    to compare (docs/performance.md: no CPU saved per write, and reordered writes)."""
+    if os.environ.get("BENCH_EMULATOR_LOOP", "asyncio") == "uvloop":
+        return uvloop.new_event_loop
+    return None
+
+
 def run() -> list[str]:
     run_mode = mode()
     found: dict[str, Any] = {"mode": run_mode.name, "conditions": conditions()}
@@ -488,7 +535,8 @@ def run() -> list[str]:
     found["review_in_process"] = bench_review()
     state = Path(tempfile.mkdtemp(prefix="bench-webhook-"))
     try:
-        found.update(asyncio.run(end_to_end(state, run_mode)))
+        with asyncio.Runner(loop_factory=emulator_loop()) as runner:
+            found.update(runner.run(end_to_end(state, run_mode)))
     finally:
         shutil.rmtree(state, ignore_errors=True)
     found["conditions"]["load_average_after"] = os.getloadavg()

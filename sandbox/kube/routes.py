@@ -25,6 +25,7 @@ from sandbox.kube.deletes import delete
 from sandbox.kube.errors import ApiError, bad_request, error, method_not_allowed, too_large
 from sandbox.kube.patching import media_type, patch
 from sandbox.kube.rbac import Request as AuthzRequest
+from sandbox.kube.timing import RequestTimes
 from sandbox.kube.watch import EncodedLines, WatchPlan, encode_line, parse_bool
 from sandbox.kube.writes import create, update
 
@@ -95,6 +96,8 @@ class Api:
         self.bookmark_interval = 5.0
         self._objects = encoding.ObjectBytes()
         self._lines = EncodedLines(self._objects)
+        #: Answer times by method, when a benchmark asked for them.
+        self.times: RequestTimes | None = None
 
     def app(self) -> ASGIApp:
         """The ASGI application."""
@@ -106,6 +109,8 @@ class Api:
         unexpected error a plain-text 500 (then raised for the server to log)."""
         if scope["type"] != "http":
             return
+        if self.times is not None:
+            send = self.times.timed(scope, send)
         if scope["method"] not in _ROUTED:
             allowed = {"Allow": ", ".join(sorted(_ROUTED))}
             await PlainTextResponse("Method Not Allowed", 405, allowed)(scope, receive, send)

@@ -26,6 +26,7 @@ from sandbox.kube.cluster import Cluster
 from sandbox.kube.rbac import RBAC_GROUP, cluster_admin_role
 from sandbox.kube.routes import Api
 from sandbox.kube.store import Store
+from sandbox.kube.timing import RequestTimes
 from sandbox.kube.tls import ServingFiles, write_serving_files
 from sandbox.ports import free_port
 from shared.clock import Clock
@@ -117,6 +118,13 @@ class KubeServer:
     @bookmark_interval.setter
     def bookmark_interval(self, seconds: float) -> None:
         self._api.bookmark_interval = seconds
+
+    def time_requests(self) -> RequestTimes:
+        """Start recording how long each answer takes (``sandbox.kube.timing``; for
+        benchmarks: off by default)."""
+        if self._api.times is None:
+            self._api.times = RequestTimes()
+        return self._api.times
 
     def kubeconfig(self, token: str | None = None, user: str = "admin") -> str:
         """A kubeconfig for the HTTPS listener (admin unless another token is given).
