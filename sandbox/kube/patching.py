@@ -9,11 +9,11 @@ applied configuration, creating the object when it is missing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import yaml
 
+from sandbox.kube import encoding
 from sandbox.kube import patch as p
 from sandbox.kube.cluster import Call, Cluster, present
 from sandbox.kube.errors import bad_request, invalid, not_found, required, stale, unsupported_media
@@ -31,8 +31,8 @@ def media_type(header: str | None) -> str:
 def _parse(raw: bytes, kind: str) -> Any:
     try:
         if kind == APPLY_PATCH:
-            return yaml.safe_load(raw.decode())
-        return json.loads(raw)
+            return encoding.refuse_non_finite(yaml.safe_load(raw.decode()))
+        return encoding.decode(raw)
     except (ValueError, yaml.YAMLError) as exc:
         raise bad_request(f"error decoding patch: {exc}") from exc
 

@@ -9,7 +9,6 @@ headers; bodies over 3 MiB are a 413. GET and LIST answer as a Table when kubect
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any
@@ -81,8 +80,8 @@ def decode_body(raw: bytes, content_type: str | None) -> Any:
         return protobuf.decode(raw)
     try:
         if "yaml" in media_type(content_type):
-            return yaml.safe_load(raw.decode())
-        return json.loads(raw)
+            return encoding.refuse_non_finite(yaml.safe_load(raw.decode()))
+        return encoding.decode(raw)
     except (ValueError, yaml.YAMLError) as exc:
         raise bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
 

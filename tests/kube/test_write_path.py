@@ -364,6 +364,68 @@ def test_object_encodings_are_kept_by_identity_and_bounded() -> None:
     assert len(kept._bytes) == 2
 
 
+def test_the_encoding_is_compact_utf8_and_json_takes_what_orjson_cannot() -> None:
+    """orjson's bytes are json's (compact, UTF-8, no ASCII escapes) for what the API
+    stores; an integer beyond 64 bits and a key that is no string go to json, which
+    encodes them as before; a lone surrogate is still refused."""
+    obj = {
+        "metadata": {"name": "é", "labels": {"a\u2028b": "ü"}, "generation": 3},
+        "spec": {"n": -7, "x": 0.5, "big": 2**63 - 1, "ok": True, "none": None},
+        "status": {"holds": [{"claim": "c", "gpus": 1}], "empty": {}, "list": []},
+    }
+    strict = json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    assert encoding.encode(obj) == strict.encode()
+    huge = {"n": 2**70, 1: "one"}
+    assert encoding.encode(huge) == b'{"n":1180591620717411303424,"1":"one"}'
+    with pytest.raises(UnicodeEncodeError, match="surrogates not allowed"):
+        encoding.encode({"s": "\ud800"})
+    line = encoding.watch_line("ADDED", encoding.encode(obj))
+    assert json.loads(line) == {"type": "ADDED", "object": obj}
+
+
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json(text: str) -> None:
+    """Python's json reads them; the apiserver's decoder does not, and neither does the
+    emulator (so no stored object holds a number JSON cannot write)."""
+    with pytest.raises(ValueError, match="looking for beginning of value"):
+        encoding.decode(f'{{"a": [1, {text}]}}')
+    assert encoding.decode('{"a": [1, 2.5, "NaN"]}') == {"a": [1, 2.5, "NaN"]}
+    with pytest.raises(ValueError, match="unsupported value"):
+        encoding.refuse_non_finite({"a": [{"b": float(text.lower().replace("infinity", "inf"))}]})
+    assert encoding.refuse_non_finite({"a": [1.5, "nan"]}) == {"a": [1.5, "nan"]}
+
+
+def test_a_body_or_patch_holding_nan_is_refused_and_nothing_changes(
+    api: httpx.Client, ns: str, tallies: str
+) -> None:
+    """A create, a JSON Patch, a merge patch and a YAML body carrying NaN or infinity are
+    400s (the emulator's JSON decoding refuses them, as the apiserver's does) and leave
+    the stored object as it was."""
+    path = tallies.format(ns=ns)
+    created = _tally(api, ns, tallies)
+    raw = b'{"apiVersion":"example.com/v1","kind":"Tally","metadata":{"name":"n"},"spec":{"x":NaN}}'
+    made = api.post(path, content=raw, headers={"Content-Type": "application/json"})
+    assert made.status_code == 400, made.text
+    assert "json parse error" in made.json()["message"]
+    ops = b'[{"op":"add","path":"/status/used","value":Infinity}]'
+    patched = api.patch(
+        f"{path}/t/status", content=ops, headers={"Content-Type": "application/json-patch+json"}
+    )
+    assert patched.status_code == 400, patched.text
+    merged = api.patch(
+        f"{path}/t",
+        content=b'{"spec":{"size":-Infinity}}',
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert merged.status_code == 400, merged.text
+    yaml_body = b"apiVersion: example.com/v1\nkind: Tally\nmetadata: {name: y}\nspec: {x: .nan}\n"
+    from_yaml = api.post(path, content=yaml_body, headers={"Content-Type": "application/yaml"})
+    assert from_yaml.status_code == 400, from_yaml.text
+    assert api.get(f"{path}/t").json() == created
+    assert api.get(f"{path}/n").status_code == 404
+    assert api.get(f"{path}/y").status_code == 404
+
+
 def _patch_status(api: httpx.Client, path: str, ops: list[dict[str, Any]]) -> httpx.Response:
     return api.patch(
         f"{path}/t/status", json=ops, headers={"Content-Type": "application/json-patch+json"}

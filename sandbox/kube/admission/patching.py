@@ -11,12 +11,12 @@ the same documents. Source: kubernetes/apiserver
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import jsonpatch
 import jsonpointer
 
+from sandbox.kube import encoding
 from sandbox.kube.admission.status import internal_error
 from sandbox.kube.clone import clone
 
@@ -47,7 +47,7 @@ def apply_patch(webhook: str, patch: bytes, obj: dict[str, Any] | None) -> dict[
 def decode(patch: bytes) -> list[dict[str, Any]]:
     """The operations of a patch document; 500 when it is not a JSON array of objects."""
     try:
-        document = json.loads(patch)
+        document = encoding.decode(patch)
     except ValueError as exc:
         raise internal_error(f"invalid JSON patch document: {exc}") from exc
     if not isinstance(document, list) or not all(isinstance(op, dict) for op in document):

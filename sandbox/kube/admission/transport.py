@@ -12,12 +12,12 @@ for the name of every call.
 from __future__ import annotations
 
 import functools
-import json
 import ssl
 from typing import Any
 
 import httpx
 
+from sandbox.kube import encoding
 from sandbox.kube.admission.config import Webhook
 from sandbox.kube.admission.endpoints import EndpointResolver, ResolveError
 
@@ -61,7 +61,7 @@ class WebhookTransport:
                 f"the server responded with status {response.status_code}"
             )
         try:
-            return json.loads(response.content)
+            return encoding.decode(response.content)
         except ValueError as exc:
             raise CallError(f"failed to call webhook: response body is not JSON: {exc}") from exc
 
