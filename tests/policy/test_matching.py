@@ -5,11 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared import model, vocab
+from shared.policy.gpus import GpuRequest
 from shared.policy.matching import (
     MatchRules,
     Miss,
+    PodProfile,
     jit_eligible,
     mismatch,
     profile,
@@ -132,6 +136,46 @@ def test_mismatch(
     pod: PodBuilder, res: model.GPUReservation, rules: MatchRules, expected: Miss | None
 ) -> None:
     assert miss(pod, res, rules) == expected
+
+
+@given(
+    failing=st.sets(st.sampled_from(list(Miss))),
+    groups_on=st.booleans(),
+    pod_group=st.sampled_from([None, "cs101"]),
+)
+def test_mismatch_names_the_first_failed_check_in_miss_order(
+    failing: set[Miss], groups_on: bool, pod_group: str | None
+) -> None:
+    """Any combination of failed checks: the one told is the first in ``Miss``'s order
+    (the order the checks run), and none is told when all pass."""
+    rules = GROUPS if groups_on else PLAIN
+    no_group = Miss.NO_GROUP in failing
+    if no_group and not groups_on:  # only a group rule can fail on a missing group
+        failing = failing - {Miss.NO_GROUP}
+    group = None if no_group else pod_group if not groups_on else "cs101"
+    pod = PodProfile(
+        owner="alice",
+        gpu_class=None if Miss.NO_CLASS_LABEL in failing else "h100",
+        group=group,
+        gpus=GpuRequest(0, "bad") if Miss.UNREADABLE_GPUS in failing else GpuRequest(1),
+    )
+    res = reservation(
+        7,
+        owner="bob" if Miss.OTHER_OWNER in failing else "alice",
+        gpu_class="a100" if Miss.OTHER_CLASS in failing or pod.gpu_class is None else "h100",
+        kind=model.Kind.ON_DEMAND if Miss.NOT_A_BOOKING in failing else model.Kind.BOOKING,
+        state=model.State.CANCELLED if Miss.CANCELLED in failing else model.State.ACTIVE,
+        end=NOW if Miss.ENDED in failing else None,
+        start=NOW - timedelta(hours=3) if Miss.ENDED in failing else None,
+        group="cs102" if Miss.OTHER_GROUP in failing else "cs101" if groups_on else None,
+    )
+    if pod.gpu_class is None:
+        failing = failing | {Miss.OTHER_CLASS}
+    if not groups_on:
+        failing = failing - {Miss.OTHER_GROUP}
+    no_shows = {7} if Miss.NO_SHOW in failing else set()
+    expected = next((m for m in Miss if m in failing), None)
+    assert mismatch(res.facts, pod, NOW, rules, no_shows) == expected
 
 
 def test_declared_no_show_never_matches() -> None:
