@@ -1,8 +1,9 @@
-"""The no-change answer's encoding (``review.allowed_json``): byte for byte what the
+"""The allowed answer's encoding (``review.allowed_json``): byte for byte what the
 response class renders for the same document, or None when it does not apply."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -41,12 +42,47 @@ def test_an_allowed_answer_without_a_patch_renders_as_the_response_class_does(
     assert allowed_json(doc) == wanted  # and again, from the memo
 
 
+JSON_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+OPS = st.lists(
+    st.fixed_dictionaries(
+        {"op": st.sampled_from(["add", "remove", "replace"]), "path": TEXT},
+        optional={"value": JSON_VALUE},
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(uid=TEXT, warnings=st.lists(TEXT, max_size=6), patch=OPS)
+def test_an_allowed_answer_with_a_patch_renders_as_the_response_class_does(
+    uid: str, warnings: list[str], patch: list[dict[str, Any]]
+) -> None:
+    doc = answer(uid, patch=patch, warnings=warnings)
+    wanted = rendered(doc)
+    if wanted is None:
+        try:
+            allowed_json(doc)
+        except UnicodeEncodeError:
+            return
+        raise AssertionError("a lone surrogate was encoded")
+    assert allowed_json(doc) == wanted
+    assert json.loads(base64.b64decode(json.loads(wanted)["response"]["patch"])) == patch
+
+
 def test_other_documents_are_left_to_the_response_class() -> None:
     patch = [{"op": "add", "path": "/a", "value": 1}]
+    patched = answer("u", patch=patch, warnings=["w"])
+    reordered = {k: patched["response"][k] for k in ("uid", "allowed", "patch", "patchType")}
     for doc in (
         answer("u", allowed=False, message="no", warnings=["w"]),
-        answer("u", patch=patch),
-        answer("u", patch=patch, warnings=["w"]),
+        {**patched, "response": reordered},
+        {**patched, "response": {**patched["response"], "patchType": "JSONMergePatch"}},
+        {**patched, "response": {**patched["response"], "patch": b"W10="}},
         {"error": "request body too large"},
         {**answer("u"), "extra": 1},
         {**answer("u"), "kind": "Other"},
