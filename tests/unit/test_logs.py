@@ -138,6 +138,41 @@ def test_the_json_timestamp_is_the_records_instant_to_the_millisecond(created: f
         assert json.loads(formatter.format(record))["ts"] == wanted
 
 
+SCALAR = (
+    st.text()
+    | st.booleans()
+    | st.none()
+    | st.integers()
+    | st.floats()  # NaN and the infinities too: the encoder's path
+)
+FIELD_VALUE = SCALAR | st.lists(SCALAR, max_size=2) | st.builds(object) | st.sampled_from([b"x"])
+FIELD_KEY = st.text(max_size=8) | st.sampled_from(["ts", "level", "logger", "event"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    fields=st.dictionaries(FIELD_KEY | st.integers(), FIELD_VALUE, max_size=6),
+    names=st.tuples(st.text(max_size=8), st.text(max_size=8), st.text(max_size=8)),
+)
+def test_a_line_is_the_encoders_rendering_of_its_payload(
+    fields: dict[Any, Any], names: tuple[str, str, str]
+) -> None:
+    """Written piece by piece or by the encoder, a line is what ``json`` renders for
+    the head fields followed by the record's fields (a field under a head key replaces
+    its value in place; objects are rendered with ``str``)."""
+    level, logger, event = names
+    formatter = JsonFormatter()
+    payload: dict[Any, Any] = {
+        "ts": formatter._timestamp(1.5),
+        "level": level,
+        "logger": logger,
+        "event": event,
+    }
+    payload.update(fields)
+    wanted = json.dumps(payload, default=str, ensure_ascii=False)
+    assert formatter.line(1.5, level, logger, event, fields) == wanted
+
+
 def test_log_fields_takes_the_dict_as_given(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     log_fields(logging.getLogger("t"), logging.INFO, "webhook.admission", {"uid": "u", "n": 1})
