@@ -175,22 +175,21 @@ class Admission:
     ) -> Verdict:
         ns, dry_run = request.namespace, request.dry_run
         await self._catch_up(pod, deadline)
-        verdict = decide_create(
-            pod, ns, self.cache.of_owner(ns), self._context(now, dry_run=dry_run)
-        )
+        ctx = self._context(now, dry_run=dry_run)
+        verdict = decide_create(pod, ns, self.cache.of_owner(ns), ctx)
         if verdict.outcome in _FINAL:
             return verdict
         if not self.cache.synced:
-            blind = decide_create(pod, ns, [], self._context(now, dry_run=dry_run))
+            blind = decide_create(pod, ns, [], ctx)
             return self._fail_open(request, blind, "cache_not_synced", "reservations not loaded")
         tried: set[str] = set()
         for _ in range(MAX_CLAIM_ROUNDS):
             if verdict.outcome is not Outcome.ADMIT:
                 return verdict
-            verdict = await self._claim(request, pod, verdict, now, deadline, tried)
+            verdict = await self._claim(request, pod, verdict, ctx, deadline, tried)
             if verdict.outcome is Outcome.ADMIT:
-                ctx = self._context(now, frozenset(tried), dry_run=dry_run)
-                verdict = decide_create(pod, ns, self.cache.of_owner(ns), ctx)
+                retry = self._context(now, frozenset(tried), dry_run=dry_run)
+                verdict = decide_create(pod, ns, self.cache.of_owner(ns), retry)
         return verdict
 
     async def _claim(
@@ -198,16 +197,18 @@ class Admission:
         request: AdmissionRequest,
         pod: dict[str, Any],
         verdict: Verdict,
-        now: datetime,
+        ctx: Context,
         deadline: float,
         tried: set[str],
     ) -> Verdict:
-        """Claim the candidates in order; ADMIT back means "every one refused"."""
+        """Claim the candidates in order; ADMIT back means "every one refused".
+        ``ctx`` is the request's first context (no reservation excluded): the stamps
+        read only its policy, instant, zone and dry-run flag."""
+        now = ctx.now
         for cand in verdict.candidates:
             result = await self._claim_one(request, pod, cand, verdict.gpus, now, deadline)
             if result.admitted and result.claim:
                 edited = verdict.edited if verdict.edited is not None else pod
-                ctx = self._context(now, dry_run=request.dry_run)
                 stamped, text = admit(edited, cand, result.claim, ctx)
                 warnings = (*verdict.notes, text)
                 return Verdict(

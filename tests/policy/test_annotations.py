@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -79,6 +79,18 @@ def test_remembered_instant_texts_are_the_instants_own(
     instant = (NOW + timedelta(seconds=seconds, microseconds=micros)).astimezone(zone)
     assert utc_text(instant) == format_utc(instant)
     assert utc_text(instant + timedelta(seconds=1)) == format_utc(instant + timedelta(seconds=1))
+
+
+@settings(deadline=None)
+@given(instant=st.datetimes(min_value=datetime(1900, 1, 2), max_value=datetime(2200, 1, 1)))
+def test_remembered_instant_texts_hold_before_the_epoch_and_without_a_zone(
+    instant: datetime,
+) -> None:
+    """Keyed by whole seconds since the epoch (flooring before 1970 too), or — naive —
+    by the instant's own second, read as ``format_utc`` reads it."""
+    aware = instant.replace(tzinfo=UTC)
+    assert utc_text(aware) == format_utc(aware)
+    assert utc_text(instant) == format_utc(instant)
 
 
 def test_reservation_facts_are_rendered_per_facts_and_handed_out_as_copies() -> None:
