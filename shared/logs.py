@@ -169,7 +169,13 @@ class BufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.handleError(record)
 
     def close(self) -> None:
+        """Stop the flusher (waiting for a flush it is making), write what is held,
+        then close: nothing reaches the stream after ``close`` returns, so its owner
+        may close it."""
         self._stopped.set()
+        if self._flusher is not threading.current_thread():
+            self._flusher.join(timeout=5)
+        self.flush()
         super().close()
 
     def _flush_often(self) -> None:

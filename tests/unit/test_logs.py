@@ -126,6 +126,23 @@ def test_the_flusher_flushes_buffered_lines_without_further_logging() -> None:
         handler.close()
 
 
+def test_close_writes_what_is_held_and_nothing_after() -> None:
+    """The flusher is stopped and waited for, the held lines written: the stream's
+    owner may close it as soon as ``close`` returns (a flush from the thread after that
+    wrote to a closed file)."""
+    for _ in range(20):
+        stream = CountingStream()
+        handler = BufferedHandler(stream, BATCHED, interval_s=0.0005)
+        handler.handle(info("webhook.admission"))
+        handler.handle(info("webhook.admission"))
+        handler.close()
+        assert "".join(stream.written) == "webhook.admission\n" * 2
+        written = len(stream.written)
+        handler.handle(info("webhook.admission"))  # a record after close is held, not written
+        assert not handler._flusher.is_alive()
+        assert len(stream.written) == written
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.floats(min_value=1.0, max_value=4e9, allow_nan=False, allow_infinity=False))
 def test_the_json_timestamp_is_the_records_instant_to_the_millisecond(created: float) -> None:
