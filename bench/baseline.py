@@ -43,14 +43,18 @@ async def mutate(request: Request) -> Response:
     return json_response(answer(review.uid, patch=diff(pod, edited)))
 
 
+def app() -> Starlette:
+    """The baseline's application: one Starlette route to ``mutate``."""
+    return Starlette(routes=[Route("/mutate", mutate, methods=["POST"])])
+
+
 def main() -> int:
     port, cert, key = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     from webhook.__main__ import server
 
-    app = Starlette(routes=[Route("/mutate", mutate, methods=["POST"])])
     tls = ReloadingTLS(cert, key, SystemClock())
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(server(app, "127.0.0.1", port, tls).serve())
+        runner.run(server(app(), "127.0.0.1", port, tls).serve())
     return 0
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -51,7 +53,7 @@ import httpx
 import jsonpatch
 import uvloop
 
-from bench import loadgen
+from bench import baseline, loadgen
 from bench.loadgen import Load, Outcome, Target
 from bench.procstat import rss_mib, thread_cpu_s
 from sandbox.kube.server import KubeServer
@@ -60,15 +62,16 @@ from sandbox.ports import free_port
 from sandbox.reconciler_component import ROOT
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.webhook_component import WebhookComponent
-from shared import ledger, model, vocab
+from shared import ledger, logs, model, vocab
 from shared.clock import ManualClock, SystemClock
 from shared.errors import Conflict
 from shared.gateway import Gateway, ListResult
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS
+from webhook.app import mutate_app
 from webhook.cache import ReservationCache
 from webhook.decide import Context, decide_create
-from webhook.handler import Admission
+from webhook.handler import ADMISSION_LINE, Admission
 from webhook.metrics import Metrics
 from webhook.settings import STRIP, PolicySettings
 
@@ -179,23 +182,140 @@ def bench_decide(n: int = 5000) -> dict[str, float]:
     return {"p50_us": percentile(samples, 0.5) * 1e6, "p99_us": percentile(samples, 0.99) * 1e6}
 
 
+#: The in-process claims' instant: the first booking of ``reservations`` is open.
+CLAIM_NOW = NOW - timedelta(minutes=30)
+
+
+async def claim_admission(count: int = 1) -> Admission:
+    """A webhook on a memory store whose first booking (of ``count``, alice's, open
+    now) has room for every claim."""
+    store = MemoryStore(
+        [model.to_object(r, NS, CLAIM_NOW) for r in reservations(10**6, count=count)]
+    )
+    cache = ReservationCache(store, NS, ManualClock(CLAIM_NOW))  # type: ignore[arg-type]
+    await cache.relist()
+    clock = ManualClock(CLAIM_NOW)
+    return Admission(POLICY, cache, store, clock, Metrics(), ledger_deadline_s=5)
+
+
 def bench_review(n: int = 3000) -> dict[str, float]:
+    """``Admission.review`` of a claim that is admitted, its write answered at once
+    (``_Written``): the request's own work on the claim path."""
+
     async def run() -> list[float]:
-        store = MemoryStore([model.to_object(r, NS, NOW) for r in reservations(10**6)])
-        cache = ReservationCache(store, NS, ManualClock(NOW))  # type: ignore[arg-type]
-        await cache.relist()
-        adm = Admission(POLICY, cache, store, ManualClock(NOW), Metrics(), ledger_deadline_s=5)
+        adm = await claim_admission(count=20)
+        adm.group = _Written(adm)  # type: ignore[assignment]
         body = loadgen.template("claim", "alice")
         samples = []
         for i in range(n):
             data = body.replace(b"@NAME@", f"p-{i}".encode()).replace(b"@UID@", b"u")
             t0 = time.perf_counter()
-            await adm.review(data)
+            _, doc = await adm.review(data)
             samples.append(time.perf_counter() - t0)
+            assert "patch" in doc["response"], doc  # admitted, not queued
         return samples
 
     samples = asyncio.run(run())
     return {"p50_us": percentile(samples, 0.5) * 1e6, "p99_us": percentile(samples, 0.99) * 1e6}
+
+
+class _Written:
+    """A group commit whose every claim is written at once (admitted under the
+    booking as cached): the request's own work without the ledger write."""
+
+    def __init__(self, adm: Admission) -> None:
+        self.adm = adm
+
+    async def claim(self, name: str, ask: ledger.Ask, deadline: float) -> ledger.ClaimResult:
+        entry = self.adm.cache.entry(name)
+        assert entry is not None
+        return ledger.ClaimResult(True, str(uuid.uuid4()), entry.reservation, "admitted", 0)
+
+
+def _http_scope(length: int) -> dict[str, Any]:
+    """The scope uvicorn hands an app for ``POST /mutate``."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "server": ("127.0.0.1", 8443),
+        "client": ("127.0.0.1", 50000),
+        "scheme": "https",
+        "method": "POST",
+        "root_path": "",
+        "path": "/mutate",
+        "raw_path": b"/mutate",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"webhook"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(length).encode()),
+        ],
+        "state": {},
+    }
+
+
+async def _asgi_cpu_us(app: Any, bodies: list[bytes], rounds: int) -> float:
+    """The least CPU (µs) per request over ``rounds`` passes of ``bodies`` through
+    ``app`` called as uvicorn calls it (the server's own work is not in it)."""
+    statuses: list[int] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.process_time()
+        for body in bodies:
+            message = {"type": "http.request", "body": body, "more_body": False}
+
+            async def receive(message: dict[str, Any] = message) -> dict[str, Any]:
+                return message
+
+            await app(_http_scope(len(body)), receive, send)
+        best = min(best, (time.process_time() - started) / len(bodies))
+    assert set(statuses) == {200}, set(statuses)
+    return best * 1e6
+
+
+def bench_asgi(n: int = 2000, rounds: int = 5) -> dict[str, float]:
+    """CPU per request (µs, best of ``rounds``) of each path's ASGI app in-process,
+    beside the baseline's app: the webhook's work above the server (the stack's
+    layers, the review, its answer and log line) without the ledger write — a claim's
+    write is answered at once (``_Written``)."""
+
+    async def run() -> dict[str, float]:
+        adm = await claim_admission()
+        adm.group = _Written(adm)  # type: ignore[assignment]
+        apps = {"baseline": baseline.app(), "webhook": mutate_app(adm, 1 << 20)}
+        found = {}
+        for path in PATHS:
+            kind = "claim" if path == "baseline" else path
+            template = loadgen.template(kind, "alice")
+            bodies = [
+                template.replace(b"@NAME@", f"p-{i}".encode()).replace(b"@UID@", f"u-{i}".encode())
+                for i in range(n)
+            ]
+            app = apps["baseline" if path == "baseline" else "webhook"]
+            await _asgi_cpu_us(app, bodies[:200], 1)  # warm the memos
+            found[path] = await _asgi_cpu_us(app, bodies, rounds)
+        return found
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    with open(os.devnull, "w", encoding="utf-8") as sink:
+        # the webhook process's own log handler (``logs.configure``), writing nowhere
+        handler = logs.BufferedHandler(sink, frozenset({ADMISSION_LINE}))
+        handler.setFormatter(logs.JsonFormatter())
+        root.handlers[:] = [handler]
+        root.setLevel(logging.INFO)
+        try:
+            return asyncio.run(run())
+        finally:
+            handler.close()
+            root.handlers[:], level = saved
+            root.setLevel(level)
 
 
 # --- end to end -------------------------------------------------------------------------
@@ -533,6 +653,7 @@ def run() -> list[str]:
     loadgen.placement()  # read the cores before anything is pinned
     found["decide_create"] = bench_decide()
     found["review_in_process"] = bench_review()
+    found["asgi_in_process"] = bench_asgi()
     state = Path(tempfile.mkdtemp(prefix="bench-webhook-"))
     try:
         with asyncio.Runner(loop_factory=emulator_loop()) as runner:
@@ -549,8 +670,10 @@ def run() -> list[str]:
         f"{found['conditions']['load_average_before'][0]:.1f}, after "
         f"{found['conditions']['load_average_after'][0]:.1f}",
         f"decide_create (pure, 20 bookings): p50 {d['p50_us']:.0f} µs, p99 {d['p99_us']:.0f} µs",
-        f"Admission.review in-process (ledger claim on memory): p50 {r['p50_us']:.0f} µs, "
-        f"p99 {r['p99_us']:.0f} µs",
+        f"Admission.review in-process, an admitted claim (its write answered at once): "
+        f"p50 {r['p50_us']:.0f} µs, p99 {r['p99_us']:.0f} µs",
+        "ASGI apps in-process, CPU per request (a claim's write answered at once): "
+        + ", ".join(f"{k} {v:.1f} µs" for k, v in found["asgi_in_process"].items()),
     ]
     return [*lines, *table(found), f"JSON: {path}"]
 
