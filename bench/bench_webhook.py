@@ -138,6 +138,7 @@ class MemoryStore:
         namespace: str | None = None,
         patch_type: str = "json",
         subresource: str | None = None,
+        read_answer: bool = True,
     ) -> dict[str, Any]:
         patched = jsonpatch.apply_patch(self.objects[name], patch)
         return await self.replace(res, name, patched, namespace, subresource)

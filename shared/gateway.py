@@ -152,11 +152,17 @@ def failure(status: int, body: bytes, headers: Any) -> KubeError:
     return error
 
 
-def answer(method: str, path: str, status: int, data: bytes, headers: Any) -> Response:
+def answer(
+    method: str, path: str, status: int, data: bytes, headers: Any, decode: bool = True
+) -> Response:
     """The decoded answer to a call, or our error for it (either client's answer:
-    ``headers`` has ``get`` and ``getlist``)."""
+    ``headers`` has ``get`` and ``getlist``). ``decode=False``: a success's body is not
+    decoded (an empty body comes back) — for a caller that needs only that the call
+    succeeded; an error is decoded as always."""
     if status >= 300:
         raise failure(status, data, headers)
+    if not decode:
+        return Response({}, _warnings(headers.getlist("Warning")))
     try:
         decoded = json.loads(data) if data else {}
     except ValueError as exc:
@@ -292,11 +298,14 @@ class Gateway:
         namespace: str | None = None,
         patch_type: PatchType = "json",
         subresource: str | None = None,
+        read_answer: bool = True,
     ) -> dict[str, Any]:
-        """PATCH an object with a JSON Patch, merge patch or strategic merge patch."""
+        """PATCH an object with a JSON Patch, merge patch or strategic merge patch; the
+        object as patched, or ``{}`` with ``read_answer=False`` (the answer's body is
+        not decoded: for a caller that needs only that the write landed)."""
         headers = {"Content-Type": _PATCH_CONTENT_TYPES[patch_type]}
         path = res.path(namespace, name, subresource)
-        return (await self.request("PATCH", path, None, patch, headers)).body
+        return (await self.request("PATCH", path, None, patch, headers, read_answer)).body
 
     async def delete(
         self,
@@ -321,11 +330,14 @@ class Gateway:
         namespace: str | None = None,
         label_selector: str | None = None,
         timeout_s: int = 270,
+        known: Callable[[bytes], WatchEvent | None] | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """Stream watch events from ``resource_version`` until the server closes.
 
         Bookmarks are requested and yielded (type BOOKMARK) so a caller can resume from
         them. A 410 (as an HTTP status or an ERROR event) raises ``Gone``: relist.
+        ``known`` (a line recognised before it is decoded, ``shared.watch.Watched.peek``)
+        is honoured by ``LoopGateway`` only: here every line is decoded on the thread.
         """
         query = watch_query(resource_version, label_selector, timeout_s)
         loop = asyncio.get_running_loop()
@@ -386,13 +398,15 @@ class Gateway:
         query: dict[str, Any] | None = None,
         body: Any = None,
         headers: dict[str, str] | None = None,
+        decode: bool = True,
     ) -> Response:
-        """One HTTP call; JSON in and out. A call the apiserver throttled is sent
-        again after its ``Retry-After`` (``throttle_wait``)."""
+        """One HTTP call; JSON in and out (``decode=False``: a success's body is not
+        decoded, ``answer``). A call the apiserver throttled is sent again after its
+        ``Retry-After`` (``throttle_wait``)."""
         retries = 0
         while True:
             try:
-                return await self._send(method, path, query, body, headers)
+                return await self._send(method, path, query, body, headers, decode)
             except TooManyRequests as exc:
                 wait = throttle_wait(exc, retries)
                 if wait is None:
@@ -407,6 +421,7 @@ class Gateway:
         query: dict[str, Any] | None,
         body: Any,
         headers: dict[str, str] | None,
+        decode: bool = True,
     ) -> Response:
         """One HTTP call on a worker thread, bounded by the timeout."""
         loop = asyncio.get_running_loop()
@@ -416,7 +431,7 @@ class Gateway:
             # standby's watch when it becomes leader) then never ends.
             async with asyncio.timeout(self._timeout_s + 1):
                 return await loop.run_in_executor(
-                    self._pool, self._call, method, path, query, body, headers
+                    self._pool, self._call, method, path, query, body, headers, decode
                 )
         except TimeoutError as exc:
             raise ServerError(0, f"{method} {path}: no answer within {self._timeout_s}s") from exc
@@ -450,6 +465,7 @@ class Gateway:
         query: dict[str, Any] | None,
         body: Any,
         headers: dict[str, str] | None,
+        decode: bool = True,
     ) -> Response:
         url, hdrs = self._url_and_headers(method, path, query, headers)
         data = encoded(body, hdrs)
@@ -459,7 +475,7 @@ class Gateway:
             )
         except urllib3.exceptions.HTTPError as exc:
             raise ServerError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        return answer(method, path, resp.status, resp.data, resp.headers)
+        return answer(method, path, resp.status, resp.data, resp.headers, decode)
 
     def _stream(
         self,

@@ -244,8 +244,10 @@ class LedgerGateway(Protocol):
         namespace: str | None = None,
         patch_type: Literal["json", "merge", "strategic"] = "json",
         subresource: str | None = None,
+        read_answer: bool = True,
     ) -> dict[str, Any]:
-        """PATCH an object or one of its subresources (a JSON Patch by default)."""
+        """PATCH an object or one of its subresources (a JSON Patch by default); with
+        ``read_answer=False`` the answer need not be decoded (the caller ignores it)."""
         ...
 
 
@@ -266,8 +268,30 @@ class ClaimResult:
     conflicts: int
     #: The raw object ``reservation`` stands for (as written when admitted, as read when
     #: refused without a write; None for a dry run, when never read, or for an ask
-    #: refused within a written group): a cache takes it as it is.
+    #: refused within a written group): a cache takes it as it is — unless ``landed``
+    #: is set: ``raw`` is then the object the write was expected to leave
+    #: (``expected_after``, no resourceVersion), the answer not read.
     raw: dict[str, Any] | None = None
+    #: The admitting write when its answer was not read (``claim_group(echo=False)``).
+    landed: QuietWrite | None = None
+
+
+@dataclass(frozen=True)
+class QuietWrite:
+    """A claim's write whose answer is not read: what a cache needs to tell the object
+    it leaves, once it lands, from the server's other states (``webhook.cache``)."""
+
+    #: The reservation written.
+    name: str
+    #: The ledger token the write tested (the object's before it) and the one it set.
+    tested: str
+    token: str
+    #: The write's JSON Patch (``appended_ops``) and the holds it appended.
+    ops: Sequence[dict[str, Any]]
+    holds: tuple[Hold, ...]
+    #: The resourceVersion of the object it was decided on; "" when that was the
+    #: expected result of a write still in flight (a pipelined group).
+    base_version: str
 
 
 @dataclass(frozen=True)
@@ -374,6 +398,8 @@ async def claim_group(
     monotonic: Callable[[], float] = time.monotonic,
     on_sent: Callable[[dict[str, Any], GPUReservation], None] | None = None,
     pipelined: bool = False,
+    echo: bool = True,
+    sending: Callable[[QuietWrite], None] | None = None,
 ) -> list[ClaimResult]:
     """Claim every ask that fits, in order, with one ``/status`` write; one result each.
 
@@ -393,6 +419,15 @@ async def claim_group(
     ``cached`` is such an expectation, not a read — the first write may reach the
     server before the one it follows, so a 422 whose tests hold on the re-read is
     decided again on that re-read instead of stopping with ``error``.
+
+    ``echo=False``: the answer to a write that lands is not decoded or parsed — the
+    claim needs only that it landed. The admitted results then carry the ledger
+    decided (``updated``: the read's resourceVersion) and, as ``raw``, the object the
+    write leaves when it lands on what was read (``expected_after``), with ``landed``
+    set: a cache takes them as provisional (``webhook.cache``); ``sending`` hears of
+    each such write (every attempt) as it is sent, so the watch's event of it can be
+    recognised even before its answer. A write without a token to test (the first on
+    a tokenless ledger) reads its answer as with ``echo``.
     """
     conflicts = 0
     raw = cached
@@ -414,17 +449,32 @@ async def claim_group(
             entries = [model.hold_to_status(h) for h in new]
             updated = replace(updated, token=model.new_token())
             ops = _ops(raw, updated, entries, max(a.now for a in asks))
-            if on_sent is not None:
-                expected = expected_after(raw, ops)
-                if expected is not None:
-                    on_sent(expected, updated)
-            written = await _patch(gateway, namespace, name, ops, deadline, monotonic)
+            tested = model.token_of(raw.get("status"))
+            expected = expected_after(raw, ops) if on_sent or not echo else None
+            if on_sent is not None and expected is not None:
+                on_sent(expected, updated)
+            quiet: QuietWrite | None = None
+            if expected is not None and tested and not echo:
+                stored = tuple(model.as_stored(h) for h in new)  # as the answer has them
+                version = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+                quiet = QuietWrite(name, tested, updated.token, ops, stored, version)
+                if sending is not None:
+                    sending(quiet)
+            written = await _patch(
+                gateway, namespace, name, ops, deadline, monotonic, quiet is not None
+            )
             if not isinstance(written, int):
                 # A refused ask is told the ledger it was judged on (the read plus the
                 # group's admitted holds): holds dropped meanwhile may show in the echo.
-                res, echoed = _echo(written, updated)
+                if quiet is not None:
+                    stored = quiet.holds
+                    res = replace(updated, holds=(*updated.holds[: -len(new)], *stored))
+                    landed, echoed = quiet, expected
+                else:
+                    landed = None
+                    res, echoed = _echo(written, updated)
                 return [
-                    ClaimResult(True, cid, res, r, conflicts, echoed)
+                    ClaimResult(True, cid, res, r, conflicts, echoed, landed)
                     if r == "admitted"
                     else ClaimResult(False, None, updated, r, conflicts)
                     for r, cid in zip(reasons, claim_ids, strict=True)
@@ -727,12 +777,15 @@ async def _patch(
     ops: list[dict[str, Any]],
     deadline: float,
     monotonic: Callable[[], float],
+    quiet: bool = False,
 ) -> dict[str, Any] | int:
-    """JSON Patch ``/status``: the object as written; the code of a lost race: 409
-    (stale), or 422 when ``ops`` hold ``test`` operations (a failed test is a 422
-    Invalid, kubernetes-facts §3.1; the caller re-reads to tell a race from anything
-    else)."""
-    call = gateway.patch(GPU_RESERVATIONS, name, ops, namespace, "json", subresource="status")
+    """JSON Patch ``/status``: the object as written (``quiet``: not read, ``{}``); the
+    code of a lost race: 409 (stale), or 422 when ``ops`` hold ``test`` operations (a
+    failed test is a 422 Invalid, kubernetes-facts §3.1; the caller re-reads to tell a
+    race from anything else)."""
+    call = gateway.patch(
+        GPU_RESERVATIONS, name, ops, namespace, "json", subresource="status", read_answer=not quiet
+    )
     tested = any(op.get("op") == "test" for op in ops)
     return await _written(call, name, deadline, monotonic, stale_if_invalid=tested)
 

@@ -115,11 +115,12 @@ class LoopGateway(Gateway):
         query: dict[str, Any] | None,
         body: Any,
         headers: dict[str, str] | None,
+        decode: bool = True,
     ) -> Response:
         """One HTTP call on the running loop, bounded by the timeout (no thread)."""
         origin = self._origin
         if origin is None:
-            return await super()._send(method, path, query, body, headers)
+            return await super()._send(method, path, query, body, headers, decode)
         url, hdrs = self._url_and_headers(method, path, query, headers)
         data = encoded(body, hdrs) or b""
         try:
@@ -130,7 +131,7 @@ class LoopGateway(Gateway):
             raise ServerError(0, f"{method} {path}: no answer within {self._timeout_s}s") from exc
         except http1.TransportError as exc:
             raise ServerError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        return answer(method, path, got.status, got.body, got.headers)
+        return answer(method, path, got.status, got.body, got.headers, decode)
 
     async def watch(
         self,
@@ -139,11 +140,13 @@ class LoopGateway(Gateway):
         namespace: str | None = None,
         label_selector: str | None = None,
         timeout_s: int = 270,
+        known: Callable[[bytes], WatchEvent | None] | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """``Gateway.watch`` on the running loop: the stream on a connection of its own,
         read as it arrives (no thread). The answer's head must come within the call
         timeout; the server ends the watch after ``timeout_s`` and one not ended 30 s
-        after that is broken. A 410 (status or ERROR event) raises ``Gone``."""
+        after that is broken. A 410 (status or ERROR event) raises ``Gone``. A line
+        ``known`` returns an event for is not decoded: that event stands for it."""
         origin = self._origin
         if origin is None:
             async for event in super().watch(
@@ -182,7 +185,8 @@ class LoopGateway(Gateway):
                         0, f"watch {path}: a line over {http1.MAX_ANSWER_BYTES} bytes"
                     )
                 for line in lines:
-                    yield watch_event(line)
+                    seen = known(line) if known is not None else None
+                    yield watch_event(line) if seen is None else seen
         except http1.TransportError as exc:
             raise ServerError(0, f"watch {path} broke: {type(exc).__name__}: {exc}") from exc
         finally:

@@ -14,8 +14,8 @@ log, never half-read.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar
@@ -186,6 +186,13 @@ def hold_to_status(hold: Hold) -> dict[str, Any]:
     if hold.announced:
         entry["announced"] = True
     return entry
+
+
+def as_stored(hold: Hold) -> Hold:
+    """``hold`` as reading back its stored entry (``hold_to_status``) gives it: the
+    instant to the second, in UTC."""
+    at = hold.at.astimezone(UTC).replace(microsecond=0)
+    return hold if at == hold.at and at.tzinfo is hold.at.tzinfo else replace(hold, at=at)
 
 
 def status_of(res: GPUReservation, now: datetime) -> dict[str, Any]:

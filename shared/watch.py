@@ -16,7 +16,11 @@ means gone. They must not block, and hear only of changes: with ``same`` given, 
 projection that ``same`` finds equal to the cached one replaces it silently (e.g. a
 GPUReservation whose resourceVersion alone moved). With ``version_of`` a change older
 than the cached projection (by resourceVersion) is ignored, so a writer can ``upsert``
-what it wrote ahead of the watch without the watch's older events undoing it.
+what it wrote ahead of the watch without the watch's older events undoing it. With
+``join`` every state of the server (listed, watched, upserted) is joined to what the
+cache holds before it is put in (the webhook's writes of its own the server's state does
+not show yet: ``webhook.cache``), and ``peek`` may recognise a watch line before it is
+decoded (an event the cache has applied already: it is never decoded).
 
 Used by the reconciler's caches (``reconciler.caches``) and the webhook's
 GPUReservation cache (``webhook.cache``).
@@ -63,8 +67,9 @@ class WatchGateway(Protocol):
         namespace: str | None = None,
         label_selector: str | None = None,
         timeout_s: int = STREAM_TIMEOUT_S,
+        known: Callable[[bytes], WatchEvent | None] | None = None,
     ) -> AsyncIterator[WatchEvent]:
-        """Stream watch events."""
+        """Stream watch events (``known``: ``Watched.peek``)."""
         ...
 
 
@@ -112,6 +117,7 @@ class Watched(Generic[T]):
         key: Callable[[dict[str, Any]], str] = key_of,
         version_of: Callable[[T], str] | None = None,
         same: Callable[[T, T], bool] | None = None,
+        join: Callable[[T | None, T], T] | None = None,
         resync_s: float | None = 300.0,
         retry_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
@@ -124,6 +130,7 @@ class Watched(Generic[T]):
         self._key = key
         self._version_of = version_of
         self._same = same
+        self._join = join
         self._resync_s = resync_s
         self._retry_s = retry_s
         self._monotonic = monotonic
@@ -133,6 +140,9 @@ class Watched(Generic[T]):
         self.synced = asyncio.Event()
         #: Called once, right after the first LIST.
         self.on_synced: Callable[[], None] = lambda: None
+        #: Given each raw watch line before it is decoded: an event standing for it (not
+        #: decoded then), or None to decode it as usual.
+        self.peek: Callable[[bytes], WatchEvent | None] | None = None
         self.relists = 0
         #: ``monotonic()`` when the API was last heard from (LIST, event or bookmark).
         self.heard_at = monotonic()
@@ -166,11 +176,12 @@ class Watched(Generic[T]):
         """LIST and replace the cache, telling listeners what changed; the list's version."""
         listed = await self._gateway.list_all(self.res, self._ns)
         fresh: dict[str, T] = {}
+        old = self.items
         for obj in listed.items:
             view = self._project(obj)
             if view is not None:
-                fresh[self._key(obj)] = view
-        old = self.items
+                key = self._key(obj)
+                fresh[key] = view if self._join is None else self._join(old.get(key), view)
         self.items = fresh
         for key in old.keys() - fresh.keys():
             self._tell(key, old[key], None)
@@ -193,7 +204,12 @@ class Watched(Generic[T]):
                 if (left := until - self._monotonic()) <= 0:
                     return
                 timeout = max(1, int(left))
-            stream = self._gateway.watch(self.res, version, self._ns, timeout_s=timeout)
+            if self.peek is None:
+                stream = self._gateway.watch(self.res, version, self._ns, timeout_s=timeout)
+            else:
+                stream = self._gateway.watch(
+                    self.res, version, self._ns, timeout_s=timeout, known=self.peek
+                )
             async for event in stream:
                 version = self.apply(event) or version
 
@@ -207,13 +223,24 @@ class Watched(Generic[T]):
         elif event.type != "BOOKMARK":
             key = self._key(event.object)
             if not self._has(key, version):
-                self._put(key, self._project(event.object))
+                self._put(key, self._joined(key, self._project(event.object)))
         return str(version) if version else None
 
     def upsert(self, obj: dict[str, Any], view: T | None = None) -> None:
-        """Put ``obj`` in as if watched (a write of our own, ahead of the watch);
-        ``view`` is its projection when the caller has made it already."""
-        self._put(self._key(obj), self._project(obj) if view is None else view)
+        """Put ``obj`` (a state of the server: an answer, a GET) in as if watched, ahead
+        of the watch; ``view`` is its projection when the caller has made it already."""
+        key = self._key(obj)
+        self._put(key, self._joined(key, self._project(obj) if view is None else view))
+
+    def put(self, key: str, view: T) -> None:
+        """Put ``view`` in as it is (not joined: e.g. the cache's own provisional view),
+        unless the cache holds a newer version (with ``version_of``)."""
+        self._put(key, view)
+
+    def _joined(self, key: str, view: T | None) -> T | None:
+        if view is None or self._join is None:
+            return view
+        return self._join(self.items.get(key), view)
 
     def _has(self, key: str, version: Any) -> bool:
         """Whether the cache holds ``key`` at ``version`` or newer (with ``version_of``):

@@ -193,7 +193,10 @@ class FakeKube:
         namespace: str | None = None,
         patch_type: PatchType = "json",
         subresource: str | None = None,
+        read_answer: bool = True,
     ) -> Obj:
+        """A JSON, merge or strategic merge patch; the object as patched (also with
+        ``read_answer=False``: the caller ignores it)."""
         await self._enter("patch", res)
         current = self._current(res, name, namespace)
         with _as_kube_error():

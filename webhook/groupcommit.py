@@ -57,8 +57,10 @@ class GroupCommit:
         *,
         parsed: Callable[[str], GPUReservation | None] = lambda name: None,
         grouped: Callable[[int], None] = lambda size: None,
+        sending: Callable[[ledger.QuietWrite], None] = lambda write: None,
         monotonic: Callable[[], float] = time.monotonic,
         depth: int = DEPTH,
+        echo: bool = False,
     ) -> None:
         """``cached(name)`` is the watch cache's raw object (the first read of each
         write) and ``parsed(name)`` the same object parsed, when the cache has it;
@@ -66,7 +68,10 @@ class GroupCommit:
         the one carrying the server's answer) before its callers are, so the cache
         holds the written version before the next group reads it;
         ``grouped(size)`` hears each group's size (metrics); ``depth`` is how many
-        writes per reservation may be in flight (1: one at a time)."""
+        writes per reservation may be in flight (1: one at a time). The server's
+        answer to a write that lands is not read unless ``echo``: ``written`` is then
+        told the expected result (``ClaimResult.landed``, ``ReservationCache.wrote``),
+        and ``sending`` hears of each such write as it is sent."""
         self._gateway = gateway
         self._namespace = namespace
         self._cached = cached
@@ -75,9 +80,13 @@ class GroupCommit:
         self._grouped = grouped
         self._monotonic = monotonic
         self._depth = max(1, depth)
+        self._echo = echo
+        self._sending = sending
         self._queues: dict[str, list[_Waiter]] = {}
         self._writers: dict[str, asyncio.Task[None]] = {}
-        self._arrived: dict[str, asyncio.Event] = {}
+        #: Per reservation whose writer waits with room for another write: the future
+        #: the next claim to arrive resolves.
+        self._arrived: dict[str, asyncio.Future[None]] = {}
         #: Writes made, the asks they carried, and the writes sent while another was in
         #: flight (for tests and metrics).
         self.writes = 0
@@ -85,18 +94,25 @@ class GroupCommit:
         self.pipelined = 0
 
     async def claim(self, name: str, ask: Ask, deadline: float) -> ClaimResult:
-        """``ask`` on reservation ``name``, written with whatever else is waiting."""
-        future: asyncio.Future[ClaimResult] = asyncio.get_running_loop().create_future()
+        """``ask`` on reservation ``name``, written with whatever else is waiting.
+
+        At ``deadline`` the caller is answered ``deadline`` (one timer on the loop; the
+        ask may still be in a write in flight, whose hold then expires unbound). A
+        caller cancelled before its ask joins a group takes it out of the queue."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ClaimResult] = loop.create_future()
         self._queues.setdefault(name, []).append(_Waiter(ask, deadline, future))
         if name not in self._writers:
             self._writers[name] = asyncio.ensure_future(self._write_all(name))
-        elif name in self._arrived:
-            self._arrived[name].set()
-        remaining = deadline - self._monotonic()
+        else:
+            arrival = self._arrived.pop(name, None)
+            if arrival is not None and not arrival.done():
+                arrival.set_result(None)
+        timer = loop.call_later(max(deadline - self._monotonic(), 0.0), _expire, future)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), max(remaining, 0.0))
-        except TimeoutError:
-            return ClaimResult(False, None, None, "deadline", 0)
+            return await future
+        finally:
+            timer.cancel()
 
     async def close(self) -> None:
         """Cancel the writers (shutdown); their waiting callers are cancelled too."""
@@ -115,7 +131,7 @@ class GroupCommit:
         known (a write conditional on the resourceVersion) or leaves too little room
         for the whole group: a refusal is decided on what the server holds, never on a
         write still in flight."""
-        arrived = self._arrived.setdefault(name, asyncio.Event())
+        loop = asyncio.get_running_loop()
         running: set[asyncio.Task[None]] = set()
         newest: asyncio.Task[None] | None = None
         expected: tuple[dict[str, Any], GPUReservation] | None = None
@@ -140,16 +156,14 @@ class GroupCommit:
                         return
                     continue
                 waits: set[asyncio.Future[Any]] = set(running)
-                arrival = None
                 if len(running) < self._depth and not blocked:
-                    arrived.clear()
-                    arrival = asyncio.ensure_future(arrived.wait())
+                    arrival: asyncio.Future[None] = loop.create_future()
+                    self._arrived[name] = arrival
                     waits.add(arrival)
                 try:
                     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 finally:
-                    if arrival is not None:
-                        arrival.cancel()
+                    self._arrived.pop(name, None)
         except BaseException as exc:
             failed = exc if isinstance(exc, Exception) else None
             for task in running:
@@ -213,6 +227,8 @@ class GroupCommit:
                 monotonic=self._monotonic,
                 on_sent=on_sent,
                 pipelined=base is not None,
+                echo=self._echo,
+                sending=self._sending,
             )
             self.writes += 1
             self.asks += len(group)
@@ -241,6 +257,12 @@ class GroupCommit:
 def _fits(expected: GPUReservation, group: list[_Waiter]) -> bool:
     """Whether every ask of ``group`` fits the room ``expected`` leaves."""
     return sum(w.ask.gpus for w in group) <= ledger.free(expected)
+
+
+def _expire(future: asyncio.Future[ClaimResult]) -> None:
+    """A caller's deadline: answered ``deadline`` unless answered already."""
+    if not future.done():
+        future.set_result(ClaimResult(False, None, None, "deadline", 0))
 
 
 def _fail(future: asyncio.Future[ClaimResult], exc: Exception | None) -> None:

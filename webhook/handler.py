@@ -85,6 +85,7 @@ class Admission:
             self._remember,
             parsed=self._cached_reservation,
             grouped=metrics.claim_groups.observe,
+            sending=cache.sending,
             monotonic=monotonic,
         )
 
@@ -258,13 +259,19 @@ class Admission:
         """After each group's write: count its 409s, and put the object as last read or
         written into the cache (ahead of the watch).
 
-        It is the server's own copy (spec and status of one resourceVersion): the
+        A write whose answer was not read (``result.landed``) goes in as provisional
+        (``ReservationCache.wrote``: the watch's event of it makes it true). Anything
+        else is the server's own copy (spec and status of one resourceVersion): the
         cached spec under a newer resourceVersion would outrank the watch's newer spec
         and let the next claim decide (and write ``/status``) on the old budget.
         """
         self.metrics.ledger_conflicts.inc(result.conflicts)  # once per write, not per caller
         res = result.reservation
-        if result.raw is not None and res is not None and self.cache.entry(res.name):
+        if result.raw is None or res is None:
+            return
+        if result.landed is not None:
+            self.cache.wrote(result.raw, res, result.landed)
+        elif self.cache.entry(res.name):
             self.cache.upsert(result.raw, res)
 
     def _fail_open(

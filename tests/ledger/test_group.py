@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 from dataclasses import replace
 from typing import Any
@@ -249,3 +250,86 @@ def test_decide_group_is_the_asks_made_one_after_another(budget, held, sizes, st
     assert [h.claim for h in new] == [
         c for c, r in zip(ids, reasons, strict=True) if r == "admitted"
     ]
+
+
+# --- echo=False: the answer to a write that lands is not read --------------------------
+
+
+class Quiet(FakeStore):
+    """The store, recording what each patch asked of its answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read_answers: list[bool] = []
+
+    async def patch(self, *args: Any, read_answer: bool = True, **kw: Any) -> dict[str, Any]:
+        self.read_answers.append(read_answer)
+        await super().patch(*args, **kw)
+        return {} if not read_answer else self.stored("res-1")
+
+
+def test_without_echo_the_answer_is_not_read_and_the_result_is_what_the_write_left() -> None:
+    store = Quiet()
+    store.put(model.GPUReservation(facts(gpus=8), (model.Hold("old", 2, NOW, "p-old", "u"),)))
+    read = store.stored("res-1")
+    results = group(store, 1, 9, 2, cached=read, echo=False)
+    assert store.read_answers == [False]
+    assert [r.reason for r in results] == ["admitted", "too_small", "admitted"]
+    admitted = results[0]
+    landed = admitted.landed
+    assert landed is not None
+    assert admitted.raw is not None
+    assert admitted.reservation is not None
+    # The object and ledger expected are the stored ones, but for the resourceVersion.
+    stored = store.stored("res-1")
+    assert admitted.raw["status"] == stored["status"]
+    assert "resourceVersion" not in admitted.raw["metadata"]
+    assert admitted.reservation.holds == store.reservation("res-1").holds
+    assert admitted.reservation.token == stored["status"][model.LEDGER_TOKEN] == landed.token
+    # What a cache needs to place it among the server's states.
+    assert landed.tested == read["status"][model.LEDGER_TOKEN]
+    assert landed.base_version == read["metadata"]["resourceVersion"]
+    assert [h.claim for h in landed.holds] == [results[0].claim, results[2].claim]
+    assert results[1].landed is None
+    assert results[1].raw is None
+
+
+def test_without_echo_a_ledger_without_a_token_still_reads_the_answer() -> None:
+    """Its write is conditional on the resourceVersion, not a token: no state after
+    it can be placed by token, so the server's answer is read as with echo."""
+    store = Quiet()
+    store.put(model.GPUReservation(facts(gpus=8)))
+    del store.stored("res-1")["status"][model.LEDGER_TOKEN]
+    results = group(store, 1, cached=copy.deepcopy(store.stored("res-1")), echo=False)
+    assert store.read_answers == [True]
+    assert results[0].landed is None
+    assert results[0].raw == store.stored("res-1")
+
+
+def test_without_echo_a_lost_race_re_reads_and_the_landed_write_names_that_read() -> None:
+    store = Quiet()
+    store.put(model.GPUReservation(facts(gpus=8)))
+    stale = copy.deepcopy(store.stored("res-1"))
+    store.bump("res-1", lambda r: r)  # a room-taking write: a new token
+    fresh = store.stored("res-1")["metadata"]["resourceVersion"]
+    [result] = group(store, 1, cached=stale, echo=False)
+    assert result.admitted
+    assert result.conflicts == 1
+    assert result.landed is not None
+    assert result.landed.base_version == fresh
+    assert store.read_answers == [False, False]
+
+
+def test_without_echo_the_view_is_the_answers_down_to_the_stored_instants() -> None:
+    store = Quiet()
+    store.put(model.GPUReservation(facts(gpus=8)))
+    late = NOW.replace(microsecond=654321)
+    [result] = asyncio.run(
+        ledger.claim_group(
+            store, NAMESPACE, "res-1", [ledger.Ask(1, "p", late)], deadline=FAR, echo=False
+        )
+    )
+    assert result.reservation is not None
+    assert result.landed is not None
+    assert result.reservation.holds == store.reservation("res-1").holds
+    assert result.landed.holds == store.reservation("res-1").holds

@@ -45,7 +45,7 @@ class Script:
         return ListResult(items, str(10 * len(self.watched_from) + 10))
 
     async def watch(
-        self, res, resource_version, namespace=None, label_selector=None, timeout_s=270
+        self, res, resource_version, namespace=None, label_selector=None, timeout_s=270, known=None
     ) -> AsyncIterator[WatchEvent]:
         self.watched_from.append(resource_version)
         if not self.watches:
