@@ -59,8 +59,14 @@ for _pod_list in ("containers", "initContainers", "ephemeralContainers"):
 MERGE_PRIMITIVES = frozenset({"metadata.finalizers"})
 
 
-def json_patch(target: Obj, ops: Any) -> Obj:
-    """Apply an RFC 6902 patch; malformed → 400, inapplicable or failed test → 422."""
+def json_patch(target: Obj, ops: Any, share: bool = False) -> Obj:
+    """Apply an RFC 6902 patch; malformed → 400, inapplicable or failed test → 422.
+
+    ``share``: the result may share with ``target`` the containers the patch does not
+    change (a simple patch copies only the objects and arrays on its paths: for a
+    ledger claim the root, ``status`` and the holds array, not the 50 holds), for a
+    caller that changes nothing of the result in place below what the patch itself
+    wrote. ``target`` is never changed either way."""
     if not isinstance(ops, list):
         raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
     if len(ops) > MAX_JSON_PATCH_OPS:
@@ -68,8 +74,8 @@ def json_patch(target: Obj, ops: Any) -> Obj:
             f"The allowed operations in this JSON patch is {MAX_JSON_PATCH_OPS}, got {len(ops)}"
         )
     if all(type(op) is dict and op.get("op") in _SIMPLE_OPS for op in ops):
-        simple = clone(target)
-        if _simple(simple, ops):
+        simple = dict(target) if share else clone(target)
+        if _simple(simple, ops, _Copies(simple) if share else None):
             return simple
     return with_jsonpatch(target, ops)
 
@@ -98,13 +104,31 @@ _SIMPLE_OPS = frozenset({"add", "replace", "remove", *(("test",) if _json_equal 
 _INDEX = re.compile(r"0|[1-9][0-9]*")
 
 
-def _simple(doc: Obj, ops: list[Any]) -> bool:
+class _Copies:
+    """The containers a sharing patch made for itself (its root first): only these
+    may be changed in place; any other container on a path is copied first."""
+
+    def __init__(self, root: Obj) -> None:
+        self._made: dict[int, Any] = {id(root): root}  # held: no id is reused meanwhile
+
+    def own(self, parent: Any, part: str, child: Any) -> Any:
+        """``child`` (``parent``'s member ``part``), replaced by a copy unless made here."""
+        if self._made.get(id(child)) is child:
+            return child
+        copy: Any = dict(child) if type(child) is dict else list(child)
+        parent[part if type(parent) is dict else int(part)] = copy
+        self._made[id(copy)] = copy
+        return copy
+
+
+def _simple(doc: Obj, ops: list[Any], copies: _Copies | None = None) -> bool:
     """Apply ``ops`` to ``doc`` in place when every one is an ``add``, ``replace``,
     ``remove`` or a passing ``test`` whose path (no ``~`` escapes) leads through
     existing objects and arrays to a place it applies to — exactly as ``jsonpatch``
     would, values copied as it copies them. False as soon as one is not: ``doc`` is
     then partly changed, and the caller applies the whole patch with ``jsonpatch`` to
-    a fresh copy (which gives its refusal)."""
+    a fresh copy (which gives its refusal). With ``copies`` (``doc`` a shallow copy of
+    the target), a container on a changing op's path is copied before it is changed."""
     for op in ops:
         if type(op) is not dict:
             return False
@@ -119,11 +143,14 @@ def _simple(doc: Obj, ops: list[Any]) -> bool:
         container: Any = doc
         for part in parents:
             if type(container) is dict and part in container:
-                container = container[part]
+                child = container[part]
             elif type(container) is list and _INDEX.fullmatch(part) and int(part) < len(container):
-                container = container[int(part)]
+                child = container[int(part)]
             else:
                 return False
+            if copies is not None and kind != "test" and type(child) in (dict, list):
+                child = copies.own(container, part, child)
+            container = child
         if not _apply_simple(container, kind, last, op.get("value")):
             return False
     return True

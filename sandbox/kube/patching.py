@@ -61,17 +61,23 @@ async def patch(
             return 201, await create(cluster, call, body)
     if old is None:
         raise not_found(call.rtype.plural, call.rtype.group, call.name)
-    patched = _apply(kind, present(call, old), body)
+    current = present(call, old)
+    patched = _apply(kind, current, body, share=call.rtype.is_custom)
+    if patched.get("metadata") is current.get("metadata"):  # shared: changed below
+        patched["metadata"] = dict(current["metadata"])
     _precondition(call, patched, old)
     new = decode(call, patched, owned=True)
     return 200, await apply_update(cluster, call, new, old, {})
 
 
-def _apply(kind: str, current: Obj, body: Any) -> Obj:
+def _apply(kind: str, current: Obj, body: Any, share: bool = False) -> Obj:
     """The patched object: a new one, sharing nothing with ``current`` (each flavour
-    copies what it keeps)."""
+    copies what it keeps) — except, with ``share``, what a JSON Patch leaves unchanged.
+    Custom resources share: their update path takes only ``status`` (a ``/status``
+    write, which pruning copies) or copies the whole object (the main resource), and
+    changes nothing else of it in place but the top level and ``metadata``."""
     if kind == JSON_PATCH:
-        return p.json_patch(current, body)
+        return p.json_patch(current, body, share)
     if not isinstance(body, dict):
         raise bad_request("the patch must be a JSON object")
     if kind == STRATEGIC_PATCH:

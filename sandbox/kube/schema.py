@@ -68,8 +68,29 @@ class _Known:
         return found[1]
 
 
+class _Held:
+    """Flat items found clean/valid, by item schema and by identity, each held so its
+    ``id`` is not reused while remembered. Only for objects never changed after they
+    were judged: pruning's own copies and what is validated as it will be stored —
+    stored objects are never changed in place (``store.put_owned``), and a sharing JSON
+    Patch (``patch.json_patch``) copies every container it changes."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[Schema, dict[int, Any]]] = {}
+
+    def of(self, schema: Schema) -> dict[int, Any]:
+        found = self._held.get(id(schema))
+        if found is None or found[0] is not schema:
+            found = self._held[id(schema)] = (schema, {})
+        if len(found[1]) >= KNOWN_ITEMS:
+            found[1].clear()
+        return found[1]
+
+
 _CLEAN = _Known()
 _VALID = _Known()
+_CLEAN_HELD = _Held()
+_VALID_HELD = _Held()
 
 
 def _declared_scalars(value: Any, props: Any) -> bool:
@@ -114,21 +135,30 @@ def prune(value: Any, schema: Schema, path: str = "", root: bool = True) -> tupl
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         items = schema["items"]
         clean = _CLEAN.of(items)
+        # with defaults below, ``default`` writes into what pruning gives: copies only
+        held = None if _has_default(items) else _CLEAN_HELD.of(items)
         pruned = []
         props = items.get("properties")
         for i, item in enumerate(value):
+            if held is not None and held.get(id(item)) is item:
+                pruned.append(item)  # pruning's own clean copy, unchanged since: itself
+                continue
             if _declared_scalars(item, props):
-                pruned.append(dict(item))
-                continue
-            key = flat_key(item)
-            if key is not None and key in clean:
-                pruned.append(dict(item))  # a copy, as pruning it again would give
-                continue
-            new, more = prune(item, items, f"{path}[{i}]", False)
+                new = dict(item)
+            else:
+                key = flat_key(item)
+                if key is not None and key in clean:
+                    new = dict(item)  # a copy, as pruning it again would give
+                else:
+                    new, more = prune(item, items, f"{path}[{i}]", False)
+                    dropped += more
+                    if key is None or more:
+                        pruned.append(new)
+                        continue
+                    clean.add(key)
             pruned.append(new)
-            dropped += more
-            if key is not None and not more:
-                clean.add(key)
+            if held is not None:
+                held[id(new)] = new
         return pruned, dropped
     return value, dropped
 
@@ -309,14 +339,19 @@ def _array_rules(value: list[Any], schema: Schema, path: str) -> list[FieldError
     items = schema.get("items")
     if isinstance(items, dict):
         valid = _VALID.of(items)
+        held = _VALID_HELD.of(items)
         for i, item in enumerate(value):
+            if held.get(id(item)) is item:
+                continue
             key = flat_key(item)
             if key is not None and key in valid:
+                held[id(item)] = item
                 continue
             found = validate(item, items, f"{path}[{i}]")
             errors += found
             if key is not None and not found:
                 valid.add(key)
+                held[id(item)] = item
     return errors
 
 

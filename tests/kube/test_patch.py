@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import httpx
@@ -281,6 +282,66 @@ def test_a_json_patch_gives_what_jsonpatch_gives(doc: dict[str, Any], ops: list[
     """Rule (facts §3.1): the result, or the refusal (status, reason, message), is the
     same whether the patch took the direct path or ``jsonpatch``'s."""
     assert _outcome(json_patch, doc, ops) == _outcome(with_jsonpatch, doc, ops)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    doc=st.dictionaries(st.sampled_from(["a", "b", "0", "-"]), _VALUES, max_size=3),
+    ops=_ops(),
+)
+def test_a_sharing_json_patch_gives_what_jsonpatch_gives(
+    doc: dict[str, Any], ops: list[Any]
+) -> None:
+    """The sharing patch (custom resources) gives the same result or refusal, never
+    changes the target (``_outcome`` checks), and whatever it shares with the target is
+    a container no op changed: changing the result's own containers after it does not
+    reach the target."""
+    shared = _outcome(partial(json_patch, share=True), doc, ops)
+    assert shared == _outcome(with_jsonpatch, doc, ops)
+    if isinstance(shared, dict):
+        before = clone(doc)
+        again = json_patch(doc, ops, share=True)
+        changed = [op for op in ops if isinstance(op, dict) and op.get("op") != "test"]
+        for op in changed:  # the containers on a changing op's path are the result's own
+            container: Any = again
+            try:
+                for part in op["path"][1:].split("/")[:-1]:
+                    container = container[part if isinstance(container, dict) else int(part)]
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue  # a later op removed it, or an escaped path jsonpatch applied
+            if isinstance(container, dict):
+                container["__mark__"] = 1
+            elif isinstance(container, list):
+                container.append("__mark__")
+        assert doc == before
+
+
+def test_a_sharing_patch_copies_only_the_containers_on_its_paths() -> None:
+    """A claim's patch shares the untouched holds and spec with the stored object and
+    copies the root, ``status`` and the holds array it changes."""
+    holds = [{"claim": f"c{i}", "gpus": 1} for i in range(3)]
+    doc: dict[str, Any] = {
+        "metadata": {"uid": "u"},
+        "spec": {"gpuCount": 4},
+        "status": {"holds": holds, "usedGpus": 3},
+    }
+    ops = [
+        {"op": "test", "path": "/metadata/uid", "value": "u"},
+        {"op": "remove", "path": "/status/holds/0"},
+        {"op": "add", "path": "/status/holds/-", "value": {"claim": "c3", "gpus": 1}},
+        {"op": "replace", "path": "/status/holds/0/gpus", "value": 2},
+        {"op": "add", "path": "/status/usedGpus", "value": 4},
+    ]
+    result = json_patch(doc, ops, share=True)
+    assert result == with_jsonpatch(doc, ops)
+    assert result["spec"] is doc["spec"]
+    assert result["metadata"] is doc["metadata"]  # only tested: the caller copies it
+    assert result["status"] is not doc["status"]
+    assert result["status"]["holds"] is not holds
+    assert result["status"]["holds"][0] is not holds[1]  # changed: a copy
+    assert result["status"]["holds"][1] is holds[2]  # untouched: shared
+    assert holds == [{"claim": f"c{i}", "gpus": 1} for i in range(3)]
+    assert json_patch(doc, ops)["spec"] is not doc["spec"]  # not sharing: a whole copy
 
 
 def test_the_claims_patch_takes_the_direct_path() -> None:

@@ -95,6 +95,31 @@ def test_pruning_a_remembered_item_gives_a_copy_and_unknown_fields_still_drop() 
     assert dropped == ["entries[2].odd"]
 
 
+def test_pruning_keeps_its_own_clean_copies_as_they_are() -> None:
+    """Pruning's own clean copy of a flat item, pruned again (a later write left it
+    alone), is kept itself instead of copied again; anything else is still copied and
+    pruned. With a default below the items, every item is a fresh copy (defaulting
+    writes into what pruning gives)."""
+    status = _schema()
+    first, _ = schema.prune({"entries": _entries(2)}, status)
+    extra = {"id": "e9", "n": 9, "odd": 1}
+    again, dropped = schema.prune({"entries": [*first["entries"], extra]}, status)
+    assert dropped == ["entries[2].odd"]
+    assert again["entries"][0] is first["entries"][0]
+    assert again["entries"][1] is first["entries"][1]
+    assert again["entries"][2] == {"id": "e9", "n": 9}
+    third, _ = schema.prune(again, status)
+    assert third["entries"][2] is not again["entries"][2]  # it dropped a field: not kept
+    defaulted = _schema()
+    items = defaulted["properties"]["entries"]["items"]
+    items["properties"]["n"]["default"] = 0
+    items["required"] = ["id"]
+    one, _ = schema.prune({"entries": [{"id": "a"}]}, defaulted)
+    two, _ = schema.prune(one, defaulted)
+    assert two["entries"][0] == one["entries"][0]
+    assert two["entries"][0] is not one["entries"][0]
+
+
 def test_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(schema, "KNOWN_ITEMS", 8)
     status = _schema()
@@ -430,6 +455,39 @@ def _patch_status(api: httpx.Client, path: str, ops: list[dict[str, Any]]) -> ht
     return api.patch(
         f"{path}/t/status", json=ops, headers={"Content-Type": "application/json-patch+json"}
     )
+
+
+def test_a_status_patch_shares_what_it_left_alone_and_judges_what_it_changed(
+    kube: Running, api: httpx.Client, ns: str, tallies: str
+) -> None:
+    """A status JSON Patch of a custom resource stores a state sharing the entries it did
+    not touch with the state before (which stays as it was); an entry it changed is a
+    copy, pruned and validated afresh (an invalid value is a 422 naming it)."""
+    path = tallies.format(ns=ns)
+    created = _tally(api, ns, tallies)
+    assert _put_status(api, path, {**created, "status": {"entries": _entries(3)}}).is_success
+    key = ("example.com", "tallies", ns, "t")
+    before = kube.call(lambda: kube.server.store.peek(*key))
+    before_json = json.dumps(before, sort_keys=True)
+    bad = _patch_status(api, path, [{"op": "replace", "path": "/status/entries/1/n", "value": -1}])
+    assert bad.status_code == 422
+    assert [c["field"] for c in bad.json()["details"]["causes"]] == ["status.entries[1].n"]
+    odd = [{"op": "add", "path": "/status/entries/2/odd", "value": 1}]
+    assert _patch_status(api, path, odd).status_code == 200
+    good = _patch_status(api, path, [{"op": "replace", "path": "/status/entries/1/n", "value": 5}])
+    assert good.status_code == 200, good.text
+    assert good.json()["status"]["entries"] == [
+        *_entries(1),
+        {"id": "e1", "n": 5},
+        _entries(1, 2)[0],
+    ]
+    after = kube.call(lambda: kube.server.store.peek(*key))
+    assert before is not None
+    assert after is not None
+    assert after["status"]["entries"][0] is before["status"]["entries"][0]
+    assert after["status"]["entries"][1] is not before["status"]["entries"][1]
+    assert after["spec"] is not before["spec"]  # a /status write copies the rest
+    assert json.dumps(before, sort_keys=True) == before_json
 
 
 def test_a_status_patch_keeps_every_rule_and_leaves_stored_states_alone(
