@@ -192,10 +192,34 @@ def _passes(container: Any, last: str, value: Any) -> bool:
     """A ``test`` whose path exists and whose value equals ``value`` (jsonpatch's
     comparison); anything else is left to jsonpatch."""
     if type(container) is dict and last in container:
-        return bool(_json_equal(container[last], value))
+        return _equal(container[last], value)
     if type(container) is list and _INDEX.fullmatch(last) and int(last) < len(container):
-        return bool(_json_equal(container[int(last)], value))
+        return _equal(container[int(last)], value)
     return False
+
+
+_EXACT = frozenset({str, int, float, bool, type(None)})
+
+
+def _equal(stored: Any, value: Any) -> bool:
+    """jsonpatch's comparison (``true`` is not ``1``, members one by one), with an object's
+    members of one scalar type on both sides compared directly — for them it is plain
+    equality (the reconciler's drops test whole holds, ≈ 7 µs each through jsonpatch's
+    walk)."""
+    if type(stored) is not dict or type(value) is not dict:
+        return bool(_json_equal(stored, value))
+    if len(stored) != len(value):
+        return False
+    for key, member in stored.items():
+        if key not in value:
+            return False
+        other = value[key]
+        if type(member) is type(other) and type(member) in _EXACT:
+            if member != other:
+                return False
+        elif not _json_equal(member, other):
+            return False
+    return True
 
 
 def _rejected(detail: str) -> Exception:

@@ -340,6 +340,7 @@ def _array_rules(value: list[Any], schema: Schema, path: str) -> list[FieldError
     if isinstance(items, dict):
         valid = _VALID.of(items)
         held = _VALID_HELD.of(items)
+        plain = plain_check(items)
         for i, item in enumerate(value):
             if held.get(id(item)) is item:
                 continue
@@ -347,12 +348,79 @@ def _array_rules(value: list[Any], schema: Schema, path: str) -> list[FieldError
             if key is not None and key in valid:
                 held[id(item)] = item
                 continue
-            found = validate(item, items, f"{path}[{i}]")
+            found = (
+                [] if plain is not None and plain(item) else validate(item, items, f"{path}[{i}]")
+            )
             errors += found
             if key is not None and not found:
                 valid.add(key)
                 held[id(item)] = item
     return errors
+
+
+#: What ``plain_check`` understands: an object schema's keywords, a member's, and the
+#: member types (Python types of a decoded JSON value that are valid as that type).
+_PLAIN_OBJECT = frozenset({"type", "description", "required", "properties"})
+_PLAIN_MEMBER = frozenset({"type", "description", "minimum", "maximum"})
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "boolean": (bool,),
+    "number": (int, float),
+}
+_PLAIN: dict[int, tuple[Schema, Any]] = {}
+
+
+def plain_check(schema: Schema) -> Any:
+    """For an object schema of plain members (each a string, integer, boolean or number,
+    bounded at most by ``minimum``/``maximum``; ``required``; no other keyword), a quick
+    test that is True only for a value ``validate`` finds no fault in — the members
+    present of exactly their type and within bounds, every required one present (an
+    undeclared member is not validated either). False means: ask ``validate`` (for the
+    faults and their messages). None for any other schema. Kept per schema identity."""
+    known = _PLAIN.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    check = _plain_check(schema)
+    _PLAIN[id(schema)] = (schema, check)
+    return check
+
+
+def _plain_check(schema: Schema) -> Any:
+    if schema.get("type") != "object" or not _PLAIN_OBJECT.issuperset(schema):
+        return None
+    rules: dict[str, tuple[tuple[type, ...], Any, Any]] = {}
+    for key, member in (schema.get("properties") or {}).items():
+        if not isinstance(member, dict) or not _PLAIN_MEMBER.issuperset(member):
+            return None
+        kind = member.get("type")
+        if kind not in _PLAIN_TYPES:
+            return None
+        low, high = member.get("minimum"), member.get("maximum")
+        numeric = kind in ("integer", "number")
+        if (low is not None or high is not None) and not numeric:
+            return None
+        for bound in (low, high):
+            if bound is not None and type(bound) not in (int, float):
+                return None
+        rules[key] = (_PLAIN_TYPES[kind], low, high)
+    required = tuple(schema.get("required") or ())
+
+    def check(value: Any) -> bool:
+        if type(value) is not dict or any(key not in value for key in required):
+            return False
+        for key, member in value.items():
+            rule = rules.get(key)
+            if rule is None:
+                continue
+            types, low, high = rule
+            if type(member) not in types:
+                return False
+            if (low is not None and member < low) or (high is not None and member > high):
+                return False
+        return True
+
+    return check
 
 
 def structural_problems(schema: Any, path: str = "openAPIV3Schema") -> list[str]:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sandbox.kube.clone import clone
 from sandbox.kube.errors import ApiError
-from sandbox.kube.patch import _simple, json_patch, with_jsonpatch
+from sandbox.kube.patch import _equal, _json_equal, _simple, json_patch, with_jsonpatch
 from tests.kube.conftest import pod
 
 CM = "/api/v1/namespaces/{ns}/configmaps"
@@ -342,6 +342,20 @@ def test_a_sharing_patch_copies_only_the_containers_on_its_paths() -> None:
     assert result["status"]["holds"][1] is holds[2]  # untouched: shared
     assert holds == [{"claim": f"c{i}", "gpus": 1} for i in range(3)]
     assert json_patch(doc, ops)["spec"] is not doc["spec"]  # not sharing: a whole copy
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    first=st.one_of(_VALUES, st.dictionaries(st.sampled_from(["a", "b"]), _SCALARS)),
+    second=st.one_of(_VALUES, st.dictionaries(st.sampled_from(["a", "b"]), _SCALARS)),
+)
+def test_a_tests_comparison_is_jsonpatchs(first: Any, second: Any) -> None:
+    """The direct path's ``test`` comparison gives jsonpatch's answer (``true`` is not
+    ``1``, ``1`` is ``1.0``), whatever the values, including a value against itself."""
+    assert _equal(first, second) == bool(_json_equal(first, second))
+    assert _equal(first, clone(first)) == bool(_json_equal(first, clone(first)))
+    assert _equal({"n": 1, "b": True}, {"b": 1, "n": 1.0}) is False
+    assert _equal({"n": 1, "b": True}, {"b": True, "n": 1.0}) is True
 
 
 def test_the_claims_patch_takes_the_direct_path() -> None:

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox.kube import encoding, schema
 from sandbox.kube.admission_api import (
@@ -118,6 +120,76 @@ def test_pruning_keeps_its_own_clean_copies_as_they_are() -> None:
     two, _ = schema.prune(one, defaulted)
     assert two["entries"][0] == one["entries"][0]
     assert two["entries"][0] is not one["entries"][0]
+
+
+_MEMBER_TYPES = st.sampled_from(["string", "integer", "boolean", "number"])
+_MEMBER_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(-3, 3, allow_nan=False),
+    st.sampled_from(["", "s", "1"]),
+    st.just([1]),
+    st.just({"a": 1}),
+)
+
+
+@st.composite
+def _plain_schemas(draw: st.DrawFn) -> dict[str, Any]:
+    props: dict[str, Any] = {}
+    for key in draw(st.lists(st.sampled_from(["a", "b", "c"]), unique=True, max_size=3)):
+        kind = draw(_MEMBER_TYPES)
+        member: dict[str, Any] = {"type": kind, "description": "d"}
+        if kind in ("integer", "number"):
+            for bound in ("minimum", "maximum"):
+                if draw(st.booleans()):
+                    member[bound] = draw(st.integers(-2, 2))
+        props[key] = member
+    required = draw(st.lists(st.sampled_from(["a", "b", "d"]), unique=True, max_size=2))
+    return {"type": "object", "properties": props, "required": required}
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    plain=_plain_schemas(),
+    value=st.one_of(
+        st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), _MEMBER_VALUES, max_size=4),
+        _MEMBER_VALUES,
+    ),
+)
+def test_the_quick_check_passes_only_what_validation_passes(
+    plain: dict[str, Any], value: Any
+) -> None:
+    """An item the quick check passes is one full validation finds no fault in (a
+    failing quick check only sends the item to full validation)."""
+    check = schema.plain_check(plain)
+    assert check is not None
+    if check(value):
+        assert schema.validate(value, plain) == []
+    if isinstance(value, dict) and schema.validate(value, plain) == []:
+        loose = [
+            k
+            for k, v in value.items()
+            if plain["properties"].get(k, {}).get("type") == "integer" and type(v) is float
+        ]
+        assert check(value) or loose  # only a whole float for an integer takes the long way
+
+
+def test_the_quick_check_is_only_for_plain_schemas() -> None:
+    member = {"type": "string"}
+    for odd in (
+        {"type": "object", "properties": {"a": {**member, "pattern": "x"}}},
+        {"type": "object", "properties": {"a": {**member, "enum": ["x"]}}},
+        {"type": "object", "properties": {"a": {**member, "minimum": 1}}},
+        {"type": "object", "properties": {"a": {"type": "object"}}},
+        {"type": "object", "properties": {"a": member}, "additionalProperties": member},
+        {"type": "object", "properties": {"a": {**member, "nullable": True}}},
+        {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        {"type": "array", "items": member},
+    ):
+        assert schema.plain_check(odd) is None, odd
+    assert schema.plain_check(ENTRY) is not None
+    assert schema.validate({"entries": [{"id": "x", "n": -1}]}, _schema()) != []
 
 
 def test_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
