@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -329,6 +329,21 @@ def decide_group(
     return res, reasons, new
 
 
+def new_claim_ids(count: int) -> list[str]:
+    """``count`` fresh claim ids: random (version 4) UUIDs in their text form, as
+    ``str(uuid.uuid4())`` gives them, from one read of the system's randomness."""
+    raw = bytearray(os.urandom(16 * count))
+    for at in range(6, 16 * count, 16):
+        raw[at] = raw[at] & 0x0F | 0x40  # version 4
+        raw[at + 2] = raw[at + 2] & 0x3F | 0x80  # the RFC 4122 variant
+    text = raw.hex()
+    return [
+        f"{text[i : i + 8]}-{text[i + 8 : i + 12]}-{text[i + 12 : i + 16]}-"
+        f"{text[i + 16 : i + 20]}-{text[i + 20 : i + 32]}"
+        for i in range(0, 32 * count, 32)
+    ]
+
+
 class _Stop(Exception):
     """Ends a read-decide-write loop with a reason (not_found, deadline, error)."""
 
@@ -380,7 +395,7 @@ async def claim(
     except _Stop as stop:
         _log_stop("ledger.claim_failed", name, stop.reason, 0)
         return ClaimResult(False, None, None, stop.reason, 0)
-    updated, reasons, new = decide_group(last, [ask], [str(uuid.uuid4())])
+    updated, reasons, new = decide_group(last, [ask], new_claim_ids(1))
     if new:
         return ClaimResult(True, new[0].claim, updated, "admitted", 0)
     return ClaimResult(False, None, last, reasons[0], 0)
@@ -433,7 +448,7 @@ async def claim_group(
     raw = cached
     parsed = cached_parsed if cached is not None else None
     last: GPUReservation | None = None
-    claim_ids = [str(uuid.uuid4()) for _ in asks]
+    claim_ids = new_claim_ids(len(asks))
     try:
         for _ in range(MAX_ATTEMPTS):
             raw = (

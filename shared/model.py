@@ -14,7 +14,7 @@ log, never half-read.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
@@ -191,8 +191,11 @@ def hold_to_status(hold: Hold) -> dict[str, Any]:
 def as_stored(hold: Hold) -> Hold:
     """``hold`` as reading back its stored entry (``hold_to_status``) gives it: the
     instant to the second, in UTC."""
-    at = hold.at.astimezone(UTC).replace(microsecond=0)
-    return hold if at == hold.at and at.tzinfo is hold.at.tzinfo else replace(hold, at=at)
+    at = hold.at
+    if at.microsecond == 0 and at.tzinfo is UTC:
+        return hold
+    at = at.astimezone(UTC).replace(microsecond=0)
+    return Hold(hold.claim, hold.gpus, at, hold.pod, hold.pod_uid, hold.announced)
 
 
 def status_of(res: GPUReservation, now: datetime) -> dict[str, Any]:

@@ -53,6 +53,9 @@ _log = logging.getLogger(__name__)
 #: encoding: ``type`` first, compact).
 _MODIFIED = b'{"type":"MODIFIED",'
 _METADATA = b'"metadata":'
+_TOKEN = f'"{model.LEDGER_TOKEN}":"'.encode()
+#: Bytes of a watch line's object metadata decoded at first (the whole rest if longer).
+_METADATA_WINDOW = 2048
 _DECODER = json.JSONDecoder()
 #: Most writes sent per reservation whose answers are awaited (a write that failed is
 #: never answered as landed: the oldest are let go).
@@ -125,11 +128,32 @@ def metadata_of(line: bytes) -> dict[str, Any] | None:
     at = line.find(_METADATA)
     if at < 0:
         return None
+    start = at + len(_METADATA)
+    meta = _decoded(line[start : start + _METADATA_WINDOW])
+    if meta is None and len(line) > start + _METADATA_WINDOW:
+        meta = _decoded(line[start:])
+    return meta if isinstance(meta, dict) else None
+
+
+def token_in(line: bytes) -> bytes | None:
+    """The ledger token of the object in a watch line, as bytes (the last
+    ``"ledgerToken":"`` key of the line: the status's, which comes after metadata and
+    spec); None when there is none."""
+    at = line.rfind(_TOKEN)
+    if at < 0:
+        return None
+    start = at + len(_TOKEN)
+    end = line.find(b'"', start)
+    return line[start:end] if end > start else None
+
+
+def _decoded(text: bytes) -> Any:
+    """The JSON value ``text`` starts with; None when it does not start with one."""
     try:
-        meta, _ = _DECODER.raw_decode(line[at + len(_METADATA) :].decode())
+        value, _ = _DECODER.raw_decode(text.decode())
     except (ValueError, UnicodeDecodeError):
         return None
-    return meta if isinstance(meta, dict) else None
+    return value
 
 
 class ReservationCache:
@@ -244,13 +268,17 @@ class ReservationCache:
     def peek(self, line: bytes) -> WatchEvent | None:
         """The event of a write of ours, recognised in its watch line before it is
         decoded: a MODIFIED event of the object carrying the token the write set (the
-        first to carry it is the write's own) — the entry's first pending write, or,
+        first to carry it is the write's own; the token read by ``token_in``, then the
+        name and resourceVersion by ``metadata_of``) — the entry's first pending write, or,
         with none pending, a write sent (answer not in yet) that tested the entry's
         token. The entry is then that write's result under the event's
         resourceVersion; an event standing for the line (name and version alone) comes
         back, which ``Watched.apply`` finds applied already. None: decode the line as
         usual."""
         if not self._awaited or not line.startswith(_MODIFIED):
+            return None
+        token = token_in(line)
+        if token is None:
             return None
         for name in list(self._awaited):
             entry = self.watched.items.get(name)
@@ -262,9 +290,9 @@ class ReservationCache:
             if entry.pending:
                 write: QuietWrite | None = entry.pending[0]
             else:
-                token = entry.reservation.token
-                write = next((w for w in sent or () if w.tested == token), None)
-            if write is None or b'"' + write.token.encode() + b'"' not in line:
+                now = entry.reservation.token
+                write = next((w for w in sent or () if w.tested == now), None)
+            if write is None or write.token.encode() != token:
                 continue
             meta = metadata_of(line)
             version = meta.get("resourceVersion") if meta is not None else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -333,3 +334,14 @@ def test_without_echo_the_view_is_the_answers_down_to_the_stored_instants() -> N
     assert result.landed is not None
     assert result.reservation.holds == store.reservation("res-1").holds
     assert result.landed.holds == store.reservation("res-1").holds
+
+
+def test_claim_ids_are_random_uuids_in_their_text_form() -> None:
+    ids = ledger.new_claim_ids(200)
+    assert len(set(ids)) == 200
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+    assert ledger.new_claim_ids(0) == []

@@ -23,7 +23,7 @@ from shared.ledger import QuietWrite
 from tests.policy.builders import NOW, gpu_pod, reservation
 from tests.webhook.helpers import call, review, wired
 from webhook import cache as cache_module
-from webhook.cache import Entry, joined, metadata_of
+from webhook.cache import Entry, joined, metadata_of, token_in
 from webhook.handler import Admission
 
 pytestmark = pytest.mark.anyio
@@ -274,8 +274,13 @@ async def test_peek_leaves_every_other_line_to_the_decoder() -> None:
         (b'{"type":"MODIFIED","object":{"metadata":[1]}}', None),
         (b'{"type":"MODIFIED","object":{"spec":{}}}', None),
         (b'{"type":"MODIFIED","object":{"metadata":\xff}}', None),
+        (
+            b'{"object":{"metadata":{"annotations":{"a":"' + b"x" * 5000 + b'"},'
+            b'"resourceVersion":"9"},"spec":{}}}',
+            "9",
+        ),
     ],
-    ids=["whole", "cut-off", "not-an-object", "absent", "not-utf8"],
+    ids=["whole", "cut-off", "not-an-object", "absent", "not-utf8", "longer-than-the-window"],
 )
 def test_metadata_is_read_alone_or_not_at_all(raw: bytes, expected: str | None) -> None:
     meta = metadata_of(raw)
@@ -329,3 +334,19 @@ async def test_a_pipelined_write_answered_before_the_one_it_follows_shows_both()
     watch.deliver()
     assert watch.decoded == 0
     assert_is_the_store(admission, store)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"object":{"status":{"ledgerToken":"abc","usedGpus":1}}}', b"abc"),
+        (b'{"object":{"status":{"x":{"ledgerToken":"old"},"ledgerToken":"new"}}}', b"new"),
+        (b'{"object":{"status":{"ledgerToken":""}}}', None),
+        (b'{"object":{"status":{"ledgerToken":"cut', None),
+        (b'{"object":{"status":{"ledgerToken":7}}}', None),
+        (b'{"object":{"status":{}}}', None),
+    ],
+    ids=["one", "the-last", "empty", "cut-off", "not-a-string", "absent"],
+)
+def test_the_token_is_read_from_the_line_or_not_at_all(raw: bytes, expected: bytes | None) -> None:
+    assert token_in(raw) == expected
