@@ -334,7 +334,7 @@ def test_the_request_carries_the_token_accept_and_json_body() -> None:
     assert headers["content-type"] == "application/json-patch+json"
     assert headers["accept"] == "application/json"
     assert headers["host"] == f"127.0.0.1:{server.port}"
-    assert body == b'[{"op": "add", "path": "/data", "value": {}}]'
+    assert body == b'[{"op":"add","path":"/data","value":{}}]'
 
 
 @pytest.mark.parametrize(
