@@ -233,10 +233,11 @@ def _queued(
     )
 
 
-def _candidates(found: Route, pool: list[GPUReservation], ctx: Context) -> tuple[Candidate, ...]:
+def _candidates(
+    found: Route, pool: list[GPUReservation], no_shows: frozenset[int], ctx: Context
+) -> tuple[Candidate, ...]:
     facts = [r.facts for r in pool]
     use_group = ctx.policy.rules.use_group
-    no_shows = declared(pool)
     return tuple(
         Candidate(r, guarantee_end(r.facts, facts, ctx.now, use_group=use_group, no_shows=no_shows))
         for r in found.candidates
@@ -255,7 +256,7 @@ def _routed(
     found = route(prof, pool, ctx.now, ctx.policy.rules, no_shows=no_shows, exclude=ctx.exclude)
     gpus = prof.gpus.count
     if found.path is Path.ADMIT:
-        cands = _candidates(found, pool, ctx)
+        cands = _candidates(found, pool, no_shows, ctx)
         return Verdict(Outcome.ADMIT, edited, notes, cands, gpus, notes=notes)
     if found.path is Path.QUEUE:
         return _queued(found, gpus, edited, notes, ctx)
@@ -273,11 +274,11 @@ def decide_create(
     A plain pod (no ``gpu-class`` label, no GPU request) is told apart first, from
     its label and GPU count alone: it is never our admission and is never routed, so
     the rest of its profile is not read."""
-    gpus = pod_gpus(pod)
-    if not _governed(labels_of(pod).get(vocab.GPU_CLASS_LABEL) or None, gpus):
+    gpus, labels = pod_gpus(pod), labels_of(pod)
+    if not _governed(labels.get(vocab.GPU_CLASS_LABEL) or None, gpus):
         edited, warnings, _ = _sanitise(pod, False, ctx)  # a plain pod is never refused
         return Verdict(Outcome.PASS, edited, tuple(warnings), notes=tuple(warnings))
-    prof = profile(pod, ctx.policy.rules, namespace or None, gpus=gpus)
+    prof = profile(pod, ctx.policy.rules, namespace or None, gpus=gpus, labels=labels)
     pool = list(reservations)
     mine = own_admission(pod, prof, pool, ctx.now, ctx.dry_run)
     if mine is not None:

@@ -140,13 +140,20 @@ def minimum_runtime(notes: Mapping[str, str], rules: MatchRules) -> int | None:
 
 
 def profile(
-    pod: Any, rules: MatchRules, namespace: str | None = None, *, gpus: GpuRequest | None = None
+    pod: Any,
+    rules: MatchRules,
+    namespace: str | None = None,
+    *,
+    gpus: GpuRequest | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> PodProfile:
     """The matching view of ``pod`` (``namespace`` overrides the pod's own; ``gpus``:
-    ``pod_gpus(pod)``, when the caller has it already)."""
+    ``pod_gpus(pod)`` and ``labels``: ``labels_of(pod)``, when the caller has them
+    already)."""
     meta = pod.get("metadata") if isinstance(pod, MAP) else None
     own_ns = meta.get("namespace") if isinstance(meta, MAP) else None
-    labels, notes = labels_of(pod), annotations_of(pod)
+    labels = labels_of(pod) if labels is None else labels
+    notes = annotations_of(pod)
     best_effort = rules.best_effort_enabled and (
         notes.get(vocab.RUNTIME_GUARANTEE, "").strip().lower() == vocab.RUNTIME_GUARANTEE_NONE
     )

@@ -159,7 +159,9 @@ def route(
         return _JIT if jit_eligible(pod, rules) else _NOTHING
     matches = [r for r in pool if mismatch(r.facts, pod, now, rules, no_shows) is None]
     gpus = pod.gpus.count
-    ready = [r for r in admittable(matches, gpus, now, rules) if r.name not in exclude]
+    ready = admittable(matches, gpus, now, rules)
+    if exclude:  # most routes exclude nothing: no reference built per reservation
+        ready = [r for r in ready if r.name not in exclude]
     if ready and is_open(ready[0].facts, now):
         return Route(Path.ADMIT, tuple(r for r in ready if is_open(r.facts, now)))
     if ready:
