@@ -467,7 +467,7 @@ def test_the_encoding_is_compact_utf8_and_json_takes_what_orjson_cannot() -> Non
     encodes them as before; a lone surrogate is still refused."""
     obj = {
         "metadata": {"name": "é", "labels": {"a\u2028b": "ü"}, "generation": 3},
-        "spec": {"n": -7, "x": 0.5, "big": 2**63 - 1, "ok": True, "none": None},
+        "spec": {"n": -7, "x": 0.5, "big": 2**63 - 1, "ok": True, "absent": None},
         "status": {"holds": [{"claim": "c", "gpus": 1}], "empty": {}, "list": []},
     }
     strict = json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
