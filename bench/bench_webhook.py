@@ -56,7 +56,7 @@ import uvloop
 from bench import baseline, loadgen
 from bench.loadgen import Load, Outcome, Target
 from bench.procstat import rss_mib, thread_cpu_s
-from sandbox.kube.server import KubeServer
+from sandbox.kube.server import KubeServer, settle_collector
 from sandbox.kube.timing import RequestTimes, summary
 from sandbox.ports import free_port
 from sandbox.reconciler_component import ROOT
@@ -501,6 +501,7 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
         for body in (booking(1, "alice", CLAIM_GPUS), booking(2, "burst", BURST)):
             await gateway.create(GPU_RESERVATIONS, body, NS)
         await asyncio.sleep(1.0)  # the replica's watch delivers them
+        settle_collector()  # this process serves the emulator from here on
         webhook = Target("127.0.0.1", replica.port)
         rss_start = rss_mib(pid)
         cells = []

@@ -1,11 +1,14 @@
-"""The emulator's own answer times (``KubeServer.time_requests``, for benchmarks)."""
+"""What benchmarks ask of the emulator: its own answer times
+(``KubeServer.time_requests``) and a settled garbage collector (``settle_collector``)."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import pytest
 
+from sandbox.kube.server import settle_collector
 from sandbox.kube.timing import RequestTimes, summary
 from tests.kube.conftest import Running
 
@@ -44,3 +47,20 @@ def test_summary_gives_count_mean_and_percentiles_in_milliseconds() -> None:
     assert found["mean_ms"] == pytest.approx(50.5)
     assert (found["p50_ms"], found["p99_ms"]) == pytest.approx((51.0, 100.0))
     assert isinstance(RequestTimes().by_method, dict)
+
+
+def test_settling_the_collector_exempts_what_is_alive_and_collects_what_comes_after() -> None:
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    try:
+        kept = Cycle()
+        settle_collector()
+        assert gc.get_freeze_count() > 0
+        assert gc.is_tracked(kept)
+        later = Cycle()
+        del later
+        assert gc.collect() >= 1  # a cycle made afterwards is still collected
+    finally:
+        gc.unfreeze()
