@@ -313,7 +313,9 @@ def decide_group(
     Each ask is judged by ``verdict`` against the ledger holding the asks admitted
     before it, so the group never holds more than the budget — exactly as the same asks
     made one after another would. Returns the ledger with the new holds, each ask's
-    reason, and the new holds (ask ``i`` gets claim id ``claim_ids[i]``).
+    reason, and the new holds (ask ``i`` gets claim id ``claim_ids[i]``), each made at
+    its ask's instant as stored (``model.stored_instant``: the ledger a write leaves is
+    the one its answer would show).
     """
     reasons: list[str] = []
     new: list[Hold] = []
@@ -322,7 +324,8 @@ def decide_group(
         reason = _verdict(res.facts, taken, ask.gpus, ask.now)
         reasons.append(reason)
         if reason == "admitted":
-            new.append(Hold(claim_id, ask.gpus, ask.now, pod=ask.pod, announced=ask.announced))
+            at = model.stored_instant(ask.now)
+            new.append(Hold(claim_id, ask.gpus, at, pod=ask.pod, announced=ask.announced))
             taken += ask.gpus
     if new:
         res = replace(res, holds=(*res.holds, *new))
@@ -470,9 +473,8 @@ async def claim_group(
                 on_sent(expected, updated)
             quiet: QuietWrite | None = None
             if expected is not None and tested and not echo:
-                stored = tuple(model.as_stored(h) for h in new)  # as the answer has them
                 version = str((raw.get("metadata") or {}).get("resourceVersion") or "")
-                quiet = QuietWrite(name, tested, updated.token, ops, stored, version)
+                quiet = QuietWrite(name, tested, updated.token, ops, tuple(new), version)
                 if sending is not None:
                     sending(quiet)
             written = await _patch(
@@ -482,9 +484,7 @@ async def claim_group(
                 # A refused ask is told the ledger it was judged on (the read plus the
                 # group's admitted holds): holds dropped meanwhile may show in the echo.
                 if quiet is not None:
-                    stored = quiet.holds
-                    res = replace(updated, holds=(*updated.holds[: -len(new)], *stored))
-                    landed, echoed = quiet, expected
+                    res, landed, echoed = updated, quiet, expected
                 else:
                     landed = None
                     res, echoed = _echo(written, updated)

@@ -188,14 +188,12 @@ def hold_to_status(hold: Hold) -> dict[str, Any]:
     return entry
 
 
-def as_stored(hold: Hold) -> Hold:
-    """``hold`` as reading back its stored entry (``hold_to_status``) gives it: the
-    instant to the second, in UTC."""
-    at = hold.at
+def stored_instant(at: datetime) -> datetime:
+    """``at`` as a stored hold keeps it (``hold_to_status``, read back): in UTC, to the
+    second."""
     if at.microsecond == 0 and at.tzinfo is UTC:
-        return hold
-    at = at.astimezone(UTC).replace(microsecond=0)
-    return Hold(hold.claim, hold.gpus, at, hold.pod, hold.pod_uid, hold.announced)
+        return at
+    return at.astimezone(UTC).replace(microsecond=0)
 
 
 def status_of(res: GPUReservation, now: datetime) -> dict[str, Any]:

@@ -252,9 +252,15 @@ class ReservationCache:
         if old is None:
             return
         if old.reservation.token == chain[0].tested:
-            top = applied(old, chain)
-            pending = (*old.pending, *chain)[-MAX_PENDING:]
-            new = None if top is None else Entry(top.reservation, top.raw, pending)
+            same = old.reservation.resource_version == write.base_version
+            if same and write.base_version and chain == [write] and not old.pending:
+                # The entry is the very state the write was decided on: what it leaves
+                # is what the ledger computed.
+                new: Entry | None = Entry(reservation, raw, (write,))
+            else:
+                top = applied(old, chain)
+                pending = (*old.pending, *chain)[-MAX_PENDING:]
+                new = None if top is None else Entry(top.reservation, top.raw, pending)
         elif write.base_version and not not_older(
             old.reservation.resource_version, write.base_version
         ):
