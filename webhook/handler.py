@@ -269,9 +269,10 @@ class Admission:
         res = result.reservation
         if result.raw is None or res is None:
             return
+        entry = self.cache.entry(res.name)
         if result.landed is not None:
             self.cache.wrote(result.raw, res, result.landed)
-        elif self.cache.entry(res.name):
+        elif entry is not None and entry.raw is not result.raw:  # not the cache's own
             self.cache.upsert(result.raw, res)
 
     def _fail_open(

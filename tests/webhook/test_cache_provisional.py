@@ -10,6 +10,7 @@ event, and once the watch has caught up it equals the store exactly.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from dataclasses import replace
@@ -350,3 +351,26 @@ async def test_a_pipelined_write_answered_before_the_one_it_follows_shows_both()
 )
 def test_the_token_is_read_from_the_line_or_not_at_all(raw: bytes, expected: bytes | None) -> None:
     assert token_in(raw) == expected
+
+
+async def test_a_refusal_decided_on_a_provisional_entry_leaves_it_provisional() -> None:
+    """A group refused whole hands back the object it was judged on — here the cache's
+    own provisional one (the second claim waited for the first's write, then found the
+    booking full), which is not a state of the server to put back."""
+    admission, store = await wired(reservation(1, gpus=1))
+    store.yields = lambda: 3  # the first write is still on its way when the second asks
+    watch = Watch(admission, store)
+    patching = asyncio.Event()
+    store.before["patch"] = patching.set
+    first = asyncio.create_task(
+        call(admission, review(gpu_pod(1).build() | {"metadata": meta("p-1")}))
+    )
+    await patching.wait()
+    second = await call(admission, review(gpu_pod(1).build() | {"metadata": meta("p-2")}))
+    assert (await first)["response"].get("patch")
+    assert not second["response"].get("patch")  # queued: the booking is full
+    assert admission.group.writes == 2  # the second group wrote nothing
+    assert len(entry(admission).pending) == 1
+    watch.deliver()
+    assert watch.decoded == 0
+    assert_is_the_store(admission, store)
