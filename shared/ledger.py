@@ -727,7 +727,10 @@ def tests_hold(ops: Sequence[dict[str, Any]], obj: dict[str, Any]) -> bool:
 
 
 def _same_json(a: Any, b: Any) -> bool:
-    """JSON equality: unlike Python's ``==``, ``true`` is not ``1``."""
+    """JSON equality as a JSON Patch ``test`` judges it (RFC 6902 §4.6): numbers by
+    value (``1`` is ``1.0``), but unlike Python's ``==``, ``true`` is not ``1``. The
+    webhook's diff (``webhook.patch._same``) is stricter on purpose (docs/webhook.md
+    "The patch")."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, dict) and isinstance(b, dict):
