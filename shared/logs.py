@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import threading
 import time
@@ -31,6 +32,19 @@ _ENCODER = json.JSONEncoder(default=str, ensure_ascii=False, separators=(",", ":
 _ORJSON_OPTIONS = (
     orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 )
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every number that is not finite as None, in the containers JSON
+    has (the standard encoder would write ``Infinity``/``NaN``, which orjson writes as
+    ``null``: a line reads the same whichever encoder wrote it)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 class JsonFormatter(logging.Formatter):
@@ -70,7 +84,7 @@ class JsonFormatter(logging.Formatter):
         try:
             return orjson.dumps(payload, default=str, option=_ORJSON_OPTIONS).decode()
         except TypeError:
-            return _ENCODER.encode(payload)
+            return _ENCODER.encode(_finite(payload))
 
     def _timestamp(self, created: float) -> str:
         """``datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")``

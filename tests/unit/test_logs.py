@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shared.logs import (
@@ -189,6 +189,9 @@ def finite(value: Any) -> Any:
     fields=st.dictionaries(FIELD_KEY | st.integers(-5, 5), FIELD_VALUE, max_size=6),
     names=st.tuples(st.text(max_size=8), st.text(max_size=8), st.text(max_size=8)),
 )
+# orjson refuses the integer beyond 64 bits, so the standard encoder writes the line:
+# its infinity must be null too (a CI run found it).
+@example(fields={"": float("inf"), "0": -(2**63) - 1}, names=("", "", ""))
 def test_a_line_is_one_compact_json_object_of_the_head_and_the_fields(
     fields: dict[Any, Any], names: tuple[str, str, str]
 ) -> None:
