@@ -8,43 +8,19 @@ fields passed to ``log``. Request uids and object references go under fixed keys
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import sys
 import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
+from shared import jsontext
 
 #: Client libraries whose chatter is kept at LIBRARY_LOG_LEVEL.
 LIBRARY_LOGGERS = ("httpx", "httpcore", "urllib3", "kubernetes", "uvicorn", "uvicorn.access")
 
 _FIELDS = "fields"
-
-
-#: The fallback for what orjson refuses: the same compact separators.
-_ENCODER = json.JSONEncoder(default=str, ensure_ascii=False, separators=(",", ":"))
-#: Keys that are not strings as ``json`` writes them; instants and dataclasses through
-#: ``default=str``, as ``json`` renders them.
-_ORJSON_OPTIONS = (
-    orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-)
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every number that is not finite as None, in the containers JSON
-    has (the standard encoder would write ``Infinity``/``NaN``, which orjson writes as
-    ``null``: a line reads the same whichever encoder wrote it)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 class JsonFormatter(logging.Formatter):
@@ -81,10 +57,7 @@ class JsonFormatter(logging.Formatter):
             "event": event,
         }
         payload.update(fields)
-        try:
-            return orjson.dumps(payload, default=str, option=_ORJSON_OPTIONS).decode()
-        except TypeError:
-            return _ENCODER.encode(_finite(payload))
+        return jsontext.compact(payload, default=str).decode()
 
     def _timestamp(self, created: float) -> str:
         """``datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")``
