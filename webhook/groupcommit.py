@@ -12,6 +12,12 @@ in flight per reservation; the second's patch tests the ledger token the first s
 so it lands only after it). Contention is left only between replicas (and the
 reconciler's room-taking writes), where the lost-race loop still decides.
 
+The writer is driven by callbacks, not by a task of its own: a group starts when a
+claim arrives (once the callbacks the loop already has ready have run, so claims that
+arrived in the same wake-up go together), when the write in flight tells the
+expectation a follower is decided on, and when a write ends. The loop is the one the
+first claim of a reservation ran on, held while that reservation has claims.
+
 A caller waits at most until its own deadline; a claim written after its caller gave
 up is an unbound hold the reconciler expires after the claim TTL, exactly like a
 single claim's write cut off mid-flight. Dry runs write nothing and do not come here.
@@ -20,9 +26,10 @@ single claim's write cut off mid-flight. Dry runs write nothing and do not come 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from shared import ledger
@@ -34,19 +41,60 @@ MAX_GROUP = 128
 #: Writes in flight per reservation: a second group is sent before the first's answer,
 #: decided on its expected result (docs/webhook.md "Group commit").
 DEPTH = 2
+#: Passes of the event loop a group waits after the claim that starts it: the request
+#: tasks the same wake-up made ready (each runs one pass after the wake-up's reads) claim
+#: first, so they go in this write instead of the next (docs/performance.md, sixth
+#: session: 2 and 3 against 1).
+SETTLE = 3
+
+_Expected = tuple[dict[str, Any], GPUReservation]
 
 
-@dataclass
 class _Waiter:
-    ask: Ask
-    deadline: float
-    future: asyncio.Future[ClaimResult] = field(repr=False)
+    __slots__ = ("ask", "deadline", "future")
+
+    def __init__(self, ask: Ask, deadline: float, future: asyncio.Future[ClaimResult]) -> None:
+        self.ask = ask
+        self.deadline = deadline
+        self.future = future
+
+
+class _Write:
+    """One group's write in flight."""
+
+    __slots__ = ("group", "sent")
+
+    def __init__(self, group: list[_Waiter]) -> None:
+        self.group = group
+        #: Whether its first attempt told its expectation (a retry's comes too late).
+        self.sent = False
+
+
+class _Lane:
+    """One reservation's claims: the queue, the writes in flight, the deadline timer."""
+
+    __slots__ = ("due", "expected", "full", "loop", "newest", "pumping", "queue", "timer", "writes")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: list[_Waiter] = []
+        self.writes: list[_Write] = []
+        #: The write started last while it is in flight, and the object and ledger it
+        #: will leave once it told them (``None`` until then, or when it cannot).
+        self.newest: _Write | None = None
+        self.expected: _Expected | None = None
+        #: The expected ledger had no room for the next group: wait for the real answer.
+        self.full = False
+        #: A start of the next group is scheduled on the loop.
+        self.pumping = False
+        #: One timer for the earliest deadline of the callers waiting (``due``).
+        self.timer: asyncio.TimerHandle | None = None
+        self.due = math.inf
 
 
 class GroupCommit:
-    """One writer per reservation; claims queue while it writes (at most ``depth``
-    writes in flight per reservation, each decided on the one before's expected
-    result)."""
+    """Claims on one reservation queue while its writes are in flight (at most
+    ``depth`` per reservation, each decided on the one before's expected result)."""
 
     def __init__(
         self,
@@ -82,139 +130,119 @@ class GroupCommit:
         self._depth = max(1, depth)
         self._echo = echo
         self._sending = sending
-        self._queues: dict[str, list[_Waiter]] = {}
-        self._writers: dict[str, asyncio.Task[None]] = {}
-        #: Per reservation whose writer waits with room for another write: the future
-        #: the next claim to arrive resolves.
-        self._arrived: dict[str, asyncio.Future[None]] = {}
+        self._lanes: dict[str, _Lane] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         #: Writes made, the asks they carried, and the writes sent while another was in
         #: flight (for tests and metrics).
         self.writes = 0
         self.asks = 0
         self.pipelined = 0
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and no write in flight, on any reservation."""
+        return not self._lanes
+
     async def claim(self, name: str, ask: Ask, deadline: float) -> ClaimResult:
         """``ask`` on reservation ``name``, written with whatever else is waiting.
 
-        At ``deadline`` the caller is answered ``deadline`` (one timer on the loop; the
-        ask may still be in a write in flight, whose hold then expires unbound). A
-        caller cancelled before its ask joins a group takes it out of the queue."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[ClaimResult] = loop.create_future()
-        self._queues.setdefault(name, []).append(_Waiter(ask, deadline, future))
-        if name not in self._writers:
-            self._writers[name] = asyncio.ensure_future(self._write_all(name))
-        else:
-            arrival = self._arrived.pop(name, None)
-            if arrival is not None and not arrival.done():
-                arrival.set_result(None)
-        timer = loop.call_later(max(deadline - self._monotonic(), 0.0), _expire, future)
-        try:
-            return await future
-        finally:
-            timer.cancel()
+        At ``deadline`` the caller is answered ``deadline`` (the reservation's one
+        timer, set for its earliest waiting deadline; the ask may still be in a write
+        in flight, whose hold then expires unbound). A caller cancelled before its ask
+        joins a group is left out of it."""
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = _Lane(asyncio.get_running_loop())
+        future: asyncio.Future[ClaimResult] = lane.loop.create_future()
+        lane.queue.append(_Waiter(ask, deadline, future))
+        if deadline < lane.due:
+            self._arm(lane, deadline)
+        if not lane.pumping and self._may_start(lane):
+            lane.pumping = True
+            lane.loop.call_soon(self._pump, name, lane, SETTLE)
+        return await future
 
     async def close(self) -> None:
-        """Cancel the writers (shutdown); their waiting callers are cancelled too."""
-        writers = list(self._writers.values())
-        for task in writers:
+        """Cancel the writes in flight (shutdown); every waiting caller is cancelled."""
+        for lane in self._lanes.values():
+            for waiter in lane.queue:
+                waiter.future.cancel()
+            lane.queue.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*writers, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _write_all(self, name: str) -> None:
-        """Write groups for ``name`` until nobody waits.
+    def _may_start(self, lane: _Lane) -> bool:
+        """Whether a group may start now: room for another write in flight, and a write
+        in flight (if any) has told the ledger it leaves and left room for more."""
+        if len(lane.writes) >= self._depth:
+            return False
+        return lane.newest is None or (lane.expected is not None and not lane.full)
 
-        A group starts at once while fewer than ``depth`` writes are in flight; with one
-        in flight it is decided on that write's expected result (``ledger.claim_group``'s
-        ``on_sent``: the new holds and the ledger token it sets), so its patch tests that
-        token and lands only after it. It waits instead when that expectation is not
-        known (a write conditional on the resourceVersion) or leaves too little room
-        for the whole group: a refusal is decided on what the server holds, never on a
-        write still in flight."""
-        loop = asyncio.get_running_loop()
-        running: set[asyncio.Task[None]] = set()
-        newest: asyncio.Task[None] | None = None
-        expected: tuple[dict[str, Any], GPUReservation] | None = None
-        try:
-            while True:
-                for task in [t for t in running if t.done()]:
-                    running.discard(task)
-                    task.result()  # a bug in a write is raised to everyone waiting
-                in_flight = newest is not None and not newest.done()
-                blocked = in_flight and expected is None
-                if len(running) < self._depth and not blocked and self._queues.get(name):
-                    group = self._next_group(name)
-                    base = expected if in_flight else None
-                    if group and base is not None and not _fits(base[1], group):
-                        self._queues[name] = [*group, *self._queues.get(name, [])]
-                        blocked = True
-                    elif group:
-                        newest, expected = await self._start(name, group, base, running)
-                        continue
-                if not running:
-                    if not self._queues.get(name):
-                        return
-                    continue
-                waits: set[asyncio.Future[Any]] = set(running)
-                if len(running) < self._depth and not blocked:
-                    arrival: asyncio.Future[None] = loop.create_future()
-                    self._arrived[name] = arrival
-                    waits.add(arrival)
-                try:
-                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    self._arrived.pop(name, None)
-        except BaseException as exc:
-            failed = exc if isinstance(exc, Exception) else None
-            for task in running:
-                task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
-            for waiter in self._queues.pop(name, []):
-                _fail(waiter.future, failed)
-            raise
-        finally:
-            del self._writers[name]
-            self._arrived.pop(name, None)
+    def _pump(self, name: str, lane: _Lane, passes: int = 1) -> None:
+        """Start the next group if one may start; end the lane when nothing is left.
+        Asked with ``passes`` > 1, it runs ``passes - 1`` passes of the loop later.
 
-    async def _start(
-        self,
-        name: str,
-        group: list[_Waiter],
-        base: tuple[dict[str, Any], GPUReservation] | None,
-        running: set[asyncio.Task[None]],
-    ) -> tuple[asyncio.Task[None], tuple[dict[str, Any], GPUReservation] | None]:
-        """Start ``group``'s write; the task and, when a next group may follow it before
-        its answer, the object and ledger it will leave."""
-        sent: asyncio.Future[tuple[dict[str, Any], GPUReservation]] = (
-            asyncio.get_running_loop().create_future()
-        )
+        A group starts at once while no write is in flight; with one in flight it is
+        decided on that write's expected result (``ledger.claim_group``'s ``on_sent``:
+        the new holds and the ledger token it sets), so its patch tests that token and
+        lands only after it. It waits instead when that expectation is not known (a
+        write conditional on the resourceVersion) or leaves too little room for the
+        whole group: a refusal is decided on what the server holds, never on a write
+        still in flight."""
+        if passes > 1:
+            lane.loop.call_soon(self._pump, name, lane, passes - 1)
+            return
+        lane.pumping = False
+        if self._lanes.get(name) is not lane:
+            return
+        if lane.queue and self._may_start(lane):
+            group = self._next_group(lane)
+            base = lane.expected if lane.newest is not None else None
+            if group and base is not None and not _fits(base[1], group):
+                lane.queue[:0] = group
+                lane.full = True
+            elif group:
+                self._start(name, lane, group, base)
+        if not lane.writes and not lane.queue:
+            del self._lanes[name]
+            if lane.timer is not None:
+                lane.timer.cancel()
 
-        def on_sent(raw: dict[str, Any], res: GPUReservation) -> None:
-            if not sent.done():  # a retry's expectation comes too late for a follower
-                sent.set_result((raw, res))
-
-        follow = on_sent if self._depth > 1 else None
-        task = asyncio.ensure_future(self._commit(name, group, base, follow))
-        running.add(task)
+    def _start(self, name: str, lane: _Lane, group: list[_Waiter], base: _Expected | None) -> None:
+        write = _Write(group)
+        lane.writes.append(write)
+        lane.newest, lane.expected, lane.full = write, None, False
         if base is not None:
             self.pipelined += 1
-        if follow is None:
-            return task, None
-        either: set[asyncio.Future[Any]] = {sent, task}
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        if not sent.done():
-            sent.cancel()
-            return task, None
-        return task, sent.result()
+
+        def on_sent(raw: dict[str, Any], res: GPUReservation) -> None:
+            if write.sent:
+                return  # a retry's expectation comes too late for a follower
+            write.sent = True
+            if lane.newest is write:
+                lane.expected = (raw, res)
+                if lane.queue and not lane.pumping:
+                    lane.pumping = True
+                    lane.loop.call_soon(self._pump, name, lane, SETTLE)
+
+        follow = on_sent if self._depth > 1 else None
+        task = lane.loop.create_task(self._commit(name, lane, write, base, follow))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _commit(
         self,
         name: str,
-        group: list[_Waiter],
-        base: tuple[dict[str, Any], GPUReservation] | None,
+        lane: _Lane,
+        write: _Write,
+        base: _Expected | None,
         on_sent: Callable[[dict[str, Any], GPUReservation], None] | None,
     ) -> None:
-        """One group's ``ledger.claim_group``; its callers told their outcomes."""
+        """One group's ``ledger.claim_group``; its callers told their outcomes. A bug
+        (an exception) is raised to them and to every caller still queued."""
+        group = write.group
         try:
             results = await ledger.claim_group(
                 self._gateway,
@@ -237,32 +265,55 @@ class GroupCommit:
             for waiter, result in zip(group, results, strict=True):
                 if not waiter.future.done():
                     waiter.future.set_result(result)
-        except BaseException as exc:
-            failed = exc if isinstance(exc, Exception) else None
+        except Exception as exc:
+            for waiter in chain(group, lane.queue):
+                _fail(waiter.future, exc)
+            lane.queue.clear()
+        except BaseException:
             for waiter in group:
-                _fail(waiter.future, failed)
+                _fail(waiter.future, None)
             raise
+        finally:
+            lane.writes.remove(write)
+            if lane.newest is write:
+                lane.newest, lane.expected = None, None
+            lane.full = False
+            self._pump(name, lane)
 
-    def _next_group(self, name: str) -> list[_Waiter]:
+    def _next_group(self, lane: _Lane) -> list[_Waiter]:
         """The next waiters (oldest first) whose callers still wait and have time."""
-        queue = self._queues.pop(name, [])
         now = self._monotonic()
-        live = [w for w in queue if not w.future.done() and w.deadline > now]
-        group, rest = live[:MAX_GROUP], live[MAX_GROUP:]
-        if rest:
-            self._queues[name] = rest
-        return group
+        live = [w for w in lane.queue if not w.future.done() and w.deadline > now]
+        lane.queue = live[MAX_GROUP:]
+        return live[:MAX_GROUP]
+
+    def _arm(self, lane: _Lane, deadline: float) -> None:
+        """The lane's deadline timer, for ``deadline`` (the earliest waiting)."""
+        if lane.timer is not None:
+            lane.timer.cancel()
+        lane.due = deadline
+        delay = max(deadline - self._monotonic(), 0.0)
+        lane.timer = lane.loop.call_later(delay, self._expire, lane, deadline)
+
+    def _expire(self, lane: _Lane, due: float) -> None:
+        """Answer ``deadline`` to every caller whose deadline is ``due`` or earlier
+        (the timer was set for it), then set the timer for the next one waiting."""
+        lane.timer, lane.due = None, math.inf
+        following = math.inf
+        for waiter in chain(lane.queue, *(w.group for w in lane.writes)):
+            if waiter.future.done():
+                continue
+            if waiter.deadline <= due:
+                waiter.future.set_result(ClaimResult(False, None, None, "deadline", 0))
+            elif waiter.deadline < following:
+                following = waiter.deadline
+        if following < math.inf:
+            self._arm(lane, following)
 
 
 def _fits(expected: GPUReservation, group: list[_Waiter]) -> bool:
     """Whether every ask of ``group`` fits the room ``expected`` leaves."""
     return sum(w.ask.gpus for w in group) <= ledger.free(expected)
-
-
-def _expire(future: asyncio.Future[ClaimResult]) -> None:
-    """A caller's deadline: answered ``deadline`` unless answered already."""
-    if not future.done():
-        future.set_result(ClaimResult(False, None, None, "deadline", 0))
 
 
 def _fail(future: asyncio.Future[ClaimResult], exc: Exception | None) -> None:

@@ -89,11 +89,10 @@ async def test_serving_admissions_grows_no_structure(monkeypatch: pytest.MonkeyP
     assert not growing, f"allocation sites growing with every round of requests: {growing}"
     assert len(model._HOLDS) <= 64
     for _ in range(10):  # a writer ends a few loop steps after its last caller's answer
-        if not admission.group._writers:
+        if admission.group.idle:
             break
         await asyncio.sleep(0)
-    assert not admission.group._queues
-    assert not admission.group._writers
+    assert admission.group.idle
     assert len(admission.cache) == 1
     # A claim's write goes into the cache as provisional (its answer not read); the
     # pending writes it keeps end with the next state of the server met (here the
