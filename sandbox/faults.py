@@ -136,6 +136,9 @@ class FaultMiddleware:
             await send(message)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.book.faults:  # none armed: nothing to match (every request pays this)
+            await self.app(scope, receive, send)
+            return
         path = scope.get("path", "")
         if scope["type"] != "http" or path.startswith(CONTROL_PREFIX):
             await self.app(scope, receive, send)

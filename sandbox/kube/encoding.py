@@ -14,8 +14,15 @@ per write (docs/performance.md). What orjson cannot encode (an integer beyond 64
 a string with a lone surrogate, a key that is no JSON scalar) goes to ``json``, which
 encodes it or refuses it as before. NaN and the infinities are not JSON: ``decode``
 refuses them in what the emulator reads (request bodies, webhook answers), as the
-apiserver's JSON decoder does, so no stored object holds one (orjson would write
-``null``).
+apiserver's JSON decoder does — the literals ``NaN``/``Infinity`` and a number beyond
+the float range such as ``1e400`` alike — so no stored object holds one (orjson would
+write ``null``).
+
+Decoding is orjson's too (a claim's 1 KB JSON Patch in a few µs instead of ≈ 15–20 with
+``json``) where it gives ``json``'s result: a text with a run of 19 digits (an integer
+orjson would turn into a float beyond 64 bits) and whatever orjson refuses (lone
+surrogates, a BOM, UTF-16, overflowing numbers, invalid JSON) go to ``json``, which
+decides as before — so what is accepted, and the value it gives, do not change.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections import OrderedDict
 from typing import Any
 
@@ -46,10 +54,25 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"invalid character {constant[0]!r} looking for beginning of value")
 
 
+#: A run of digits orjson may read differently from ``json`` (as a float, beyond 64 bits).
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
+
+
 def decode(raw: bytes | str) -> Any:
     """JSON as the apiserver reads it: ``NaN``, ``Infinity`` and ``-Infinity`` (which
-    Python's ``json`` accepts) are refused with ``ValueError``."""
-    return json.loads(raw, parse_constant=_not_json)
+    Python's ``json`` accepts), and numbers that overflow to an infinity, are refused
+    with ``ValueError``."""
+    if isinstance(raw, bytes):
+        plain = _LONG_DIGITS.search(raw) is None
+    else:
+        plain = _LONG_DIGITS_TEXT.search(raw) is None
+    if plain:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # json's verdict (it accepts more, and words its refusals)
+    return refuse_non_finite(json.loads(raw, parse_constant=_not_json))
 
 
 def refuse_non_finite(value: Any) -> Any:

@@ -6,6 +6,12 @@ subresource) and, when the rule lists ``resourceNames``, its object name. Member
 ``system:masters`` are never restricted. A refusal is the real 403 Status:
 ``<resource> "<name>" is forbidden: User "<u>" cannot <verb> resource "<r>" in API
 group "<g>" in the namespace "<ns>"`` (or ``at the cluster scope``).
+
+Decisions are remembered per (user, groups, verb, resource, namespace, name) while no
+Role, ClusterRole or binding has been written since (the store's ``written`` stamps):
+any RBAC write is seen by the very next request, as the apiserver's authorizer reads
+its informers' current state (it keeps no decisions of its own; only the webhook
+authorizer caches them, for a TTL).
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from sandbox.kube.store import Store
 
 Obj = dict[str, Any]
 RBAC_GROUP = "rbac.authorization.k8s.io"
+_RBAC_PLURALS = ("clusterroles", "clusterrolebindings", "roles", "rolebindings")
+#: Decisions remembered at most (all forgotten when full, and on any RBAC write).
+DECISIONS_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -73,11 +82,27 @@ class Authorizer:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._stamp: tuple[int, ...] = ()
+        self._decisions: dict[tuple[object, ...], bool] = {}
 
     def allowed(self, req: Request) -> bool:
-        """Whether some binding grants ``req``."""
+        """Whether some binding grants ``req`` (remembered until an RBAC object is
+        written: the decision reads nothing else)."""
         if MASTERS in req.user.groups:
             return True
+        stamp = tuple(self._store.written(RBAC_GROUP, plural) for plural in _RBAC_PLURALS)
+        if stamp != self._stamp or len(self._decisions) >= DECISIONS_KEPT:
+            self._stamp = stamp
+            self._decisions = {}
+        user = req.user
+        key: tuple[object, ...] = (user.username, user.groups, req.verb, req.group)
+        key += (req.resource, req.subresource, req.namespace, req.name)
+        decided = self._decisions.get(key)
+        if decided is None:
+            decided = self._decisions[key] = self._decide(req)
+        return decided
+
+    def _decide(self, req: Request) -> bool:
         for binding in self._store.peek_list(RBAC_GROUP, "clusterrolebindings"):
             if self._binding_grants(binding, req, ""):
                 return True

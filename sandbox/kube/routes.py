@@ -5,6 +5,13 @@ Every request is authenticated (bearer token → user; 401 otherwise, except hea
 and version), resolved to a resource, authorized by RBAC (403 Status), then handled.
 Errors are ``Status`` bodies; admission and pruning warnings become ``Warning: 299``
 headers; bodies over 3 MiB are a 413. GET and LIST answer as a Table when kubectl asks.
+
+Every request pays this layer, so it stays thin: headers are read from the scope as
+Starlette's ``Headers.get`` reads them (the first of a name, latin-1) without building a
+``Headers`` per request, the body is read from ``receive`` directly, and a JSON answer
+is a ``Response`` whose raw headers are built at once — the same two messages, headers
+and order as Starlette's ``Response`` sends (tests/kube/test_request_path.py compares
+them byte for byte).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from functools import partial
 from typing import Any
 
 import yaml
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -47,11 +54,38 @@ def _json(body: Any, code: int = 200, warnings: list[str] | None = None) -> Resp
     return _encoded(encoding.encode(body), code, warnings)
 
 
+class JsonAnswer(Response):
+    """``Response(body, code, media_type="application/json")`` with each warning
+    appended as a ``Warning`` header, its raw headers built directly (Starlette's
+    ``__call__`` sends it): content-length (not for 1xx, 204 and 304, as Starlette),
+    content-type, then the warnings."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, code: int = 200, warnings: list[str] | None = None) -> None:
+        self.status_code = code
+        self.body = body
+        self.background = None
+        raw: list[tuple[bytes, bytes]] = []
+        if not (code < 200 or code in (204, 304)):
+            raw.append((b"content-length", str(len(body)).encode("latin-1")))
+        raw.append((b"content-type", b"application/json"))
+        for text in warnings or ():
+            raw.append((b"warning", warning_header(text).encode("latin-1")))
+        self.raw_headers = raw
+
+
 def _encoded(body: bytes, code: int = 200, warnings: list[str] | None = None) -> Response:
-    response = Response(body, status_code=code, media_type="application/json")
-    for text in warnings or []:
-        response.headers.append("Warning", warning_header(text))
-    return response
+    return JsonAnswer(body, code, warnings)
+
+
+def header(request: Request, name: bytes) -> str | None:
+    """``request.headers.get(name)`` (``name`` lower-case) without building ``Headers``:
+    the first header of that name, decoded as latin-1."""
+    for key, value in request.scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
 
 
 def _not_found() -> ApiError:
@@ -59,17 +93,26 @@ def _not_found() -> ApiError:
 
 
 async def read_body(request: Request) -> bytes:
-    """The request body, refusing more than 3 MiB with 413."""
-    length = request.headers.get("content-length")
+    """The request body, refusing more than 3 MiB with 413 (``ClientDisconnect`` when
+    the client goes away first, as ``Request.stream`` raises)."""
+    length = header(request, b"content-length")
     if length and length.isdigit() and int(length) > MAX_BODY:
         raise too_large()
     chunks, total = [], 0
-    async for chunk in request.stream():
+    receive = request.receive
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        if message["type"] != "http.request":
+            continue
+        chunk = message.get("body", b"")
         total += len(chunk)
         if total > MAX_BODY:
             raise too_large()
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def decode_body(raw: bytes, content_type: str | None) -> Any:
@@ -134,7 +177,7 @@ class Api:
             return PlainTextResponse("ok")
         if path == "/version":
             return _json(discovery.VERSION)
-        user = self.cluster.authn.authenticate(request.headers.get("authorization"))
+        user = self.cluster.authn.authenticate(header(request, b"authorization"))
         if request.method == "GET" and (doc := self._discovery(path)) is not None:
             return _json(doc)
         target = paths.parse(self.cluster.registry, path)
@@ -193,7 +236,7 @@ class Api:
         return None
 
     async def _handle(self, request: Request, call: Call, verb: str) -> Response:
-        accept = request.headers.get("accept")
+        accept = header(request, b"accept")
         if verb == "get":
             if call.subresource not in ("", "status"):
                 raise method_not_allowed()
@@ -216,7 +259,7 @@ class Api:
         if verb == "watch":
             return self._watch(call, table.wants_table(accept))
         raw = await read_body(request)
-        content_type = request.headers.get("content-type")
+        content_type = header(request, b"content-type")
         if verb == "patch":
             code, obj = await patch(self.cluster, call, raw, content_type)
             return self._shown(call, obj, code)
@@ -284,7 +327,7 @@ class Api:
         return _json(obj, code, call.warnings)
 
     def _render(self, request: Request, call: Call, objs: list[Obj], single: bool) -> Response:
-        if table.wants_table(request.headers.get("accept")):
+        if table.wants_table(header(request, b"accept")):
             return _json(
                 table.table(
                     call.rtype, objs, self.cluster.now(), call.query.get("includeObject", "")

@@ -166,11 +166,17 @@ class KubeServer:
         return FaultMiddleware(self._api.app(), self.faults)
 
     async def _serve(self, port: int, options: dict[str, Any]) -> int:
+        # httptools named (what "auto" picks when installed, and it is pinned); no access
+        # log and no proxy-headers middleware (nothing here reads the client's address,
+        # and it parsed every request's headers again): measured, docs/performance.md.
         config = uvicorn.Config(
             self.asgi_app(),
             host=HOST,
             port=port,
+            http="httptools",
             log_level="warning",
+            access_log=False,
+            proxy_headers=False,
             lifespan="off",
             timeout_graceful_shutdown=2,
             **options,

@@ -75,6 +75,8 @@ class Store:
         self._compacted = 0
         self._watchers: list[Watcher] = []
         self._snapshots: dict[str, tuple[int, ObjList]] = {}
+        #: The RV of the latest write to each ``(group, plural)``.
+        self._written: dict[tuple[str, str], int] = {}
 
     # --- reads ------------------------------------------------------------------------
 
@@ -82,6 +84,13 @@ class Store:
     def resource_version(self) -> int:
         """The RV of the latest write."""
         return self._rv
+
+    def written(self, group: str, plural: str) -> int:
+        """The resourceVersion of the latest write (create, update or delete) to any
+        object of ``(group, plural)``, 0 before the first: equal stamps mean the
+        resource's objects are the same ones (readers that derive something from them —
+        RBAC decisions, parsed webhook configurations — keep it while it holds)."""
+        return self._written.get((group, plural), 0)
 
     def get(self, group: str, plural: str, namespace: str, name: str) -> Obj | None:
         """A copy of one object, or ``None``."""
@@ -126,6 +135,7 @@ class Store:
         obj.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
         self._objects[key] = obj
         self._by_resource.setdefault(key[:2], {})[key] = obj
+        self._written[key[:2]] = self._rv
         self._record(Change(self._rv, "MODIFIED" if previous else "ADDED", key, obj, previous))
         return obj
 
@@ -136,6 +146,7 @@ class Store:
             return None
         del self._by_resource[key[:2]][key]
         self._rv += 1
+        self._written[key[:2]] = self._rv
         last = clone(previous)
         last["metadata"]["resourceVersion"] = str(self._rv)
         self._record(Change(self._rv, "DELETED", key, last, previous))

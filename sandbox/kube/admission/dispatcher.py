@@ -92,8 +92,8 @@ class WebhookDispatcher:
     async def _webhooks(self) -> list[Webhook]:
         """Every configuration's webhooks in calling order. Parsing (CEL conditions
         compiled) is redone only when the source's ``stamp`` of the configurations —
-        their names, uids and resourceVersions — changed; a source without one is read
-        and parsed every time."""
+        which any write, deletion or re-creation of one changes — changed; a source
+        without one is read and parsed every time."""
         stamp_of = getattr(self._source, "stamp", None)
         stamp = await stamp_of(ADMISSION_GROUP, CONFIGURATIONS) if stamp_of is not None else None
         if stamp is not None and self._parsed is not None and self._parsed[0] == stamp:

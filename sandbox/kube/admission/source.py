@@ -58,6 +58,8 @@ class SyncStore(Protocol):
         self, group: str, plural: str, namespace: str | None = None
     ) -> list[dict[str, Any]]: ...
 
+    def written(self, group: str, plural: str) -> int: ...
+
 
 class StoreSource:
     """An ``ObjectSource`` reading the API server's own store."""
@@ -73,10 +75,8 @@ class StoreSource:
     async def list(self, group: str, resource: str) -> list[dict[str, Any]]:
         return self._store.list(group, resource)
 
-    async def stamp(self, group: str, resource: str) -> tuple[tuple[str, str, str], ...]:
+    async def stamp(self, group: str, resource: str) -> int:
         """What identifies the current objects of a resource: any write, delete or
-        re-creation changes it (names, uids, resourceVersions; read without copies)."""
-        return tuple(
-            (meta.get("name", ""), meta.get("uid", ""), meta.get("resourceVersion", ""))
-            for meta in (o.get("metadata") or {} for o in self._store.peek_list(group, resource))
-        )
+        re-creation changes it (the resourceVersion of the resource's latest write, which
+        every write raises; read without looking at the objects)."""
+        return self._store.written(group, resource)
