@@ -54,8 +54,11 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"invalid character {constant[0]!r} looking for beginning of value")
 
 
-#: A run of digits orjson may read differently from ``json`` (as a float, beyond 64 bits).
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+#: A run of digits orjson may read differently from ``json`` (as a float, beyond 64
+#: bits): looked for in bytes with every digit made ``0`` (two C passes, ≈ 1 µs a KB —
+#: a regular expression took as long as ``json`` itself), in text by a pattern.
+_LONG_RUN = b"0" * 19
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else b for b in range(256))
 _LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
 
 
@@ -64,7 +67,7 @@ def decode(raw: bytes | str) -> Any:
     Python's ``json`` accepts), and numbers that overflow to an infinity, are refused
     with ``ValueError``."""
     if isinstance(raw, bytes):
-        plain = _LONG_DIGITS.search(raw) is None
+        plain = _LONG_RUN not in raw.translate(_DIGITS_AS_ZERO)
     else:
         plain = _LONG_DIGITS_TEXT.search(raw) is None
     if plain:
