@@ -311,7 +311,10 @@ def test_a_body_is_read_as_starlette_streams_it(chunks: list[bytes], other: bool
 
 
 def test_a_client_gone_mid_body_and_a_body_too_large() -> None:
-    gone = [{"type": "http.request", "body": b"ab", "more_body": True}, {"type": "http.disconnect"}]
+    gone: list[dict[str, Any]] = [
+        {"type": "http.request", "body": b"ab", "more_body": True},
+        {"type": "http.disconnect"},
+    ]
     with pytest.raises(ClientDisconnect):
         asyncio.run(routes.read_body(_request(gone)))
     with pytest.raises(ClientDisconnect):
