@@ -240,9 +240,12 @@ class GroupCommit:
         base: _Expected | None,
         on_sent: Callable[[dict[str, Any], GPUReservation], None] | None,
     ) -> None:
-        """One group's ``ledger.claim_group``; its callers told their outcomes. A bug
-        (an exception) is raised to them and to every caller still queued."""
+        """One group's ``ledger.claim_group``; its callers told their outcomes — after
+        the next group's write is started, so that write is sent before the callers'
+        answers are made (their tasks wake after its first step). A bug (an exception)
+        is raised to them and to every caller still queued."""
         group = write.group
+        told: list[ClaimResult] = []
         try:
             results = await ledger.claim_group(
                 self._gateway,
@@ -262,9 +265,7 @@ class GroupCommit:
             self.asks += len(group)
             self._grouped(len(group))
             self._written(next((r for r in results if r.raw is not None), results[0]))
-            for waiter, result in zip(group, results, strict=True):
-                if not waiter.future.done():
-                    waiter.future.set_result(result)
+            told = results
         except Exception as exc:
             for waiter in chain(group, lane.queue):
                 _fail(waiter.future, exc)
@@ -279,6 +280,9 @@ class GroupCommit:
                 lane.newest, lane.expected = None, None
             lane.full = False
             self._pump(name, lane)
+        for waiter, result in zip(group, told, strict=False):  # told: none on a failure
+            if not waiter.future.done():
+                waiter.future.set_result(result)
 
     def _next_group(self, lane: _Lane) -> list[_Waiter]:
         """The next waiters (oldest first) whose callers still wait and have time."""

@@ -215,3 +215,32 @@ def test_a_long_stream_of_claims_keeps_at_most_depth_writes_in_flight(depth: int
     assert in_flight[1] == depth
     assert group.writes < 300
     assert group.idle
+
+
+def test_the_next_write_is_sent_before_the_finished_groups_callers_resume() -> None:
+    """A write's end starts the next group first: its patch leaves before the callers
+    of the finished write make their answers (which would otherwise delay it)."""
+    store = store_with(8)
+
+    async def run() -> list[int]:
+        gated, group = Gated(store), group_on(store, depth=1)
+        seen: list[int] = []
+
+        async def caller(pod: str) -> ClaimResult:
+            result = await group.claim("res-1", Ask(1, pod, NOW), FAR)
+            seen.append(len(gated.gates))  # patches sent when this caller resumed
+            return result
+
+        first = asyncio.ensure_future(caller("a"))
+        await gated.sent(1)
+        second = asyncio.ensure_future(caller("b"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(gated.gates) == 1  # one write at a time: "b" waits for "a"'s
+        gated.open(0)
+        await gated.sent(2)
+        gated.open(1)
+        await asyncio.gather(first, second)
+        return seen
+
+    assert asyncio.run(run()) == [2, 2]
