@@ -89,7 +89,7 @@ class ReservationFacts:
         return self.phase(now) is Phase.OPEN
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hold:
     """One claim on a reservation's GPU budget."""
 
@@ -176,9 +176,27 @@ def facts_to_spec(facts: ReservationFacts) -> dict[str, Any]:
     return spec
 
 
+#: The instant ``hold_to_status`` last wrote and its text: the holds a write appends
+#: (a group's asks) and the writes of one second share it.
+_LAST_AT: tuple[datetime, str] | None = None
+
+
+def _at_text(at: datetime) -> str:
+    """``format_utc(at)``, the last one remembered (an aware instant: equal instants in
+    any zone are one UTC text)."""
+    global _LAST_AT
+    last = _LAST_AT
+    if last is not None and at.tzinfo is not None and last[0] == at:
+        return last[1]
+    text = format_utc(at)
+    if at.tzinfo is not None:
+        _LAST_AT = (at, text)
+    return text
+
+
 def hold_to_status(hold: Hold) -> dict[str, Any]:
     """One entry of ``status.holds``."""
-    entry: dict[str, Any] = {"claim": hold.claim, "gpus": hold.gpus, "at": format_utc(hold.at)}
+    entry: dict[str, Any] = {"claim": hold.claim, "gpus": hold.gpus, "at": _at_text(hold.at)}
     if hold.pod is not None:
         entry["pod"] = hold.pod
     if hold.pod_uid is not None:

@@ -61,7 +61,7 @@ class Outcome(StrEnum):
     FAIL_OPEN = "fail_open"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """An open reservation to claim, with the guarantee admission under it gives."""
 
@@ -69,7 +69,7 @@ class Candidate:
     guaranteed_until: datetime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """The decision. ``edited`` is the pod to diff against (None: no change); it may be
     the request's own pod object when the decision changes nothing — never edit it in
@@ -87,7 +87,7 @@ class Verdict:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Context:
     """Everything ``decide`` reads besides the pod."""
 

@@ -53,7 +53,7 @@ class Unreadable(ValueError):
     """A GPU quantity or container list that is not what the API allows."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuRequest:
     """A pod's effective GPU request, or why it could not be read.
 

@@ -71,7 +71,7 @@ class Miss(StrEnum):
     NO_SHOW = "no_show"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodProfile:
     """What matching needs to know about a pod."""
 

@@ -45,7 +45,7 @@ class Wait(StrEnum):
     TOO_SMALL = "too_small"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Route:
     """The outcome of ``route``.
 

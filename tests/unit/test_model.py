@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared import model, vocab
-from shared.clock import utc
+from shared.clock import format_utc, utc
 from tests.ledger.fakes import NOW, facts
 
 
@@ -142,3 +145,32 @@ def test_the_hold_memo_stays_bounded() -> None:
     parsed = model.from_object(model.to_object(res, "ns", NOW))
     assert parsed.holds == res.holds
     assert len(model._HOLDS) <= model.HOLD_MEMO_SIZE
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.datetimes(
+                min_value=datetime(2000, 1, 1),
+                max_value=datetime(2100, 1, 1),
+                timezones=st.sampled_from([None, UTC, timezone(timedelta(hours=5, minutes=30))]),
+            ),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_a_hold_s_instant_is_written_as_format_utc_writes_it_whatever_came_before(
+    instants: list[tuple[datetime, bool]],
+) -> None:
+    """``hold_to_status`` remembers the last instant's text (the holds of one write
+    share it): equal instants in other zones, naive ones and the same one again all
+    come out as ``format_utc`` gives them."""
+    for at, again in instants:
+        for _ in range(2 if again else 1):
+            entry = model.hold_to_status(model.Hold("c", 1, at))
+            assert entry["at"] == format_utc(at)
+            same = at.astimezone(timezone(timedelta(hours=-3))) if at.tzinfo else at
+            assert model.hold_to_status(model.Hold("c", 1, same))["at"] == format_utc(same)
