@@ -37,7 +37,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -251,7 +251,7 @@ class LedgerGateway(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClaimResult:
     """The outcome of one ``claim`` call (or of one ask of a ``claim_group``)."""
 
@@ -276,7 +276,7 @@ class ClaimResult:
     landed: QuietWrite | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QuietWrite:
     """A claim's write whose answer is not read: what a cache needs to tell the object
     it leaves, once it lands, from the server's other states (``webhook.cache``)."""
@@ -292,9 +292,14 @@ class QuietWrite:
     #: The resourceVersion of the object it was decided on; "" when that was the
     #: expected result of a write still in flight (a pipelined group).
     base_version: str
+    #: The object and the ledger the write leaves when it lands on the state it was
+    #: decided on (``expected_after``, the ledger decided): a cache holding that very
+    #: state takes them as they are instead of applying ``ops`` again.
+    after: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    result: GPUReservation | None = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ask:
     """One pod's request within a group claim: ``gpus`` at ``now`` for ``pod``."""
 
@@ -306,7 +311,10 @@ class Ask:
 
 
 def decide_group(
-    res: GPUReservation, asks: Sequence[Ask], claim_ids: Sequence[str]
+    res: GPUReservation,
+    asks: Sequence[Ask],
+    claim_ids: Sequence[str],
+    token: str | None = None,
 ) -> tuple[GPUReservation, list[str], list[Hold]]:
     """Admit ``asks`` in order while they fit (no side effects).
 
@@ -315,7 +323,8 @@ def decide_group(
     made one after another would. Returns the ledger with the new holds, each ask's
     reason, and the new holds (ask ``i`` gets claim id ``claim_ids[i]``), each made at
     its ask's instant as stored (``model.stored_instant``: the ledger a write leaves is
-    the one its answer would show).
+    the one its answer would show). ``token``: the ledger token the write sets, given
+    to the ledger returned when it holds new holds (one copy of the ledger, not two).
     """
     reasons: list[str] = []
     new: list[Hold] = []
@@ -328,7 +337,10 @@ def decide_group(
             new.append(Hold(claim_id, ask.gpus, at, pod=ask.pod, announced=ask.announced))
             taken += ask.gpus
     if new:
-        res = replace(res, holds=(*res.holds, *new))
+        changed: dict[str, Any] = {"holds": (*res.holds, *new)}
+        if token is not None:
+            changed["token"] = token
+        res = replace(res, **changed)
     return res, reasons, new
 
 
@@ -461,11 +473,10 @@ async def claim_group(
             )
             last = parsed if parsed is not None else _parse(raw, name)
             parsed = None
-            updated, reasons, new = decide_group(last, asks, claim_ids)
+            updated, reasons, new = decide_group(last, asks, claim_ids, model.new_token())
             if not new:
                 return [ClaimResult(False, None, last, r, conflicts, raw) for r in reasons]
             entries = [model.hold_to_status(h) for h in new]
-            updated = replace(updated, token=model.new_token())
             ops = _ops(raw, updated, entries, max(a.now for a in asks))
             tested = model.token_of(raw.get("status"))
             expected = expected_after(raw, ops) if on_sent or not echo else None
@@ -474,7 +485,9 @@ async def claim_group(
             quiet: QuietWrite | None = None
             if expected is not None and tested and not echo:
                 version = str((raw.get("metadata") or {}).get("resourceVersion") or "")
-                quiet = QuietWrite(name, tested, updated.token, ops, tuple(new), version)
+                quiet = QuietWrite(
+                    name, tested, updated.token, ops, tuple(new), version, expected, updated
+                )
                 if sending is not None:
                     sending(quiet)
             written = await _patch(

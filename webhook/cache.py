@@ -66,7 +66,7 @@ MAX_SENT = 8
 MAX_PENDING = 64
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One cached object: parsed and raw. With ``pending``, writes of our own that
     landed but the watch has not shown yet (oldest first): ``raw`` and
@@ -101,6 +101,27 @@ def applied(entry: Entry, writes: Sequence[QuietWrite]) -> Entry | None:
         return None
     res = replace(entry.reservation, holds=holds, token=writes[-1].token)
     return Entry(res, raw, tuple(writes))
+
+
+def decided(
+    entry: Entry,
+    write: QuietWrite,
+    raw: dict[str, Any] | None = None,
+    reservation: GPUReservation | None = None,
+) -> Entry | None:
+    """``write`` pending on ``entry`` as the ledger computed it — ``raw`` and
+    ``reservation`` (by default the write's own ``after`` and ``result``) — when
+    ``entry`` is the very state of the server it was decided on (its resourceVersion
+    and token, nothing pending): what it leaves is what the ledger computed, and
+    ``ops`` need not be applied again. None otherwise (``applied`` then)."""
+    raw = write.after if raw is None else raw
+    reservation = write.result if reservation is None else reservation
+    if raw is None or reservation is None or entry.pending or not write.base_version:
+        return None
+    res = entry.reservation
+    if res.resource_version != write.base_version or res.token != write.tested:
+        return None
+    return Entry(reservation, raw, (write,))
 
 
 def joined(old: Entry | None, new: Entry) -> Entry:
@@ -252,12 +273,8 @@ class ReservationCache:
         if old is None:
             return
         if old.reservation.token == chain[0].tested:
-            same = old.reservation.resource_version == write.base_version
-            if same and write.base_version and chain == [write] and not old.pending:
-                # The entry is the very state the write was decided on: what it leaves
-                # is what the ledger computed.
-                new: Entry | None = Entry(reservation, raw, (write,))
-            else:
+            new = decided(old, write, raw, reservation) if chain == [write] else None
+            if new is None:
                 top = applied(old, chain)
                 pending = (*old.pending, *chain)[-MAX_PENDING:]
                 new = None if top is None else Entry(top.reservation, top.raw, pending)
@@ -307,7 +324,7 @@ class ReservationCache:
             if not version or not_older(entry.reservation.resource_version, version):
                 return None
             if not entry.pending:
-                top = applied(entry, [write])
+                top = decided(entry, write) or applied(entry, [write])
                 if top is None:
                     return None
                 entry = top

@@ -17,6 +17,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shared import ledger, model
 from shared.gateway import WatchEvent
@@ -374,3 +376,76 @@ async def test_a_refusal_decided_on_a_provisional_entry_leaves_it_provisional() 
     watch.deliver()
     assert watch.decoded == 0
     assert_is_the_store(admission, store)
+
+
+async def test_an_event_before_its_answer_takes_the_write_as_the_ledger_decided_it() -> None:
+    """A write decided on the confirmed entry: its event (before the answer) puts in
+    the object and ledger the write carries (``QuietWrite.after``, ``result``) — not
+    ``ops`` applied again — which are what applying them gives."""
+    admission, store = await wired(reservation(1, gpus=8, holds=(1, 2)))
+    watch = Watch(admission, store)
+    first = entry(admission)
+    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
+    landed = one.landed
+    assert landed is not None
+    assert landed.after is not None
+    assert landed.result is not None
+    assert cache_module.decided(first, landed) == cache_module.applied(first, [landed])
+    watch.deliver()
+    assert watch.decoded == 0
+    assert entry(admission).raw["status"] is landed.after["status"]  # taken, not rebuilt
+    assert_is_the_store(admission, store)
+
+
+async def test_a_write_not_decided_on_the_entry_is_applied_on_top() -> None:
+    """``decided`` takes only the very state a write was decided on: not a pipelined
+    write's (decided on an expectation), not an entry with writes pending, not another
+    resourceVersion."""
+    admission, store = await wired(reservation(1, gpus=8))
+    first = entry(admission)
+    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
+    two = await write(admission, store, "b", one.raw, cached_parsed=one.reservation, pipelined=True)
+    assert one.landed is not None
+    assert two.landed is not None
+    assert two.landed.base_version == ""
+    assert cache_module.decided(first, two.landed) is None
+    pending = cache_module.applied(first, [one.landed])
+    assert pending is not None
+    assert cache_module.decided(pending, one.landed) is None
+    moved = Entry(replace(first.reservation, resource_version="999"), first.raw)
+    assert cache_module.decided(moved, one.landed) is None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    held=st.lists(st.integers(1, 3), max_size=6),
+    asks=st.lists(st.integers(1, 4), min_size=1, max_size=6),
+    gpus=st.integers(1, 24),
+)
+def test_the_ledger_decided_is_the_write_applied_on_the_state_it_was_decided_on(
+    held: list[int], asks: list[int], gpus: int
+) -> None:
+    """Property: for any ledger and group, the object and ledger a quiet write carries
+    equal ``applied`` of its ops to the entry it was decided on (what ``decided``
+    saves recomputing)."""
+
+    async def run() -> None:
+        admission, store = await wired(reservation(1, gpus=max(gpus, sum(held)), holds=tuple(held)))
+        first = entry(admission)
+        results = await ledger.claim_group(
+            store,
+            store.namespace,
+            NAME,
+            [ledger.Ask(n, f"p-{i}", NOW) for i, n in enumerate(asks)],
+            deadline=1e12,
+            cached=first.raw,
+            cached_parsed=first.reservation,
+            echo=False,
+        )
+        landed = next((r.landed for r in results if r.landed is not None), None)
+        if landed is None:  # nothing fitted: nothing written
+            assert not any(r.admitted for r in results)
+            return
+        assert cache_module.decided(first, landed) == cache_module.applied(first, [landed])
+
+    asyncio.run(run())
