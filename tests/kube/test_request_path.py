@@ -4,14 +4,16 @@
 Each shortcut is tied to what it replaced: orjson's decoding to ``json``'s (values,
 types and refusals), the remembered RBAC decisions to a fresh decision after every
 RBAC write, the store's per-resource write stamps to the writes, the header lookup and
-body reading to Starlette's ``Headers.get`` and ``Request.stream``, and a JSON answer
-to the messages Starlette's ``Response`` sends.
+body reading to Starlette's ``Headers.get`` and ``Request.stream``, a JSON answer to
+the messages Starlette's ``Response`` sends, and a watch's one timer to its changes,
+bookmarks and end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -382,3 +384,38 @@ def test_answers_through_the_server_keep_their_headers(api: httpx.Client, ns: st
     assert missing.status_code == 404
     assert missing.json()["reason"] == "NotFound"
     assert missing.headers["content-length"] == str(len(missing.content))
+
+
+# --- a watch's clock: one timer per stream, not a timeout per change -----------------------
+
+
+def test_a_busy_watch_gets_its_changes_in_order_bookmarks_and_its_end(
+    kube: Running, api: httpx.Client, ns: str
+) -> None:
+    """Changes written every few milliseconds reach the watch in order, a BOOKMARK comes
+    once its interval has passed even while changes flow, and the stream still ends at
+    ``timeoutSeconds``; a stream the client leaves is unsubscribed (no watcher left)."""
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    kube.server.bookmark_interval = 0.1
+    lines: list[dict[str, Any]] = []
+    try:
+        params = {"watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": "2"}
+        with api.stream("GET", path, params=params) as response:
+            names = []
+            for n in range(30):
+                api.post(path, json={"metadata": {"name": f"c{n}"}})
+                names.append(f"c{n}")
+                time.sleep(0.01)
+            raw = response.read().decode()  # returns only when the server ends the stream
+    finally:
+        kube.server.bookmark_interval = 5.0
+    lines = [json.loads(line) for line in raw.split("\n") if line]
+    added = [e["object"]["metadata"]["name"] for e in lines if e["type"] == "ADDED"]
+    assert added == names
+    assert any(e["type"] == "BOOKMARK" for e in lines)
+    with api.stream("GET", path, params={"watch": "true"}) as response:
+        assert response.status_code == 200
+    deadline = time.monotonic() + 30
+    while kube.call(lambda: len(kube.server.store._watchers)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert kube.call(lambda: len(kube.server.store._watchers)) == 0
