@@ -456,6 +456,7 @@ def cell(c: int, path: str, out: Outcome, fails: int | None) -> dict[str, Any]:
         "admitted": out.admitted,
         "errors": out.errors,
         "fail_opens": fails,
+        "load_cpu_us_per_answer": out.cpu_us_per_answer,
     }
 
 
@@ -592,7 +593,8 @@ def table(found: dict[str, Any]) -> list[str]:
             )
             rows.append(
                 f"server CPU per request, c={c['concurrency']} {c['path']}: "
-                f"{cpu['total']:.3f} ms ({parts}){mean}"
+                f"{cpu['total']:.3f} ms ({parts}){mean}; the load processes' CPU "
+                f"{c['load_cpu_us_per_answer']:.0f} µs per answer"
             )
     for c in found["cells"]:
         emu = c.get("emulator")

@@ -72,6 +72,14 @@ class Outcome:
     errors: int = 0
     #: Wall seconds of the measured interval (the burst's own duration for a burst).
     seconds: float = 0.0
+    #: The load processes' own CPU seconds from the start signal to their last answer,
+    #: and the answers they read meanwhile (warm-up included): the client's cost.
+    cpu_s: float = 0.0
+    answers: int = 0
+
+    @property
+    def cpu_us_per_answer(self) -> float:
+        return self.cpu_s * 1e6 / self.answers if self.answers else float("nan")
 
     def merge(self, other: dict[str, Any]) -> None:
         self.latencies += other["latencies"]
@@ -80,6 +88,8 @@ class Outcome:
         self.admitted += other["admitted"]
         self.errors += other["errors"]
         self.seconds = max(self.seconds, other["seconds"])
+        self.cpu_s += other["cpu_s"]
+        self.answers += other["answers"]
 
 
 def pod(kind: str, owner: str) -> dict[str, Any]:
@@ -162,6 +172,8 @@ class _Process:
             "admitted": 0,
             "errors": 0,
             "seconds": 0.0,
+            "cpu_s": 0.0,
+            "answers": 0,
         }
 
     async def run(self, ready: Any, go: Any) -> dict[str, Any]:
@@ -174,6 +186,7 @@ class _Process:
         ]
         ready.put(self.index)
         await asyncio.to_thread(go.wait, START_TIMEOUT_S)
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         load = self.load
         begin = t0 + (0.0 if load.per_connection else load.warmup_s)
@@ -184,6 +197,7 @@ class _Process:
         self.found["seconds"] = (
             (time.perf_counter() - begin) if load.per_connection else load.measure_s
         )
+        self.found["cpu_s"] = time.process_time() - cpu0
         for _, w in streams:
             w.close()
         return self.found
@@ -208,6 +222,7 @@ class _Process:
                 return
             done = time.perf_counter()
             sent += 1
+            self.found["answers"] += 1
             if started >= begin and done <= end:
                 self._count(status, body, done - started)
 
