@@ -12,6 +12,13 @@ Counted: requests *started* after the warm-up and *answered* before the end of t
 measured interval; their latencies (send → whole answer read). Answers are classified
 by their bytes: HTTP status, carries a patch, says "admitted under".
 
+The *feed*: a claim load given a socket path (``Load.feed``) sends the upkeep stand-in
+(``bench.standin``) the claim id of every admitted answer, warm-up included — the
+pod it names is the one the apiserver would now create, so the stand-in binds only
+holds a pod carries, as the reconciler does. Ids go a few per UNIX datagram
+(``FEED_BATCH``, or after ``FEED_WAIT_S``), non-blocking: a load process shares its
+core with the emulator, so the feed must cost it little.
+
 ``python -m bench.loadgen`` is not a thing: ``run_load`` starts the processes itself
 (multiprocessing, spawn) and merges what they report.
 """
@@ -19,12 +26,14 @@ by their bytes: HTTP status, carries a patch, says "admitted under".
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import json
 import math
 import multiprocessing as mp
 import os
+import socket
 import ssl
 import time
 import uuid
@@ -32,12 +41,25 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import vocab
+from shared import pointer, vocab
 
 #: Connections per load process (more processes for more connections).
 CONNECTIONS_PER_PROCESS = 25
 #: Seconds a load process may take to start and connect before the run gives up.
 START_TIMEOUT_S = 30.0
+#: Claim ids per datagram of the feed, and the longest an id waits for its datagram.
+#: Small: an id late for the stand-in's pass leaves its hold unbound a pass longer, and
+#: at ≈ 4000 claims/s 16 ids / 5 ms left the 128-GPU booking full (1320 of ≈ 10,000
+#: answers queued, c = 10) where 4 / 1 ms left it with room (211), for ≈ 5 µs more of
+#: a load process's CPU per answer.
+FEED_BATCH = 4
+FEED_WAIT_S = 0.001
+#: Ids a load process keeps while the stand-in's socket is full, before it drops them.
+FEED_BACKLOG = 4096
+#: Seconds the last datagram of a load process may wait for room in the socket.
+FEED_CLOSE_S = 2.0
+#: The pointer of the claim annotation when the pod already had annotations.
+CLAIM_POINTER = pointer.annotation(vocab.ADMISSION_CLAIM)
 
 
 @dataclass(frozen=True)
@@ -59,6 +81,8 @@ class Load:
     per_connection: int | None = None
     #: Namespace (= owner) of the pods of a claim or non-GPU load.
     owner: str = "alice"
+    #: The upkeep stand-in's UNIX datagram socket to feed admitted claim ids to.
+    feed: str | None = None
 
 
 @dataclass
@@ -76,6 +100,9 @@ class Outcome:
     #: and the answers they read meanwhile (warm-up included): the client's cost.
     cpu_s: float = 0.0
     answers: int = 0
+    #: Admitted answers whose claim id did not reach the feed (none found in the
+    #: patch, or the socket absent or full past ``FEED_BACKLOG`` / ``FEED_CLOSE_S``).
+    unfed: int = 0
 
     @property
     def cpu_us_per_answer(self) -> float:
@@ -90,6 +117,7 @@ class Outcome:
         self.seconds = max(self.seconds, other["seconds"])
         self.cpu_s += other["cpu_s"]
         self.answers += other["answers"]
+        self.unfed += other["unfed"]
 
 
 def pod(kind: str, owner: str) -> dict[str, Any]:
@@ -143,6 +171,72 @@ def request_bytes(body_template: bytes, name: str) -> bytes:
     return head + body
 
 
+def admission_claim(body: bytes) -> str | None:
+    """The claim id an AdmissionReview answer (``body``) gives its pod: the value of
+    annotation ``vocab.ADMISSION_CLAIM`` in the answer's JSON Patch, added (or
+    replaced) on its own or inside an added annotations map. None when the answer
+    carries no such patch or is malformed. No side effects."""
+    try:
+        ops = json.loads(base64.b64decode(json.loads(body)["response"]["patch"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+    for op in ops if isinstance(ops, list) else ():
+        if not isinstance(op, dict) or op.get("op") not in ("add", "replace"):
+            continue
+        value = op.get("value")
+        if op.get("path") == pointer.ANNOTATIONS and isinstance(value, dict):
+            value = value.get(vocab.ADMISSION_CLAIM)
+        elif op.get("path") != CLAIM_POINTER:
+            continue
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+class Feed:
+    """The sending end of the feed: claim ids, ``FEED_BATCH`` per datagram (or fewer
+    after ``FEED_WAIT_S``), newline-separated. Sends never block the load: while the
+    socket is full the ids wait for the next send; with no socket (no stand-in
+    listening) they are dropped and counted in ``lost``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+        self.pending: list[str] = []
+        self.since = 0.0
+        self.lost = 0
+
+    def add(self, claim: str, now: float) -> None:
+        """Queue ``claim`` (``now``: ``time.perf_counter``); send when due."""
+        if not self.pending:
+            self.since = now
+        self.pending.append(claim)
+        if len(self.pending) >= FEED_BATCH or now - self.since >= FEED_WAIT_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        try:
+            self.sock.sendto("\n".join(self.pending).encode(), self.path)
+        except (BlockingIOError, TimeoutError):
+            if len(self.pending) < FEED_BACKLOG:
+                return  # the stand-in is behind: these go with the next send
+            self.lost += len(self.pending)
+        except OSError:  # no stand-in listening
+            self.lost += len(self.pending)
+        self.pending = []
+
+    def close(self) -> None:
+        """Send what is left, waiting up to ``FEED_CLOSE_S`` for room."""
+        self.sock.settimeout(FEED_CLOSE_S)
+        self.flush()
+        self.lost += len(self.pending)
+        self.pending = []
+        self.sock.close()
+
+
 async def _exchange(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes
 ) -> tuple[int, bytes]:
@@ -165,6 +259,7 @@ class _Process:
         self.target, self.load = target, load
         self.index, self.connections = index, connections
         self.body = template(load.kind, load.owner)
+        self.feed = Feed(load.feed) if load.feed else None
         self.found: dict[str, Any] = {
             "latencies": [],
             "statuses": Counter(),
@@ -174,6 +269,7 @@ class _Process:
             "seconds": 0.0,
             "cpu_s": 0.0,
             "answers": 0,
+            "unfed": 0,
         }
 
     async def run(self, ready: Any, go: Any) -> dict[str, Any]:
@@ -197,6 +293,9 @@ class _Process:
         self.found["seconds"] = (
             (time.perf_counter() - begin) if load.per_connection else load.measure_s
         )
+        if self.feed is not None:
+            self.feed.close()
+            self.found["unfed"] += self.feed.lost
         self.found["cpu_s"] = time.process_time() - cpu0
         for _, w in streams:
             w.close()
@@ -223,8 +322,18 @@ class _Process:
             done = time.perf_counter()
             sent += 1
             self.found["answers"] += 1
+            if self.feed is not None and b"admitted under" in body:
+                self._feed(body, done)
             if started >= begin and done <= end:
                 self._count(status, body, done - started)
+
+    def _feed(self, body: bytes, now: float) -> None:
+        assert self.feed is not None
+        claim = admission_claim(body)
+        if claim is None:
+            self.found["unfed"] += 1
+        else:
+            self.feed.add(claim, now)
 
     def _count(self, status: int, body: bytes, latency: float) -> None:
         found = self.found
