@@ -17,9 +17,11 @@ store), then end to end, as a user's pod creation meets it:
   beside the baseline's as a ratio. The claim booking has 128 GPUs, and while each
   cell a stand-in for the reconciler's upkeep, a process of its own
   (``bench.standin``), passes over it back to back (``ledger.amend``, as
-  ``reconciler.upkeep`` does while pods stream in): each pass binds the new holds to
-  their pods and drops all but the newest 32 (the older pods finished), so the ledger
-  stays within the booking and its writes are the reconciler's real contention;
+  ``reconciler.upkeep`` does while pods stream in): the claim load processes feed it
+  the claim id of every admitted answer (a UNIX datagram socket), and each pass binds
+  the holds fed — those a pod now carries — and drops all but the newest 32 bound
+  ones (the older pods finished), keeping holds never fed until the claim TTL, so the
+  ledger stays within the booking and its writes are the reconciler's real contention;
 - a **burst**: 50 connections each sending one create at once for a booking of exactly
   50 GPUs; every one must be admitted at creation (fail-opens counted from the
   webhook's own ``fail_open_total``).
@@ -349,8 +351,8 @@ class Upkeep:
     """The stand-in for the reconciler's upkeep (``bench.standin``) in its own process,
     on the load's cores, for one cell."""
 
-    def __init__(self, kubeconfig: Path, name: str) -> None:
-        cmd = [sys.executable, "-m", "bench.standin", str(kubeconfig), NS, name]
+    def __init__(self, kubeconfig: Path, name: str, feed: Path) -> None:
+        cmd = [sys.executable, "-m", "bench.standin", str(kubeconfig), NS, name, str(feed)]
         self._proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, text=True
         )
@@ -457,6 +459,7 @@ def cell(c: int, path: str, out: Outcome, fails: int | None) -> dict[str, Any]:
         "errors": out.errors,
         "fail_opens": fails,
         "load_cpu_us_per_answer": out.cpu_us_per_answer,
+        "unfed": out.unfed,
     }
 
 
@@ -485,6 +488,9 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
     await box.start()
     baseline: subprocess.Popen[bytes] | None = None
     gateway = Gateway.from_kubeconfig(str(state / "kubeconfig"))
+    # the stand-in binds it, the claim loads send to it (a short path: AF_UNIX's limit)
+    feeds = Path(tempfile.mkdtemp(prefix="bench-feed-"))
+    feed = feeds / "upkeep.sock"
     try:
         component: WebhookComponent = ctx.handles["webhook"]
         replica = component.replicas[0]
@@ -514,9 +520,10 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 target = Target("127.0.0.1", baseline_port) if path == "baseline" else webhook
                 server_pid = baseline.pid if path == "baseline" else pid
                 kind = "claim" if path == "baseline" else path
-                load = Load(kind, c, run.warmup_s, run.measure_s)
+                fed = str(feed) if path == "claim" else None
+                load = Load(kind, c, run.warmup_s, run.measure_s, feed=fed)
                 before = counted(replica.health_url, *CELL_SAMPLES)
-                trimmer = await asyncio.to_thread(Upkeep, state / "kubeconfig", "res-1")
+                trimmer = await asyncio.to_thread(Upkeep, state / "kubeconfig", "res-1", feed)
                 cpu = thread_cpu_s(server_pid)
                 emulator_cpu = thread_cpu_s(os.getpid())["main"]
                 answers.clear()
@@ -539,7 +546,9 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 cells[-1]["upkeep_writes"] = upkeep_writes
                 cells[-1]["emulator"] = emulator(emulator_cpu, groups + upkeep_writes, answers)
         fails_before = fail_opens(replica.health_url)
-        burst_load = Load("claim", BURST, 0, 0, per_connection=1, owner="burst")
+        # fed too (the stand-in's input with every claim load), though no stand-in
+        # keeps the burst's booking: its ids are counted unfed
+        burst_load = Load("claim", BURST, 0, 0, per_connection=1, owner="burst", feed=str(feed))
         out = await asyncio.to_thread(loadgen.run_load, webhook, burst_load)
         burst = cell(BURST, "burst", out, fail_opens(replica.health_url) - fails_before)
         held = model.from_object(await gateway.get(GPU_RESERVATIONS, "res-2", NS))
@@ -551,6 +560,7 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
         }
     finally:
         gateway.close()
+        shutil.rmtree(feeds, ignore_errors=True)
         if baseline is not None:
             baseline.terminate()
             baseline.wait(10)
@@ -586,8 +596,8 @@ def table(found: dict[str, Any]) -> list[str]:
             groups = c["claim_groups"]
             mean = (
                 f"; {groups['claims'] / groups['groups']:.1f} claims per group commit, "
-                f"{c['ledger_conflicts']} 409s, {c['upkeep_writes']} upkeep writes, "
-                f"{c['queued']} queued"
+                f"{c['ledger_conflicts']} 409s, {c['upkeep_writes']} upkeep writes "
+                f"({c['unfed']} admissions unfed), {c['queued']} queued"
                 if groups["groups"]
                 else ""
             )
