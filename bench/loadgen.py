@@ -72,7 +72,7 @@ class Target:
 class Load:
     """What to send: ``kind`` of pod, how many connections, for how long."""
 
-    kind: str  # "claim" | "nomatch" | "nongpu"
+    kind: str  # "claim" | "named" | "nomatch" | "nongpu"
     connections: int
     warmup_s: float
     measure_s: float
@@ -121,15 +121,18 @@ class Outcome:
 
 
 def pod(kind: str, owner: str) -> dict[str, Any]:
-    """The pod of a review: ``claim`` (GPU pod of the booking's owner), ``nomatch``
-    (GPU pod of a namespace without any booking), ``nongpu`` (no label, no GPU)."""
+    """The pod of a review: ``claim`` (GPU pod of the booking's owner), ``named`` (the
+    same with a name of its own), ``nomatch`` (GPU pod of a namespace without any
+    booking), ``nongpu`` (no label, no GPU). All but ``named`` come as a controller's
+    pods do (a Job's, a ReplicaSet's): ``generateName``, no name yet at admission."""
     labels = {} if kind == "nongpu" else {vocab.GPU_CLASS_LABEL: "h100"}
     limits = {} if kind == "nongpu" else {vocab.GPU_RESOURCE: "1"}
     namespace = "nobody" if kind == "nomatch" else owner
+    naming = {"name": "@NAME@"} if kind == "named" else {"generateName": "bench-"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "@NAME@", "namespace": namespace, "labels": labels},
+        "metadata": {**naming, "namespace": namespace, "labels": labels},
         "spec": {
             "containers": [
                 {"name": "main", "image": "registry.local/train:1", "resources": {"limits": limits}}
@@ -150,7 +153,7 @@ def template(kind: str, owner: str) -> bytes:
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "namespace": obj["metadata"]["namespace"],
-            "name": "@NAME@",
+            "name": obj["metadata"].get("name", ""),
             "operation": "CREATE",
             "userInfo": {"username": f"system:serviceaccount:{owner}:default"},
             "object": obj,
