@@ -42,7 +42,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import chain
 from typing import Any
@@ -280,8 +280,11 @@ class GroupCommit:
         return spares.hidden
 
     def without_spares(self, res: GPUReservation) -> GPUReservation:
-        """``res`` as this replica decides on it: its own spare holds left out (the view
-        kept until the cached object or the spares change)."""
+        """``res`` as this replica decides on it: its own spare holds counted as free
+        (``model.seen_as_using``; the view kept until the cached object or the spares
+        change). Its holds are left as they are: a claim copied from a spare is judged
+        as any copied claim is (``webhook.decide.own_admission``), on every replica
+        alike."""
         spares = self._spares.get(res.name)
         if spares is None or not (spares.ready or spares.coming):
             return res
@@ -289,7 +292,8 @@ class GroupCommit:
         view = spares.view
         if view is not None and view[0] is res and view[1] is hidden:
             return view[2]
-        seen = replace(res, holds=tuple(h for h in res.holds if h.claim not in hidden))
+        mine = sum(1 for claim_id in hidden if claim_id in res.claims)
+        seen = model.seen_as_using(res, res.used_gpus - mine * spares.gpus) if mine else res
         spares.view = (res, hidden, seen)
         return seen
 
