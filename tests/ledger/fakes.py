@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -10,7 +11,7 @@ from typing import Any
 
 from shared import model, vocab
 from shared.clock import utc
-from shared.errors import ServerError
+from shared.errors import Conflict, ServerError
 from shared.resources import GPU_RESERVATIONS
 from tests.fakekube import FakeKube
 
@@ -79,3 +80,19 @@ class FakeStore(FakeKube):
 
 def server_error() -> ServerError:
     return ServerError(503, "etcd unavailable")
+
+
+def inject_conflicts(store: FakeStore, rng: random.Random, rate: float) -> None:
+    """Fail ``rate`` of ``store``'s status writes with a 409 before they reach it: claims
+    write by JSON Patch, releases by PUT, and both meet the injected conflicts."""
+
+    def flaky(inner: Any) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if rng.random() < rate:
+                raise Conflict(409, "injected", "Conflict")
+            return await inner(*args, **kwargs)
+
+        return call
+
+    store.replace = flaky(store.replace)  # type: ignore[method-assign]
+    store.patch = flaky(store.patch)  # type: ignore[method-assign]

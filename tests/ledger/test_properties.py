@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from shared import ledger, model
 from shared.errors import Conflict, Invalid
 from shared.resources import GPU_RESERVATIONS
-from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts
+from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, inject_conflicts
 
 claims_st = st.lists(st.lists(st.integers(1, 3), max_size=8), min_size=1, max_size=4)
 
@@ -30,17 +30,7 @@ class Run:
         self.store.put(model.GPUReservation(facts(gpus=budget)))
         self.store.on_write = self.check
         self.results: list[tuple[int, ledger.ClaimResult]] = []
-        # Claims write by JSON Patch, releases by PUT: both meet injected conflicts.
-        self.store.replace = self.flaky(self.store.replace, conflict_rate)  # type: ignore[method-assign]
-        self.store.patch = self.flaky(self.store.patch, conflict_rate)  # type: ignore[method-assign]
-
-    def flaky(self, inner: Any, conflict_rate: float) -> Any:
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            if self.rng.random() < conflict_rate:
-                raise Conflict(409, "injected", "Conflict")
-            return await inner(*args, **kwargs)
-
-        return call
+        inject_conflicts(self.store, rng, conflict_rate)
 
     def check(self, obj: dict[str, Any]) -> None:
         assert sum(h["gpus"] for h in obj["status"]["holds"]) <= self.budget

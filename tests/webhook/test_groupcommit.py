@@ -17,9 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared import ledger, model
-from shared.errors import Conflict
 from shared.ledger import Ask, ClaimResult
-from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, server_error
+from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, inject_conflicts, server_error
 from tests.policy.builders import gpu_pod, reservation
 from tests.webhook.helpers import call, review, wired
 from webhook.groupcommit import MAX_GROUP, GroupCommit
@@ -139,19 +138,9 @@ class Run:
         self.store.put(model.GPUReservation(facts(gpus=budget)))
         self.store.on_write = self.check
         self.rng = rng
-        # Claims write by JSON Patch, releases by PUT: both meet injected conflicts.
-        self.store.replace = self.flaky(self.store.replace, conflict_rate)  # type: ignore[method-assign]
-        self.store.patch = self.flaky(self.store.patch, conflict_rate)  # type: ignore[method-assign]
+        inject_conflicts(self.store, rng, conflict_rate)
         self.replicas = [commit(self.store), commit(self.store)]
         self.results: list[tuple[int, ClaimResult]] = []
-
-    def flaky(self, inner: Any, conflict_rate: float) -> Any:
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            if self.rng.random() < conflict_rate:
-                raise Conflict(409, "injected", "Conflict")
-            return await inner(*args, **kwargs)
-
-        return call
 
     def check(self, obj: dict[str, Any]) -> None:
         assert sum(h["gpus"] for h in obj["status"]["holds"]) <= self.budget

@@ -27,9 +27,8 @@ from hypothesis import strategies as st
 
 from shared import ledger, model, vocab
 from shared.clock import ManualClock
-from shared.errors import Conflict
 from shared.ledger import Ask, ClaimResult
-from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts
+from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, inject_conflicts
 from tests.policy import builders
 from tests.webhook.helpers import CONTROLLER_NS, StoreGateway, call, patched, policy, review
 from tests.webhook.test_groupcommit_pipeline import Gated
@@ -227,8 +226,7 @@ class Run:
         self.store = store_with(budget, yields=lambda: rng.randint(0, 3))
         self.store.on_write = self.check
         self.rng = rng
-        self.store.replace = self.flaky(self.store.replace, conflict_rate)  # type: ignore[method-assign]
-        self.store.patch = self.flaky(self.store.patch, conflict_rate)  # type: ignore[method-assign]
+        inject_conflicts(self.store, rng, conflict_rate)
         self.events: Counter[str] = Counter()
         self.replicas = [
             spare_commit(self.store, most=most, min_room=min_room, events=self.events) for _ in "ab"
@@ -236,14 +234,6 @@ class Run:
         self.results: list[tuple[int, ClaimResult]] = []
         #: Claim ids the releaser's writes dropped.
         self.released: set[str] = set()
-
-    def flaky(self, inner: Any, conflict_rate: float) -> Any:
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            if self.rng.random() < conflict_rate:
-                raise Conflict(409, "injected", "Conflict")
-            return await inner(*args, **kwargs)
-
-        return call
 
     def check(self, obj: dict[str, Any]) -> None:
         assert sum(h["gpus"] for h in obj["status"]["holds"]) <= self.budget
