@@ -18,17 +18,18 @@ arrived in the same wake-up go together), when the write in flight tells the
 expectation a follower is decided on, and when a write ends. The loop is the one the
 first claim of a reservation ran on, held while that reservation has claims.
 
-Spare holds (``SpareRules``; docs/webhook.md "Spare holds"): while claims on a
-reservation keep coming, each write also appends a few unbound holds ahead of demand
-(only while the group leaves at least 32 GPUs free, never more than a quarter of
-them), and the next creates of the same size
-are admitted from them at once — their holds were written before the pod is stamped,
-as the ledger protocol asks, only earlier. Spares are given out oldest first, each to
-one caller, never older than ``max_age_s``; the ones unused for ``idle_s`` are dropped
-by a write of their own (a replica that dies leaves them to the reconciler's claim TTL,
-like any claim whose create never happened). ``hidden`` tells the decision which holds
-of a reservation are this replica's spares, so its own spares never make a booking
-look full to it.
+Spare holds (``SpareRules``; docs/webhook.md "Spare holds"): while claims of pods
+without a name (a controller's, ``generateName``) keep coming on a reservation, each
+write also appends a few unbound holds ahead of demand (only while the group leaves at
+least ``min_room`` GPUs free, never more than a quarter of them), and the next such
+pods of the same size are admitted from them at once — their holds were written before
+the pod is stamped, as the ledger protocol asks, only earlier. Spares are given out
+oldest first, each to one caller, never older than ``max_age_s``; the ones unused for
+``idle_s`` are dropped by a write of their own (a replica that dies leaves them to the
+reconciler's claim TTL, like any claim whose create never happened). A named pod never
+takes one: its hold must carry its name. ``without_spares`` gives the decision a
+reservation whose used GPUs leave this replica's spares out, so its own spares never
+make a booking look full to it.
 
 A caller waits at most until its own deadline; a claim written after its caller gave
 up is an unbound hold the reconciler expires after the claim TTL, exactly like a
