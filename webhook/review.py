@@ -17,8 +17,6 @@ from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any
 
-from shared import jsontext
-
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 #: kubectl prints each warning; longer ones may be cut by the apiserver.
@@ -120,6 +118,11 @@ def _warnings(texts: Sequence[str]) -> list[str]:
     return cut[:MAX_WARNINGS]
 
 
+#: The patch's JSON as ``json.dumps(patch, separators=(",", ":"))`` renders it (ASCII),
+#: with one encoder for the process (``dumps`` with any option builds one per call).
+_PATCH_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
 def answer(
     uid: str,
     *,
@@ -132,7 +135,7 @@ def answer(
     """The AdmissionReview response document."""
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if allowed and patch:
-        encoded = jsontext.compact(list(patch))  # orjson: an admission's patch ≈ 1 µs, not 12
+        encoded = _PATCH_JSON.encode(list(patch)).encode()
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(encoded).decode("ascii")
     if not allowed:
