@@ -115,7 +115,7 @@ class Admission:
 
     def _owned(self, owner: str) -> list[model.GPUReservation]:
         """The owner's cached reservations as this replica decides on them: its own
-        spare holds left out (the next claim takes one of them)."""
+        spare holds counted as free (the next claim takes one of them)."""
         found = self.cache.of_owner(owner)
         if not self.group.keeping:
             return found
