@@ -65,6 +65,8 @@ DEPTH = 2
 #: first, so they go in this write instead of the next (docs/performance.md, sixth
 #: session: 2 and 3 against 1).
 SETTLE = 3
+#: Budget of a write of spares alone, and of the write that drops unused spares.
+SPARE_WRITE_S = 2.0
 
 _Expected = tuple[dict[str, Any], GPUReservation]
 
@@ -85,8 +87,6 @@ class SpareRules:
     #: writes each claim as it comes, so no pod finds it full while its last GPUs sit
     #: in another replica's spares.
     min_room: int = 32
-    #: Budget of the write that drops unused spares.
-    release_deadline_s: float = 2.0
 
 
 class _Spares:
@@ -123,6 +123,13 @@ class _Spares:
 
     def changed(self) -> None:
         self.hidden = None
+
+    def give_back(self) -> list[str]:
+        """The written spares' ids, no longer kept (the caller drops them)."""
+        ids = list(self.ready)
+        self.ready.clear()
+        self.changed()
+        return ids
 
 
 class _Waiter:
@@ -325,8 +332,7 @@ class GroupCommit:
                 task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for name, spares in list(self._spares.items()):
-            left = [*spares.ready, *spares.coming]
-            spares.ready.clear()
+            left = [*spares.give_back(), *spares.coming]
             spares.coming.clear()
             if left:
                 await self._dropping(name, left)
@@ -428,7 +434,7 @@ class GroupCommit:
                 asks,
                 deadline=max(w.deadline for w in group)
                 if group
-                else self._monotonic() + self._spare_budget(),
+                else self._monotonic() + SPARE_WRITE_S,
                 cached=base[0] if base is not None else self._cached(name),
                 cached_parsed=base[1] if base is not None else self._parsed(name),
                 monotonic=self._monotonic,
@@ -504,7 +510,7 @@ class GroupCommit:
         if spares.ready:
             found = self._take(name, spares)
             if found is not None:
-                return ClaimResult(True, found, self._parsed(name), "admitted", 0)
+                return self._given(name, found)
         if len(spares.coming) <= len(spares.waiting):
             return None
         loop = asyncio.get_running_loop()
@@ -529,11 +535,15 @@ class GroupCommit:
             if found is None:
                 spares.waiting.insert(0, future)
                 break
-            future.set_result(ClaimResult(True, found, self._parsed(name), "admitted", 0))
+            future.set_result(self._given(name, found))
         while len(spares.waiting) > len(spares.coming):
             future = spares.waiting.pop()
             if not future.done():
                 future.set_result(None)
+
+    def _given(self, name: str, claim_id: str) -> ClaimResult:
+        """A caller's answer: admitted on spare ``claim_id``."""
+        return ClaimResult(True, claim_id, self._parsed(name), "admitted", 0)
 
     def _wanted(self, name: str, group: list[_Waiter], base: _Expected | None) -> list[str]:
         """Claim ids of the spare holds the next write on ``name`` appends to ``group``.
@@ -600,9 +610,7 @@ class GroupCommit:
         spares.touched = now
         if lost:
             self._drop(name, lost)
-        self._arm_idle(name, spares)
-        if not spares.ready and not spares.coming and spares.timer is None:
-            del self._spares[name]
+        self._arm_idle(name, spares)  # ``_idle`` forgets the reservation's spares
 
     def _take(self, name: str, spares: _Spares) -> str | None:
         """The oldest spare young enough to give out (older ones are dropped), and a
@@ -611,9 +619,7 @@ class GroupCommit:
         assert rules is not None
         res = self._parsed(name)
         if res is not None and ledger.free(res) < 0:  # the booking shrank below its holds
-            self._drop(name, list(spares.ready))
-            spares.ready.clear()
-            spares.changed()
+            self._drop(name, spares.give_back())
             return None
         oldest = self._instant() - timedelta(seconds=rules.max_age_s)
         stale: list[str] = []
@@ -660,10 +666,8 @@ class GroupCommit:
         if self._monotonic() - spares.touched < rules.idle_s:
             self._arm_idle(name, spares)
             return
-        ready = list(spares.ready)
-        spares.ready.clear()
         spares.taken = False
-        spares.changed()
+        ready = spares.give_back()
         if ready:
             self._drop(name, ready)
         if not spares.coming and not spares.waiting:
@@ -671,9 +675,7 @@ class GroupCommit:
 
     async def _release(self, name: str, spares: _Spares) -> None:
         """Drop every written spare of ``name`` now, and wait for the write."""
-        ready = list(spares.ready)
-        spares.ready.clear()
-        spares.changed()
+        ready = spares.give_back()
         if ready:
             await self._dropping(name, ready)
 
@@ -693,16 +695,13 @@ class GroupCommit:
             name,
             lambda res: ledger.drop(res, gone),
             now=self._instant(),
-            deadline=self._monotonic() + self._spare_budget(),
+            deadline=self._monotonic() + SPARE_WRITE_S,
             monotonic=self._monotonic,
         )
         if got is None:
             log(_log, logging.WARNING, "ledger.spares_not_dropped", reservation=name, n=len(ids))
         else:
             self._spare_events("dropped", len(ids))
-
-    def _spare_budget(self) -> float:
-        return self._rules.release_deadline_s if self._rules is not None else 2.0
 
     def _instant(self) -> datetime:
         if self._now is None:
