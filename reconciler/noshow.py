@@ -235,20 +235,26 @@ class NoShows:
         """Write the declaration; the stored record (another writer's if it declared
         first), None when nothing could be written (gone, failed)."""
         record = noshow.Record(declared_at=now, deadline=deadline)
+        # Whether the write that landed is ours: the change runs again on every 409, and
+        # the stored record cannot tell (it keeps whole seconds; ``now`` need not).
+        ours = False
 
         def change(cur: GPUReservation) -> GPUReservation:
+            nonlocal ours
+            ours = False
             try:
                 if noshow.record_of(cur) is not None:
                     return cur  # another writer declared it first
             except ValueError:
                 pass  # a malformed record is replaced by a valid one
+            ours = True
             return noshow.with_record(cur, record)
 
         written = await self._amend(name, change, now)
         if written is None:
             return None
         stored = noshow.record_of(written)
-        if stored == record:
+        if ours:
             self._metrics.noshow_declared.inc()
             log(
                 _log,

@@ -401,3 +401,29 @@ def test_the_no_show_loop_wakes_when_a_booking_gains_its_first_or_loses_its_last
     assert len(woken) == 2
     holding.changed("alice/unadmitted", None, project_pod(pod("u", None), MatchRules()))
     assert len(woken) == 2
+
+
+def test_a_declaration_at_a_sub_second_instant_is_logged_and_counted_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The stored record keeps whole seconds: a declaration made at DUE + 0.4 s reads
+    back unequal to the in-memory one, and was neither logged nor counted."""
+
+    async def scenario() -> None:
+        w = World()
+        metrics = Metrics()
+        c = w.caches
+        w.noshows = NoShows(
+            w.kube, w.app, w.settings, w.clock, metrics,
+            lambda: c.pods.items, c.by_name, c.ready,
+        )  # fmt: skip
+        w.book(booking())
+        await advance_to(w, w.clock.now())
+        with caplog.at_level(logging.INFO, logger="reconciler.noshow"):
+            assert await advance_to(w, DUE + timedelta(milliseconds=400)) == ["res-1"]
+            await advance_to(w, DUE + timedelta(minutes=1))
+        declared = [fields_of(r) for r in caplog.records if r.getMessage() == "noshow.declared"]
+        assert [(d["reservation"], d["owner"]) for d in declared] == [("res-1", "alice")]
+        assert metrics.noshow_declared._value.get() == 1
+
+    asyncio.run(scenario())
