@@ -196,7 +196,7 @@ class Admitter:
         now = self._clock.now()
         pool = list(self._caches.reservations.items.values())
         if touched is None:
-            pods = list(self._caches.pods.items.values())
+            pods = queue.oldest_first(self._caches.pods.items.values())
             self._waits, self._depth = {}, {}
         else:
             pods = self._concerned(*touched)
@@ -260,7 +260,7 @@ class Admitter:
                 chosen[pod.key] = pod
             for pod in self._caches.by_reference.pods(res.name):
                 chosen[pod.key] = pod
-        return sorted(chosen.values(), key=lambda p: (p.created, p.key))
+        return queue.oldest_first(chosen.values())
 
     def _note_wait(self, key: str, wait: str | None) -> None:
         """The pod at ``key`` waits because of ``wait`` now (None: it does not queue)."""

@@ -53,6 +53,13 @@ def waiting(pods: Iterable[PodView]) -> list[PodView]:
     return [p for p in pods if waits(p)]
 
 
+def oldest_first(pods: Iterable[PodView]) -> list[PodView]:
+    """``pods`` in the order the queue serves them: creation time, then namespace/name
+    (the pods of one second in a stable, readable order; a relisted cache iterates in
+    LIST order, by name, which is no order of arrival)."""
+    return sorted(pods, key=lambda p: (p.created, p.key))
+
+
 def next_start(reservations: Iterable[GPUReservation], now: datetime) -> datetime | None:
     """The soonest window start after ``now`` (the timer's next instant)."""
     starts = [

@@ -512,3 +512,27 @@ def test_a_lease_admission_given_the_pods_read_uses_it_first_and_reads_again_aft
         assert w.kube.calls.count(("get", PODS.plural)) - gets == ON_DEMAND_ATTEMPTS - 1
 
     run(scenario())
+
+
+def test_a_full_pass_admits_the_oldest_waiting_pod_first_whatever_the_list_order() -> None:
+    """After a relist the cache holds pods in LIST order (by name); a booking with room
+    for one admits the pod created first, not the first name."""
+
+    async def scenario() -> None:
+        w = World()
+        w.book(facts(gpus=1))
+        w.kube.add(PODS, gpu_pod("a-forged", creationTimestamp="2026-01-05T09:02:00Z"))
+        w.kube.add(PODS, gpu_pod("b-later", creationTimestamp="2026-01-05T09:01:00Z"))
+        w.kube.add(PODS, gpu_pod("z-training", creationTimestamp="2026-01-05T08:57:00Z"))
+        await w.clock.advance((START - w.clock.now()).total_seconds())
+        await w.step()
+        [hold] = w.ledger_of().holds
+        assert hold.pod == "z-training"
+        admitted = [
+            name
+            for name in ("a-forged", "b-later", "z-training")
+            if vocab.BOOKING_REFERENCE in (w.pod(name)["metadata"].get("annotations") or {})
+        ]
+        assert admitted == ["z-training"]
+
+    run(scenario())
