@@ -7,7 +7,9 @@ is missing or cancelled has no guarantee (R10: that reads as overstay). From it:
 
 - in guarantee (``now < end``): ``guarantee-status: guaranteed`` and
   ``guaranteed-until`` = the end, refreshed as the chain grows (or shrinks);
-- past it: ``guarantee-status: overstay`` only — ``guaranteed-until`` stays frozen;
+- past it: ``guarantee-status: overstay`` only — ``guaranteed-until`` stays frozen,
+  unless it is still ahead of now (the booking was moved into the past, shortened or
+  cancelled): then it is set to the chain's end, or to now when there is none;
 - the reservation-fact annotations are re-stamped when the (active) reservation's facts
   changed; a missing or cancelled reservation leaves them frozen;
 - ``pod-runtime-limit-seconds`` and ``admitted-at`` are never touched here.
@@ -24,13 +26,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from reconciler.pods import PodView
 from reconciler.upkeep import Dirty, until_ready, wait_either
 from shared import vocab
-from shared.clock import Clock, format_utc
+from shared.clock import Clock, format_utc, parse_utc
 from shared.errors import KubeError
 from shared.logs import log
 from shared.model import GPUReservation, ReservationFacts, State
@@ -52,6 +55,17 @@ LIVE_KEYS = frozenset(
         vocab.GPU_CLASS_NAME,
     }
 )
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What every pod admitted under one reservation should carry now."""
+
+    #: The live annotations (R35).
+    notes: Mapping[str, str]
+    #: At overstay: the instant the guarantee ended (the chain's end, or now when there
+    #: is none) — the cap of a frozen ``guaranteed-until`` still ahead of now.
+    ended: str | None = None
 
 
 class PodPatcher(Protocol):
@@ -95,10 +109,28 @@ def live_end(
     return guarantee_end(res.facts, pool, now, use_group=use_group)
 
 
-def differing(pod: PodView, wanted: Mapping[str, str]) -> dict[str, str]:
-    """The entries of ``wanted`` that ``pod`` does not carry as they are."""
+def differing(pod: PodView, wanted: Wanted, now: datetime) -> dict[str, str]:
+    """The annotations of ``wanted`` that ``pod`` does not carry as they are.
+
+    At overstay ``guaranteed-until`` stays frozen (R35) unless the pod carries an
+    instant still ahead of ``now`` (its booking was moved into the past, shortened or
+    cancelled): then it is brought back to ``wanted.ended``, so the two annotations
+    never contradict each other."""
     carried = pod.annotations
-    return {k: v for k, v in wanted.items() if carried.get(k) != v}
+    changes = {k: v for k, v in wanted.notes.items() if carried.get(k) != v}
+    until = carried.get(vocab.GUARANTEED_UNTIL)
+    if wanted.ended is not None and until is not None and _ahead(until, now):
+        changes[vocab.GUARANTEED_UNTIL] = wanted.ended
+    return changes
+
+
+def _ahead(text: str, now: datetime) -> bool:
+    """``text`` is a UTC instant after ``now`` (an unreadable one counts as ahead: it
+    is replaced by a readable end)."""
+    try:
+        return parse_utc(text) > now
+    except ValueError:
+        return True
 
 
 def wanted_notes(
@@ -107,20 +139,22 @@ def wanted_notes(
     now: datetime,
     *,
     use_group: bool,
-) -> dict[str, str]:
+) -> Wanted:
     """The live annotations every pod admitted under ``res`` should carry now (R35):
     they depend on the reservation alone, so a pass computes them once for all its
     pods."""
     end = live_end(res, pool, now, use_group=use_group)
     wanted: dict[str, str] = {}
+    ended = None
     if end is not None and now < end:
         wanted[vocab.GUARANTEE_STATUS] = guarantee_status(end, now)
         wanted[vocab.GUARANTEED_UNTIL] = format_utc(end)
     else:
         wanted[vocab.GUARANTEE_STATUS] = vocab.GUARANTEE_STATUS_OVERSTAY
+        ended = format_utc(end if end is not None else now)
     if res is not None and res.facts.state is State.ACTIVE:
         wanted.update(reservation_facts(res.facts))
-    return wanted
+    return Wanted(wanted, ended)
 
 
 def patch_ops(reference: str, changes: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -219,7 +253,7 @@ class GuaranteeKeeper:
         elif soonest is not None:
             self._soonest = min(self._soonest, soonest)
         patched = 0
-        notes: dict[str, dict[str, str]] = {}  # per reservation, for this pass
+        notes: dict[str, Wanted] = {}  # per reservation, for this pass
         for pod in chosen:
             ref = pod.reference
             if not kept_live(pod) or ref is None:
@@ -227,7 +261,7 @@ class GuaranteeKeeper:
             if ref not in notes:
                 res = reservations.get(ref)
                 notes[ref] = wanted_notes(res, pool, now, use_group=self._use_group)
-            changes = differing(pod, notes[ref])
+            changes = differing(pod, notes[ref], now)
             if changes and await self._patch(pod, ref, changes):
                 patched += 1
         return patched

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from reconciler.guarantees import differing, next_end, patch_ops, wanted_notes
 from shared import model, vocab
-from shared.clock import format_utc
+from shared.clock import format_utc, parse_utc
 from shared.pointer import annotation as pointer
 from tests.reconciler.builders import START
 from tests.reconciler.upholdkit import H, World, facts, raw_pod, run
@@ -105,7 +108,8 @@ def test_a_relinked_pod_is_not_stamped_with_the_old_facts() -> None:
     )
     res = w.reservations()
     pool = [r.facts for r in res.values()]
-    changes = differing(stale, wanted_notes(res["res-1"], pool, IN_FIRST, use_group=False))
+    wanted = wanted_notes(res["res-1"], pool, IN_FIRST, use_group=False)
+    changes = differing(stale, wanted, IN_FIRST)
     assert not run(w.keeper._patch(stale, "res-1", changes))
 
 
@@ -174,3 +178,67 @@ def test_a_pod_event_before_the_guarantee_end_keeps_the_timer_and_looks_at_that_
         await asyncio.gather(task, return_exceptions=True)
 
     run(go())
+
+
+def test_a_booking_moved_into_the_past_brings_guaranteed_until_back_with_it() -> None:
+    """Frozen at overstay means "not moved on": an until still ahead while the status
+    says overstay is a contradiction (issue 27, case 4), so it is set to the end."""
+    w = World(IN_FIRST)
+    w.book(facts(1, START, START + H))
+    w.add_pod(raw_pod("job", "res-1"), hold_on="res-1")
+    run(w.keeper.once())
+    assert w.notes("job")[vocab.GUARANTEED_UNTIL] == format_utc(START + H)
+    w.book(facts(1, START - 2 * H, START - H))  # the booking is moved into the past
+    run(w.keeper.once())
+    notes = w.notes("job")
+    assert notes[vocab.GUARANTEE_STATUS] == vocab.GUARANTEE_STATUS_OVERSTAY
+    assert notes[vocab.GUARANTEED_UNTIL] == format_utc(START - H)
+
+
+def test_a_cancelled_booking_ends_a_future_guarantee_now() -> None:
+    w = World(IN_FIRST)
+    w.book(facts(1, START, START + H))
+    w.add_pod(raw_pod("job", "res-1"), hold_on="res-1")
+    run(w.keeper.once())
+    w.book(facts(1, START, START + H, state=model.State.CANCELLED))
+    run(w.keeper.once())
+    notes = w.notes("job")
+    assert notes[vocab.GUARANTEE_STATUS] == vocab.GUARANTEE_STATUS_OVERSTAY
+    assert notes[vocab.GUARANTEED_UNTIL] == format_utc(IN_FIRST)
+
+
+# Each step: advance the clock by minutes, or move / cancel / restore booking 1 or 2.
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("advance"), st.integers(0, 150)),
+        st.tuples(st.just("move"), st.integers(1, 2), st.integers(-180, 180)),
+        st.tuples(st.just("cancel"), st.integers(1, 2), st.just(0)),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_steps)
+def test_guarantee_annotations_never_contradict_each_other(steps: list[tuple]) -> None:
+    """Over any history of clock moves and booking edits, after every pass:
+    guaranteed ⇒ until ahead of now; overstay ⇒ until not ahead of now."""
+    w = chained_world()
+    run(w.keeper.once())
+    for step in steps:
+        if step[0] == "advance":
+            w.clock._now += timedelta(minutes=step[1])
+        elif step[0] == "move":
+            rid, by = step[1], timedelta(minutes=step[2])
+            start = START + (rid - 1) * H + by
+            w.book(facts(rid, start, start + H))
+        else:
+            w.book(facts(step[1], START, START + H, state=model.State.CANCELLED))
+        run(w.keeper.once())
+        notes = w.notes("job")
+        until = parse_utc(notes[vocab.GUARANTEED_UNTIL])
+        now = w.clock.now()
+        if notes[vocab.GUARANTEE_STATUS] == vocab.GUARANTEE_STATUS_OVERSTAY:
+            assert until <= now, (notes, now)
+        else:
+            assert until > now, (notes, now)
