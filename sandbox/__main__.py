@@ -15,7 +15,7 @@ from sandbox.runner import (
     available,
     run_until_interrupted,
 )
-from sandbox.scenario import load_scenario
+from sandbox.scenario import clock_of, load_scenario
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n.strip() for n in args.components.split(",") if n.strip()]
     try:
         scenario = load_scenario(args.scenario)
-        ctx = SandboxContext(state_dir=args.state_dir, scenario=scenario)
+        ctx = SandboxContext(state_dir=args.state_dir, scenario=scenario, clock=clock_of(scenario))
         ctx.handles["webhook.replicas"] = args.webhook_replicas
         sandbox = Sandbox(ctx, names)
     except ValueError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -220,7 +221,7 @@ _steps = st.lists(
 
 @settings(max_examples=60, deadline=None)
 @given(_steps)
-def test_guarantee_annotations_never_contradict_each_other(steps: list[tuple]) -> None:
+def test_guarantee_annotations_never_contradict_each_other(steps: list[tuple[Any, ...]]) -> None:
     """Over any history of clock moves and booking edits, after every pass:
     guaranteed ⇒ until ahead of now; overstay ⇒ until not ahead of now."""
     w = chained_world()

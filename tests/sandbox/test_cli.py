@@ -9,6 +9,7 @@ import pytest
 
 from sandbox.__main__ import main
 from sandbox.runner import clock_env
+from sandbox.scenario import clock_of, load_scenario
 from shared.clock import ScaledClock, SystemClock, parse_utc
 
 
@@ -69,3 +70,32 @@ def test_a_child_clock_agrees_with_the_sandbox_clock_to_the_fraction() -> None:
     assert float(env["CLOCK_FACTOR"]) == 20
     assert float(env["CLOCK_STARTED_AT"]) == 1000.25
     assert clock_env(SystemClock()) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("clock: {factor: banana}\n", "clock.factor: must be a number"),
+        ("clock: {factor: 0}\n", "clock.factor: must be > 0"),
+        ("clock: {factor: .inf}\n", "clock.factor: must be > 0"),
+        ("clock: {factor: 100000}\n", "clock.factor: must be > 0 and <= 3600"),
+        ("clock: {speed: 2}\n", "clock: unknown key(s) ['speed']"),
+        ("clock: 60\n", "clock: must be a mapping"),
+    ],
+    ids=["not-a-number", "zero", "infinite", "too-fast", "unknown-key", "not-a-mapping"],
+)
+def test_a_malformed_clock_section_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
+) -> None:
+    scenario = write(tmp_path, text)
+    code = main(["up", "--scenario", str(scenario), "--state-dir", str(tmp_path / "s")])
+    assert code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_the_clock_section_sets_the_sandbox_clock(tmp_path: Path) -> None:
+    assert isinstance(clock_of({}), SystemClock)
+    assert isinstance(clock_of({"clock": {"factor": 1}}), SystemClock)
+    fast = clock_of(load_scenario(write(tmp_path, "clock: {factor: 60}\n")))
+    assert isinstance(fast, ScaledClock)
+    assert fast.factor == 60.0
