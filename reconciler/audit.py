@@ -85,8 +85,12 @@ class CapacityAuditor:
         inventory: Callable[[], Inventory | None],
         classes: Callable[[], Mapping[int, GpuClass] | None],
         interval_s: float,
+        *,
+        recorder: events.Recorder | None = None,
     ) -> None:
         self._gateway = gateway
+        #: Writes the Lease's Events; repeats of one fold into a count.
+        self._recorder = recorder or events.Recorder()
         self._ns = namespace
         self._clock = clock
         self._metrics = metrics
@@ -216,4 +220,4 @@ class CapacityAuditor:
     async def _event(self, lease: Mapping[str, str], reason: str, message: str) -> None:
         type_ = events.WARNING if reason == vocab.AUDIT_REASON_OVERCOMMITTED else events.NORMAL
         body = events.object_event_body(self._ns, lease, reason, message, type_, self._clock.now())
-        await events.send(self._gateway, body)
+        await self._recorder.send(self._gateway, body)

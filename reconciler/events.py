@@ -13,20 +13,30 @@ The reconciler is the only component that writes Events (DESIGN §5). Each one:
 Names follow client-go's ``<pod>.<hex nanoseconds>`` with a short random tail, so two
 Events at the same instant (a manual clock) never collide. Sending is best-effort: a
 failure is logged (``k8s.event_failed``) and reported as ``False``, never raised.
+
+``Recorder`` correlates as client-go's recorder does (kubernetes-facts §5.4): an Event
+identical to one it wrote (same object, type, reason, message and source) updates that
+Event — ``count`` + 1 and a new ``lastTimestamp``, name and ``firstTimestamp`` kept —
+instead of adding another, so ``kubectl describe`` shows ``(x3 over 20m)``. It remembers
+the last 4,096 distinct Events; one that has expired meanwhile (the API server's
+``--event-ttl``) is written anew. Similar Events with different messages are not
+combined: the throttles of the callers already bound them.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from reconciler.pods import PodView
 from shared import vocab
 from shared.clock import format_utc
-from shared.errors import KubeError
+from shared.errors import KubeError, NotFound
 from shared.gateway import Response
 from shared.logs import log
 from shared.policy.wording import clip
@@ -50,6 +60,23 @@ class EventGateway(Protocol):
         dry_run: bool = False,
     ) -> Response:
         """POST a new object."""
+        ...
+
+
+class RecorderGateway(EventGateway, Protocol):
+    """What a ``Recorder`` needs besides: updating an Event it wrote."""
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: dict[str, Any] | list[dict[str, Any]],
+        namespace: str | None = None,
+        patch_type: Any = "json",
+        subresource: str | None = None,
+        read_answer: bool = True,
+    ) -> dict[str, Any]:
+        """PATCH one object."""
         ...
 
 
@@ -166,3 +193,115 @@ async def send(
     if on_sent is not None:
         on_sent(reason)
     return True
+
+
+#: How many distinct Events a recorder remembers (client-go's LRU size).
+REMEMBERED = 4096
+
+
+@dataclass
+class _Written:
+    """An Event the recorder wrote: where it is and how often it was seen."""
+
+    namespace: str
+    name: str
+    count: int
+
+
+def _identical(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two Events the same one (client-go's ``getEventKey``)."""
+    involved = body["involvedObject"]
+    return (
+        body["metadata"]["namespace"],
+        involved.get("kind"),
+        involved.get("name"),
+        involved.get("uid"),
+        body["type"],
+        body["reason"],
+        body["message"],
+        body.get("source", {}).get("component"),
+    )
+
+
+class Recorder:
+    """Writes Events, folding identical ones into one with a count (see the module
+    docstring). One per process; not shared between processes (after a restart the
+    first repeat is a new Event, as with client-go)."""
+
+    def __init__(self, remembered: int = REMEMBERED) -> None:
+        self._written: OrderedDict[tuple[Any, ...], _Written] = OrderedDict()
+        self._room = remembered
+
+    async def emit(
+        self,
+        gateway: RecorderGateway,
+        pod: PodView | Mapping[str, Any],
+        reason: str,
+        message: str,
+        *,
+        now: datetime,
+        on_sent: Callable[[str], None] | None = None,
+    ) -> bool:
+        """``emit``, correlated."""
+        body = event_body(pod, reason, message, now)
+        if not body["metadata"]["namespace"] or not body["involvedObject"]["uid"]:
+            log(_log, logging.WARNING, "k8s.event_failed", reason=reason, error="pod without uid")
+            return False
+        return await self.send(gateway, body, on_sent)
+
+    async def send(
+        self,
+        gateway: RecorderGateway,
+        body: dict[str, Any],
+        on_sent: Callable[[str], None] | None = None,
+    ) -> bool:
+        """``send``, correlated: a repeat updates the Event written before."""
+        key = _identical(body)
+        seen = self._written.get(key)
+        if seen is not None:
+            self._written.move_to_end(key)
+            repeated = await self._repeat(gateway, seen, body)
+            if repeated is not None:
+                if repeated and on_sent is not None:
+                    on_sent(body["reason"])
+                return repeated
+            del self._written[key]  # expired: written anew below
+        if not await send(gateway, body, on_sent):
+            return False
+        self._written[key] = _Written(body["metadata"]["namespace"], body["metadata"]["name"], 1)
+        if len(self._written) > self._room:
+            self._written.popitem(last=False)
+        return True
+
+    async def _repeat(
+        self, gateway: RecorderGateway, seen: _Written, body: Mapping[str, Any]
+    ) -> bool | None:
+        """Count one more occurrence on the Event written before; None when it is gone."""
+        change = {"count": seen.count + 1, "lastTimestamp": body["lastTimestamp"]}
+        try:
+            await gateway.patch(
+                EVENTS, seen.name, change, seen.namespace, patch_type="merge", read_answer=False
+            )
+        except NotFound:
+            return None
+        except KubeError as exc:
+            log(
+                _log,
+                logging.WARNING,
+                "k8s.event_failed",
+                namespace=seen.namespace,
+                reason=body["reason"],
+                error=str(exc),
+            )
+            return False
+        seen.count += 1
+        log(
+            _log,
+            logging.INFO,
+            "k8s.event_repeated",
+            namespace=seen.namespace,
+            name=seen.name,
+            reason=body["reason"],
+            count=seen.count,
+        )
+        return True

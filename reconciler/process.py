@@ -93,12 +93,15 @@ class Reconciler:
         def counted(reason: str) -> None:
             queue_metrics.events.labels(reason).inc()
 
+        # One recorder for every Event of this process, so repeats fold into a count.
+        recorder = events.Recorder()
+
         self.upholders = Upholders(
             self.caches,
             gateway,
             settings,
             clock,
-            functools.partial(events.emit, on_sent=counted),
+            functools.partial(recorder.emit, on_sent=counted),
             on_evicted=lambda reason: queue_metrics.evictions.labels(reason).inc(),
         )
         self.backstop = backstop.Backstop(
@@ -116,6 +119,7 @@ class Reconciler:
             clock,
             queue_metrics,
             Knowledge(lambda: self.syncer.fetched, self._class_labels),
+            recorder.emit,
         )
         self.auditor = CapacityAuditor(
             gateway,
@@ -125,6 +129,7 @@ class Reconciler:
             self.caches.inventory,
             lambda: self.syncer.classes if self.syncer.classes_known else None,
             float(settings.capacity_check_s),
+            recorder=recorder,
         )
         self.leaser = (
             Leaser(
@@ -147,7 +152,7 @@ class Reconciler:
         self.sweeper = Sweeper(
             gateway,
             clock,
-            functools.partial(events.emit, on_sent=counted),
+            functools.partial(recorder.emit, on_sent=counted),
             pods=lambda: self.caches.pods.items,
             reservations=self.caches.by_name,
             inventory=self.caches.inventory,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
+from reconciler import events
 from reconciler.events import emit, event_body
 from shared import model, vocab
 from shared.clock import utc
@@ -18,6 +20,7 @@ from shared.logs import fields_of
 from shared.policy import wording
 from shared.policy.matching import Miss
 from shared.resources import EVENTS, Resource
+from tests.fakekube import FakeKube
 
 NOW = utc(2026, 1, 5, 9, 30)
 POD = {"metadata": {"name": "train", "namespace": "alice", "uid": "u-1"}}
@@ -113,3 +116,68 @@ def test_wording_renders_local_zone_named_and_support_ending() -> None:
     assert "…" in ignored
     assert "\n" not in ignored
     assert "h100" in wording.unknown_gpu_class("h100", ["a100"], None)
+
+
+def _events(kube: FakeKube) -> list[dict[str, Any]]:
+    return sorted(kube.items(EVENTS, "alice"), key=lambda e: e["metadata"]["name"])
+
+
+def test_an_identical_event_updates_the_first_with_a_count() -> None:
+    """client-go's correlation: same object, reason and message → one Event, count and
+    lastTimestamp updated, name and firstTimestamp kept; another message is its own."""
+
+    async def scenario() -> None:
+        kube, recorder = FakeKube(), events.Recorder()
+        reason = vocab.REASON_RESERVATION_FULL
+        assert await recorder.emit(kube, POD, reason, "full", now=NOW)
+        assert await recorder.emit(kube, POD, reason, "full", now=NOW + timedelta(minutes=5))
+        [event] = _events(kube)
+        assert event["count"] == 2
+        assert event["firstTimestamp"] == "2026-01-05T09:30:00Z"
+        assert event["lastTimestamp"] == "2026-01-05T09:35:00Z"
+        assert await recorder.emit(kube, POD, reason, "full again", now=NOW)
+        other = {**POD, "metadata": {**POD["metadata"], "uid": "u-2"}}
+        assert await recorder.emit(kube, other, reason, "full", now=NOW)
+        assert sorted(e["count"] for e in _events(kube)) == [1, 1, 2]
+
+    asyncio.run(scenario())
+
+
+def test_a_repeat_of_an_expired_event_writes_a_new_one() -> None:
+    async def scenario() -> None:
+        kube, recorder = FakeKube(), events.Recorder()
+        reason = vocab.REASON_RESERVATION_FULL
+        await recorder.emit(kube, POD, reason, "full", now=NOW)
+        [first] = _events(kube)
+        await kube.delete(EVENTS, first["metadata"]["name"], "alice")  # --event-ttl
+        assert await recorder.emit(kube, POD, reason, "full", now=NOW + timedelta(hours=2))
+        [second] = _events(kube)
+        assert second["count"] == 1
+        assert second["metadata"]["name"] != first["metadata"]["name"]
+
+    asyncio.run(scenario())
+
+
+def test_the_recorder_forgets_the_oldest_beyond_its_room() -> None:
+    async def scenario() -> None:
+        kube, recorder = FakeKube(), events.Recorder(remembered=2)
+        reason = vocab.REASON_RESERVATION_FULL
+        for text in ("a", "b", "c", "a"):
+            await recorder.emit(kube, POD, reason, text, now=NOW)
+        assert sorted(e["message"] for e in _events(kube)) == ["a", "a", "b", "c"]
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_repeat_is_reported_and_never_raises() -> None:
+    async def scenario() -> None:
+        kube, recorder = FakeKube(), events.Recorder()
+        reason = vocab.REASON_RESERVATION_FULL
+        await recorder.emit(kube, POD, reason, "full", now=NOW)
+        kube.fail_next.append(ServerError(503, "down"))
+        assert not await recorder.emit(kube, POD, reason, "full", now=NOW)
+        assert await recorder.emit(kube, POD, reason, "full", now=NOW)
+        [event] = _events(kube)
+        assert event["count"] == 2
+
+    asyncio.run(scenario())
