@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from shared import vocab
+from shared.logs import JsonFormatter
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
@@ -47,3 +48,23 @@ def test_the_lifecycle_diagram_uses_real_reasons_and_every_eviction_reason() -> 
         vocab.REASON_TERMINATION_WARNING,
     }
     assert {r for r in stopping if not re.search(rf"\b{r}\b", diagram)} == set()
+
+
+def test_every_documented_log_grep_matches_a_real_log_line() -> None:
+    """A ``grep '<pattern>'`` over our logs in the docs matches the line the formatter
+    writes for an event of that prefix (it once searched for ``"event": "queue.``, a
+    spacing the compact lines never have)."""
+    greps = [
+        (page.name, pattern)
+        for page in sorted((ROOT / "docs").glob("*.md"))
+        for pattern in re.findall(r"grep '([^']*\"event\"[^']*)'", page.read_text("utf-8"))
+    ]
+    assert greps, "no documented grep over the logs"
+    for page, pattern in greps:
+        prefix = re.search(r'"event"\s*:\s*"([a-z_.]+)', pattern)
+        assert prefix is not None, (page, pattern)
+        event = (
+            prefix[1] if prefix[1].count(".") and not prefix[1].endswith(".") else prefix[1] + "x"
+        )
+        line = JsonFormatter().line(0.0, "INFO", "reconciler.admit", event, {"pod": "p"})
+        assert re.search(pattern, line), (page, pattern, line)
