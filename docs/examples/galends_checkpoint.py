@@ -1,6 +1,6 @@
 """Checkpoint a training job in time when the reservation system warns of preemption.
 
-A dependency-free module (Python 3.9+, standard library only) to copy next to a
+A dependency-free module (Python 3.11+, standard library only) to copy next to a
 training script. The pod projects its ``galends/*`` annotations into a directory with a
 downward-API volume (docs/examples/widget-pod.yaml: one file per key, named without the
 ``galends/`` prefix). When the pod is at risk of preemption the reservation system

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -220,3 +222,56 @@ def test_a_failing_callback_does_not_kill_the_thread(
         finally:
             w.stop()
     assert any("callback failed" in r.getMessage() for r in caplog.records)
+
+
+SMOKE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import galends_checkpoint as gc
+w = gc.Watcher(sys.argv[2], margin_s=600, poll_s=0, clock=lambda: 1_796_299_200.0 + 1200)
+assert w.should_checkpoint() is True, w.read()
+assert w.read().risk == 0.5
+print("ok")
+"""
+
+
+def interpreters() -> dict[str, tuple[int, int]]:
+    """Every Python on this machine the helper could be run with: the venv's and
+    Debian's (``/usr/bin/python3*``), by the version each reports."""
+    found = {sys.executable: sys.version_info[:2]}
+    for path in sorted(Path("/usr/bin").glob("python3*")):
+        if re.fullmatch(r"python3(\.\d+)?", path.name) and os.access(path, os.X_OK):
+            out = subprocess.run(
+                [str(path), "-c", "import sys; print(*sys.version_info[:2])"],
+                capture_output=True, text=True, timeout=30, check=True,
+            )  # fmt: skip
+            major, minor = out.stdout.split()
+            found[str(path)] = (int(major), int(minor))
+    return found
+
+
+def test_the_helper_runs_on_every_python_it_claims_and_claims_only_what_is_tried(
+    tmp_path: Path,
+) -> None:
+    """The docstring's "Python X.Y+" is the oldest Python tried here, and the helper
+    runs on every Python found at or above it (it once claimed 3.9 and imported
+    ``datetime.UTC``, which came in 3.11)."""
+    doc = (ROOT / "docs" / "examples" / "galends_checkpoint.py").read_text(encoding="utf-8")
+    claim = re.search(r"Python (\d+)\.(\d+)\+", doc)
+    assert claim is not None
+    claimed = (int(claim[1]), int(claim[2]))
+    found = interpreters()
+    assert claimed == min(found.values()), found
+    (tmp_path / "volume").mkdir()
+    volume = Projected(tmp_path / "volume")
+    volume.write(
+        {"termination-warning-at": "2026-12-03T12:30:00Z", "termination-warning-risk": "0.5"}
+    )
+    for path, version in found.items():
+        if version < claimed:
+            continue
+        out = subprocess.run(
+            [path, "-I", "-c", SMOKE, str(ROOT / "docs" / "examples"), str(volume.root)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert (out.returncode, out.stdout.strip()) == (0, "ok"), (path, out.stderr)

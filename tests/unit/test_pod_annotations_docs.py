@@ -162,3 +162,27 @@ def test_an_invalid_manifest_is_refused() -> None:
     pod = manifest()
     pod["spec"]["volumes"][0]["downwardAPI"]["items"][0]["fieldRef"]["fieldPth"] = "x"
     assert validate(pod, KUBERNETES_VERSIONS[0]) != []
+
+
+EXAMPLE_PODS = sorted(
+    [*(ROOT / "docs" / "examples").glob("*.yaml"), *(ROOT / "sandbox" / "examples").glob("*.yaml")]
+)
+
+
+@pytest.mark.parametrize("path", EXAMPLE_PODS, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_every_example_gpu_pod_tolerates_its_class_pool(path: Path) -> None:
+    """A GPU node carries its pool's ``gpu-class=<class>:NoSchedule`` taint beside the
+    reservation taint: an example pod of a class without that toleration is admitted,
+    holds GPUs and never schedules."""
+    for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        if not doc or doc.get("kind") != "Pod":
+            continue
+        cls = (doc["metadata"].get("labels") or {}).get(vocab.GPU_CLASS_LABEL)
+        if cls is None:
+            continue
+        wanted = {"key": vocab.GPU_CLASS_LABEL, "value": cls, "effect": "NoSchedule"}
+        tolerations = doc["spec"].get("tolerations") or []
+        assert any(
+            {k: t.get(k) for k in wanted} == wanted and t.get("operator", "Equal") == "Equal"
+            for t in tolerations
+        ), (path.name, tolerations)
