@@ -392,22 +392,17 @@ class Sweeper:
         headroom: Mapping[str, datetime],
     ) -> dict[str, warn.Warning]:
         survivors = tally.alive(holders)
-        freed: dict[str, int] = {}
-        for h in holders:
-            if h.uid in tally.doomed:
-                freed[h.gpu_class] = freed.get(h.gpu_class, 0) + h.gpus
-        after = {
-            c: Room(r.total, r.used - freed.get(c, 0), r.node_gpus, r.node_free)
-            for c, r in rooms.items()
-        }
-        starts = outlook.future_starts(bookings, now, now + self.settings.warning_lead)
-        found = outlook.stops(starts, bookings, survivors, after)
-        risks = outlook.warnings(found, self.settings.lead)
+        after = preemption.without(rooms, [h for h in holders if h.uid in tally.doomed])
+        lead, until = self.settings.lead, now + self.settings.warning_lead
+        delegated = self.settings.delegate and self._app is not None
+        found = outlook.ahead(now, lead, until, bookings, survivors, after, delegated=delegated)
+        risks = outlook.warnings(found, lead, survivors)
         by_uid = {h.uid: h for h in survivors}
         plan: dict[str, warn.Warning] = {}
         for uid, risk in risks.items():
             h = by_uid[uid]
-            text = termination_warning(h.gpu_class, risk.at, risk.boundary, self._zone)
+            running = h.guarantee_end if h.guarantee_end and h.guarantee_end > now else None
+            text = termination_warning(h.gpu_class, risk.at, risk.boundary, self._zone, running)
             plan[uid] = warn.Warning(risk.at, risk.risk, text)
         for uid, at in headroom.items():
             h2 = by_uid.get(uid)

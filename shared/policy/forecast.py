@@ -1,11 +1,11 @@
 """The preemption-risk forecast (R41, contract §4.2); no side effects.
 
 Three calendar-aligned buckets: ``[now, next top of the hour)`` then two full hours.
-Boundaries are the booking starts in ``(now, last bucket end + lead]``, taken through
-``shared.policy.outlook.stops`` (the same model as the termination warnings). A pod
-in a short class's pool at boundary ``S`` carries that stop's risk in every bucket
-overlapping its kill window ``[max(S - lead, guarantee end), S]`` (buckets half-open,
-the window closed); risks in one bucket combine as ``1 - Π(1 - r)``.
+Boundaries are the booking starts in ``(now, last bucket end + lead]``, planned by
+``shared.policy.outlook.ahead`` — the sweep's own planning, so the forecast names the
+pods the sweep would take. A pod at risk at boundary ``S`` carries its risk there in
+every bucket overlapping its kill window ``[max(S - lead, guarantee end), S]`` (buckets
+half-open, the window closed); risks in one bucket combine as ``1 - Π(1 - r)``.
 
 Per bucket and class: ``capacity`` and ``free`` from the inventory (free may be
 negative), ``demand`` and ``shortfall`` summed over the boundaries whose kills would
@@ -24,7 +24,7 @@ from typing import Any
 from shared import vocab
 from shared.clock import format_utc
 from shared.model import ReservationFacts
-from shared.policy.outlook import Stop, future_starts, kill_from, stops
+from shared.policy.outlook import Stop, ahead, kill_from
 from shared.policy.preemption import Holder, Room
 
 BUCKETS = 3
@@ -72,12 +72,13 @@ def pod_risks(
     spared = [1.0] * len(spans)
     for stop in found:
         out = stop.classes.get(holder.gpu_class)
-        if out is None or not out.risk or holder.uid not in out.uids:
+        risk = out.risks.get(holder.uid, 0.0) if out is not None else 0.0
+        if not risk:
             continue
         first = kill_from(holder, stop.boundary, lead)
         for i, bucket in enumerate(spans):
             if bucket.overlaps(first, stop.boundary):
-                spared[i] *= 1.0 - out.risk
+                spared[i] *= 1.0 - risk
     return [round(1.0 - s, 4) for s in spared]
 
 
@@ -94,7 +95,8 @@ def forecast(
 ) -> dict[str, Any]:
     """The ``PreemptionRiskForecastResponse`` body (``namespace`` filters pods only)."""
     spans = buckets(now)
-    found = stops(future_starts(bookings, now, spans[-1].end + lead), bookings, holders, rooms)
+    until = spans[-1].end + lead
+    found = ahead(now, lead, until, bookings, holders, rooms, delegated=delegated)
     return {
         "generated_at": format_utc(now),
         "lead_minutes": int(lead.total_seconds() // 60),

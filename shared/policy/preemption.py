@@ -102,6 +102,25 @@ class Need:
     chosen: tuple[Holder, ...] = ()
 
 
+def without(rooms: Mapping[str, Room], gone: Iterable[Holder]) -> dict[str, Room]:
+    """``rooms`` once the pods ``gone`` have left: their GPUs free again, class-wide and
+    on their nodes."""
+    freed: dict[str, int] = {}
+    on_node: dict[tuple[str, str], int] = {}
+    for h in gone:
+        freed[h.gpu_class] = freed.get(h.gpu_class, 0) + h.gpus
+        on_node[h.gpu_class, h.node] = on_node.get((h.gpu_class, h.node), 0) + h.gpus
+    return {
+        c: Room(
+            r.total,
+            r.used - freed.get(c, 0),
+            r.node_gpus,
+            {n: free + on_node.get((c, n), 0) for n, free in r.node_free.items()},
+        )
+        for c, r in rooms.items()
+    }
+
+
 # --- boundaries and demand --------------------------------------------------------
 
 

@@ -191,16 +191,26 @@ def preempted(gpu_class: str, boundary: datetime | None, zone: ZoneInfo | None) 
 
 
 def termination_warning(
-    gpu_class: str, at: datetime, boundary: datetime | None, zone: ZoneInfo | None
+    gpu_class: str,
+    at: datetime,
+    boundary: datetime | None,
+    zone: ZoneInfo | None,
+    guarantee_ends: datetime | None = None,
 ) -> str:
     """The termination-warning text (annotation and Event): when, and why; no risk
-    figure, so the Event is not repeated when only the risk moves."""
+    figure, so the Event is not repeated when only the risk moves. ``guarantee_ends``:
+    the end of a guarantee still running (the pod is not yet past it)."""
     why = (
         f"a booking of {gpu_class} GPUs starting {when(boundary, zone)}"
         if boundary is not None
         else f"the {gpu_class} GPUs kept free for on-demand work"
     )
+    status = (
+        "This pod is past its runtime guarantee and"
+        if guarantee_ends is None
+        else f"This pod's runtime guarantee ends {when(guarantee_ends, zone)}; after that it"
+    )
     return (
-        "This pod is past its runtime guarantee and may be preempted from "
+        f"{status} may be preempted from "
         f"{when(at, zone)} to free GPUs for {why}. Save your work (checkpoint) before then."
     )

@@ -10,15 +10,19 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from reconciler.inventory import placement_of
 from reconciler.pods import PodView, project_pod
-from reconciler.preemption import PreemptionSettings
+from reconciler.preemption import PreemptionSettings, holders_of, rooms_from
 from reconciler.sweep import Sweeper
 from shared import model, vocab
 from shared.appclient import PreemptionCandidate
 from shared.appclient.outcomes import Recorded, Transient, TransientReason, Victims
 from shared.appclient.requests import OverstayReport
 from shared.clock import ManualClock, format_utc
+from shared.policy.forecast import forecast
 from shared.policy.inventory import Inventory, build_inventory, project_node_facts
 from shared.policy.matching import MatchRules
 from shared.resources import PODS
@@ -293,3 +297,72 @@ def test_an_unreadable_warning_instant_counts_as_no_warning() -> None:
     run(w.clock.advance(61))
     run(w.sweeper.once())
     assert w.alive("bob") == []
+
+
+# --- the forecast names the sweep's victims --------------------------------------------
+
+_pods = st.lists(
+    st.tuples(
+        st.sampled_from(["bob", "carol"]), st.integers(1, 2), st.sampled_from(["n1", "n2", "n3"])
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_pods, st.integers(1, 4), st.integers(0, 2), st.integers(2, 4))
+def test_the_forecast_names_the_pods_the_sweep_takes(
+    pods: list[tuple[str, int, str]], wanted: int, unused: int, per_node: int
+) -> None:
+    """Issue 27, case 1, as a property over random clusters: planned by one model, the
+    pods the forecast gives risk 1 are all preempted by the sweep that follows (nothing
+    changed in between), and every pod preempted had a risk above 0. bob's pods
+    overstay, carol's are guaranteed; a booking that started unused (``unused`` GPUs)
+    holds its room; dave's booking of ``wanted`` GPUs starts within the lead."""
+    w = World()
+    w.nodes = [node(n, per_node) for n in ("n1", "n2", "n3")]
+    w.book(1, "bob", START, START + H, 8)
+    w.book(2, "carol", START, NOW + 5 * H, 8)
+    if unused:
+        w.book(4, "erin", NOW - 2 * MIN, NOW + H, unused)
+    w.book(3, "dave", BOUNDARY, BOUNDARY + H, wanted)
+    used = {"n1": 0, "n2": 0, "n3": 0}
+    for i, (owner, gpus, where) in enumerate(pods):
+        if used[where] + gpus > per_node:
+            continue  # the scheduler would not have placed it there
+        used[where] += gpus
+        ref = "res-1" if owner == "bob" else "res-2"
+        w.kube.add(PODS, raw_pod(f"p{i}", ref, gpus=gpus, ns=owner, node=where), owner)
+    reservations = w.reservations
+    inventory = w.inventory()
+    assert inventory is not None
+    holders = holders_of(w.pods().values(), reservations, NOW, use_group=False)
+    told = forecast(
+        NOW,
+        w.sweeper.settings.lead,
+        [r.facts for r in reservations.values()],
+        holders,
+        rooms_from(inventory),
+        delegated=False,
+    )
+    risk = {p["uid"]: max(b["risk"] for b in p["buckets"]) for p in told["pods"]}
+    victims = {v.holder.uid for v in run(w.sweeper.once()).victims}
+    assert {uid for uid, r in risk.items() if r == 1.0} <= victims
+    assert victims <= {uid for uid, r in risk.items() if r > 0}
+
+
+def test_a_warning_before_the_guarantee_ends_says_when_it_ends() -> None:
+    """Issue 27, case 1: the warning said "past its runtime guarantee" three minutes
+    before the guarantee ended."""
+    w = World(lead=5 * MIN, warning_lead=30 * MIN)
+    w.book(1, "bob", NOW - H, NOW + 3 * MIN, 2)
+    w.pod("b1", "bob", "res-1", "n1")
+    w.pod("b2", "bob", "res-1", "n1")
+    w.nodes = [node("n1")]
+    w.book(3, "dave", BOUNDARY, BOUNDARY + H, 1)
+    run(w.sweeper.once())
+    notes = w.kube.read(PODS, "b1", "bob")["metadata"]["annotations"]
+    text = notes[vocab.TERMINATION_WARNING_MESSAGE]
+    assert "past its runtime guarantee" not in text
+    assert "runtime guarantee ends 2026-01-05 11:03 UTC; after that it may be" in text
+    assert notes[vocab.TERMINATION_WARNING_AT] == format_utc(BOUNDARY - 5 * MIN)
