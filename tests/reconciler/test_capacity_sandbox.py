@@ -40,9 +40,10 @@ async def metric(w: World, proc: ReconcilerProcess, name: str, **labels: str) ->
     """One sample of the replica's ``gpu_reservation_<name>`` (None when absent)."""
     text = (await w.http.get(f"{proc.url}/metrics")).text
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    series = f"gpu_reservation_{name}{{{want}}}" if want else f"gpu_reservation_{name}"
     for line in text.splitlines():
         head, _, value = line.rpartition(" ")
-        if head == f"gpu_reservation_{name}{{{want}}}":
+        if head == series:
             return float(value)
     return None
 
@@ -94,6 +95,16 @@ async def overcommit(tmp_path: Path) -> None:
         assert told[0]["type"] == "Warning"
         assert "h100" in told[0]["message"]
         assert "4 short" in told[0]["message"]
+
+        # Every audit says it again: one Event counting the repeats, not one per audit
+        # (issue 27, case 8), as kubectl describe shows it.
+        async def repeated() -> list[dict[str, Any]]:
+            found = await lease_events(config, vocab.AUDIT_REASON_OVERCOMMITTED)
+            return found if found and found[0].get("count", 1) >= 3 else []
+
+        [again] = await eventually(repeated, 10)
+        assert again["metadata"]["name"] == told[0]["metadata"]["name"]
+        assert again["firstTimestamp"] == told[0]["firstTimestamp"]
         described = await run(config, "describe", "lease", "-n", NS, vocab.LEADER_LEASE_NAME)
         assert vocab.AUDIT_REASON_OVERCOMMITTED in described
 
@@ -193,7 +204,7 @@ async def no_show(tmp_path: Path) -> None:
         config = tmp_path / "kubeconfig"
         # A failed verify or cancel is retried at the next tick (R14): a short tick here,
         # so a transient error on a loaded machine costs seconds, not the default 300.
-        await w.replica("r1", True, **NOSHOW_ENV, QUEUE_PROCESSOR_INTERVAL="10")
+        proc = await w.replica("r1", True, **NOSHOW_ENV, QUEUE_PROCESSOR_INTERVAL="10")
         unused = await w.book(1, "+15s", "+2h", "h100")
         used = await w.book(1, "+15s", "+2h", "a100")
         names = [f"{vocab.RESERVATION_REF_PREFIX}{rid}" for rid in (unused, used)]
@@ -226,6 +237,10 @@ async def no_show(tmp_path: Path) -> None:
         assert got is not None
         assert got["attempts"] == 1
         assert 0 <= (parse_utc(got["declaredAt"]) - due).total_seconds() <= LATE_CANCEL_S
+        # The declaration leaves a trace: logged once and counted once (issue 27, case 7).
+        declared = logged(proc, "noshow.declared")
+        assert [(d["reservation"], d["owner"]) for d in declared] == [(names[0], "alice")]
+        assert await metric(w, proc, "noshow_declared_total") == 1
         await eventually(lambda: _cancelled(config, names[0]), 10)
         wide = await run(config, "get", vocab.CRD_SHORT_NAME, "-n", NS, names[0], "-o", "wide")
         header, row = wide.splitlines()[:2]
