@@ -100,9 +100,17 @@ spec: {reservationId: 7, owner: alice, gpuClass: h100, gpuClassName: H100, gpuCo
 """
     kubectl("apply", "-f", "-", stdin=reservation)
     header, row = kubectl("get", vocab.CRD_SHORT_NAME, "-n", "alice").strip().splitlines()[:2]
-    assert header.split()[:4] == ["NAME", "OWNER", "CLASS", "USED"]
-    assert row.split()[:4] == ["res-7", "alice", "h100", "4"]
-    kubectl("delete", vocab.CRD_SHORT_NAME, "res-7", "-n", "alice")
+    assert header.split()[:5] == ["NAME", "OWNER", "CLASS", "KIND", "USED"]
+    assert row.split()[:5] == ["res-7", "alice", "h100", "booking", "4"]
+    kubectl("apply", "-f", "-", stdin=reservation.replace("7", "10"))
+    names = kubectl("get", vocab.CRD_SHORT_NAME, "-n", "alice", "-o", "name").split()
+    kind = f"gpureservation.{vocab.CRD_GROUP}"
+    assert names == [f"{kind}/res-10", f"{kind}/res-7"]  # the server's order: by name
+    by_id = kubectl(
+        "get", vocab.CRD_SHORT_NAME, "-n", "alice", "--sort-by=.spec.reservationId", "-o", "name"
+    ).split()
+    assert by_id == [f"{kind}/res-7", f"{kind}/res-10"]
+    kubectl("delete", vocab.CRD_SHORT_NAME, "res-7", "res-10", "-n", "alice")
 
 
 def test_get_watch_prints_changes(kubectl: Kubectl, api: httpx.Client) -> None:

@@ -105,10 +105,11 @@ def test_the_prune_check_would_see_an_undeclared_field() -> None:
     assert undeclared(hold_extra, schema, "") == [".status.holds.nope"]
 
 
-def test_printer_columns_show_owner_class_usage_window_and_phase() -> None:
+def test_printer_columns_show_owner_class_kind_usage_window_and_phase() -> None:
     columns = {c["name"]: c["jsonPath"] for c in version()["additionalPrinterColumns"]}
     assert columns["Owner"] == ".spec.owner"
     assert columns["Class"] == ".spec.gpuClass"
+    assert columns["Kind"] == ".spec.kind"
     assert columns["Used"] == ".status.usedGpus"
     assert columns["GPUs"] == ".spec.gpuCount"
     assert columns["Start"] == ".spec.start"
