@@ -686,13 +686,20 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def bookings(reservations: Sequence[GPUReservation], now: datetime, zone: ZoneInfo | None) -> str:
-    """The owner's bookings: name, class, kind, GPUs used/total, window, phase."""
-    rows = [["NAME", "CLASS", "KIND", "GPUS", "START", "END", "PHASE"]]
+def bookings(
+    reservations: Sequence[GPUReservation],
+    now: datetime,
+    zone: ZoneInfo | None,
+    owners: bool = False,
+) -> str:
+    """The owner's bookings: name, class, kind, GPUs used/total, window, phase (with an
+    OWNER column first when ``owners``: several users' bookings)."""
+    rows = [["OWNER"] * owners + ["NAME", "CLASS", "KIND", "GPUS", "START", "END", "PHASE"]]
     for res in sorted(reservations, key=lambda r: (r.facts.start, r.facts.id)):
         f = res.facts
         rows.append(
-            [
+            [f.owner] * owners
+            + [
                 res.name,
                 f.gpu_class_name,
                 f.kind.value,
@@ -705,9 +712,10 @@ def bookings(reservations: Sequence[GPUReservation], now: datetime, zone: ZoneIn
     return table(rows)
 
 
-def pods(scenes: Sequence[Scene]) -> str:
-    """One line per GPU pod: its state, reservation and estimate."""
-    rows = [["POD", "STATE", "RESERVATION", "ESTIMATE"]]
+def pods(scenes: Sequence[Scene], namespaces: bool = False) -> str:
+    """One line per GPU pod: its state, reservation and estimate (with a NAMESPACE
+    column first when ``namespaces``, as ``kubectl get -A``)."""
+    rows = [["NAMESPACE"] * namespaces + ["POD", "STATE", "RESERVATION", "ESTIMATE"]]
     for scene in scenes:
         found = explain(scene)
         estimate = ""
@@ -717,5 +725,6 @@ def pods(scenes: Sequence[Scene]) -> str:
             label = "earliest" if found.state == "booking-full" else label
             estimate = f"{label} {when(found.estimate, scene.zone)}"
         name = scene.pod.name if scene.pod else scene.key
-        rows.append([name, found.state, found.reservation or "", estimate])
+        where = [scene.key.partition("/")[0]] * namespaces
+        rows.append([*where, name, found.state, found.reservation or "", estimate])
     return table(rows)
