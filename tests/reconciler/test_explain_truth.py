@@ -156,7 +156,7 @@ def test_an_event_older_than_the_admission_is_marked_earlier() -> None:
         "Earlier — before it was admitted at 2026-01-05 09:55 UTC, no longer current — "
         "the reservation system said (2026-01-05 09:40 UTC): NoReservation"
     )
-    new = explain.Said(vocab.REASON_RUNTIME_GUARANTEED, "guaranteed", NOW - 4 * MINUTE)
+    new = explain.Said(vocab.REASON_RUNTIME_GUARANTEED, "it runs", NOW - 4 * MINUTE)
     found = explain.explain(scene(raw, (reservation(1),), said=(old, new)))
     assert found.lines[-1].startswith("The reservation system said (2026-01-05 09:56 UTC)")
 
