@@ -194,29 +194,26 @@ def _app_down(scene: Scene) -> Health | None:
 
 
 def _untolerated(scene: Scene) -> list[tuple[str, str]]:
-    """The taints the scheduler names that the pod does not tolerate, other than the
-    reservation taint (which admission grants, never the user)."""
-    if not scene.unschedulable:
+    """The pool taint of the pod's own GPU class (``gpu-class=<class>``) when the
+    scheduler names it as untolerated: a toleration only the user can add. The
+    reservation taint is admission's to grant, and other classes' or unrelated taints
+    are nodes the pod is not meant for: neither is named as something to add."""
+    cls = _pod(scene).profile.gpu_class
+    if not scene.unschedulable or not cls:
         return []
     named = verdict.named_taints(verdict.filters_part(scene.unschedulable))
-    found = [(k, v) for k, v in named if k != vocab.RESERVATION_TAINT_KEY]
-    return list(dict.fromkeys(found))
+    return [(vocab.GPU_CLASS_LABEL, cls)] if (vocab.GPU_CLASS_LABEL, cls) in named else []
 
 
 def _toleration_lines(scene: Scene, taints: list[tuple[str, str]]) -> list[str]:
     """What the pod lacks and how to add it."""
-    cls = _pod(scene).profile.gpu_class
-    lines = []
-    for key, value in taints:
-        own = key == vocab.GPU_CLASS_LABEL and value == cls
-        whose = "the nodes of its GPU class carry" if own else "some nodes carry"
-        lines.append(
-            f"It does not tolerate the taint {key}={value} that {whose}: add to the pod's "
-            f"spec.tolerations {{key: {key}, operator: Equal, value: {value}}} "
-            "(kubectl edit pod can add a toleration to a pending pod; add it to your "
-            "manifest too)."
-        )
-    return lines
+    return [
+        f"It does not tolerate the taint {key}={value} that the nodes of its GPU class "
+        f"carry: add to the pod's spec.tolerations {{key: {key}, operator: Equal, value: "
+        f"{value}}} (kubectl edit pod can add a toleration to a pending pod; add it to "
+        "your manifest too)."
+        for key, value in taints
+    ]
 
 
 # --- the states -----------------------------------------------------------------------------

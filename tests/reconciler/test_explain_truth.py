@@ -136,6 +136,9 @@ def test_a_waiting_pod_missing_a_toleration_is_told_too() -> None:
         "0/6 nodes are available: 6 Insufficient nvidia.com/gpu.",
         "0/2 nodes are available: 2 node(s) had untolerated taint {gpu-class-reservation: h100}.",
         "0/2 nodes are available: 2 node(s) had untolerated taint(s).",
+        # Another class's pool and an unrelated taint: nodes it is not meant for.
+        "0/3 nodes are available: 1 node(s) had untolerated taint {gpu-class: a100}, "
+        "2 node(s) had untolerated taint {dedicated: infra}.",
         "{{{ garbage",
         "",
     ],
