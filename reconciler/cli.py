@@ -1,8 +1,10 @@
 """``python -m reconciler explain|list`` and the kubectl plugin ``kubectl gpures``.
 
 The shell around ``reconciler.explain``: it reads the pod, its Events, the owner's
-GPUReservations and GPU pods with the caller's own kubeconfig (no controller API),
-builds a ``Scene`` and prints what the pure functions say. Reads that are refused
+GPUReservations and GPU pods, and the controller's leader Lease (is a leader running,
+and the app health it publishes) with the caller's own kubeconfig (no controller API),
+builds a ``Scene`` and prints what the pure functions say. Kubeconfig files are chosen
+and merged as kubectl does (``kubeconfig_files``, ``current_context``). Reads that are refused
 (RBAC) or fail degrade to a note; only a pod that cannot be read at all is an error.
 
 Exit codes: 0 done, 1 the pod or namespace could not be read, 2 bad arguments.

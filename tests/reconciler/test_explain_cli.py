@@ -217,3 +217,27 @@ def test_list_all_namespaces_shows_each_pod_against_its_own_bookings() -> None:
 
 def format_ok() -> str:
     return format_health(Health(True, NOW))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"metadata": {"name": vocab.LEADER_LEASE_NAME}},
+        {"metadata": {"annotations": ["x"]}, "spec": {"renewTime": "garbage"}},
+        {"metadata": {"annotations": {vocab.APP_HEALTH_ANNOTATION: 7}},
+         "spec": {"holderIdentity": "r"}},
+        {"spec": {"holderIdentity": "r", "renewTime": "2026-01-05T09:59:58.000000Z",
+                  "leaseDurationSeconds": "15"}},
+    ],
+    ids=["no-spec", "garbage-time", "health-not-a-string", "duration-not-a-number"],
+)  # fmt: skip
+def test_a_malformed_lease_reads_as_no_live_leader_without_failing(body: dict[str, Any]) -> None:
+    class Stored(FakeKube):
+        async def get(self, res: Any, name: str, namespace: str | None = None) -> Any:
+            return body
+
+    found = asyncio.run(cli.controller_of(ctx_of(Stored())))
+    assert found is not None
+    assert found.found
+    assert not found.running(NOW)
+    assert found.app is None
