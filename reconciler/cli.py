@@ -1,8 +1,10 @@
 """``python -m reconciler explain|list`` and the kubectl plugin ``kubectl gpures``.
 
 The shell around ``reconciler.explain``: it reads the pod, its Events, the owner's
-GPUReservations and GPU pods with the caller's own kubeconfig (no controller API),
-builds a ``Scene`` and prints what the pure functions say. Reads that are refused
+GPUReservations and GPU pods, and the controller's leader Lease (is a leader running,
+and the app health it publishes) with the caller's own kubeconfig (no controller API),
+builds a ``Scene`` and prints what the pure functions say. Kubeconfig files are chosen
+and merged as kubectl does (``kubeconfig_files``, ``current_context``). Reads that are refused
 (RBAC) or fail degrade to a note; only a pod that cannot be read at all is an error.
 
 Exit codes: 0 done, 1 the pod or namespace could not be read, 2 bad arguments.
@@ -14,7 +16,7 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,14 +25,15 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from reconciler import explain
+from reconciler import explain, leader
+from reconciler.apphealth import parse_health
 from reconciler.pods import PodView, project_pod
 from shared import model, vocab
 from shared.clock import Clock, parse_utc
 from shared.errors import KubeError, NotFound
 from shared.gateway import Gateway
 from shared.policy.matching import MatchRules
-from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
+from shared.resources import EVENTS, GPU_RESERVATIONS, LEASES, PODS
 from shared.settings import EnvReader, read_clock
 
 COMMANDS = ("explain", "list")
@@ -56,7 +59,10 @@ def _common(suppress: bool) -> argparse.ArgumentParser:
     common.add_argument(
         "--kubeconfig",
         default=keep,
-        help="kubeconfig file (default: the first file of $KUBECONFIG, else ~/.kube/config)",
+        help="kubeconfig file (default: the files of $KUBECONFIG, merged, else ~/.kube/config)",
+    )
+    common.add_argument(
+        "--context", default=keep, help="kubeconfig context (default: its current-context)"
     )
     common.add_argument(
         "-n", "--namespace", default=keep, help="namespace (default: the kubeconfig context's)"
@@ -84,32 +90,67 @@ def parser(prog: str) -> argparse.ArgumentParser:
         "explain", parents=inner, help="say what holds a pod and what would release it"
     )
     one.add_argument("pod", help="<pod> or <namespace>/<pod>")
-    sub.add_parser(
+    listing = sub.add_parser(
         "list", parents=inner, help="your bookings and your GPU pods with a wait estimate"
+    )
+    listing.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="every namespace you may list (each pod with its own namespace's bookings)",
     )
     return top
 
 
-def kubeconfig_path(given: str | None, env: dict[str, str]) -> str:
-    """The kubeconfig file: the flag, else the first file of $KUBECONFIG, else ~/.kube/config."""
+class NoKubeconfig(Exception):
+    """No kubeconfig file to read: the message names every file tried."""
+
+
+def kubeconfig_files(given: str | None, env: Mapping[str, str]) -> tuple[str, ...]:
+    """kubectl's choice of files: ``--kubeconfig`` (that file only), else every file of
+    ``$KUBECONFIG`` that exists (missing ones skipped), else ``~/.kube/config``.
+    ``NoKubeconfig`` naming the files tried when none exists."""
     if given:
-        return given
-    for part in (env.get("KUBECONFIG") or "").split(os.pathsep):
-        if part and Path(part).is_file():
-            return part
-    return str(Path.home() / ".kube" / "config")
+        tried = [given]
+    else:
+        tried = [p for p in (env.get("KUBECONFIG") or "").split(os.pathsep) if p]
+        tried = tried or [str(Path.home() / ".kube" / "config")]
+    found = tuple(p for p in tried if Path(p).is_file())
+    if not found or (given and found != (given,)):
+        raise NoKubeconfig(f"no such file: {', '.join(tried)}")
+    return found
 
 
-def context_namespace(kubeconfig: str) -> str:
-    """The current context's namespace, as kubectl reads it; ``default`` otherwise."""
+def _read(path: str) -> dict[str, Any]:
     try:
-        config = yaml.safe_load(Path(kubeconfig).read_text(encoding="utf-8"))
-        current = config.get("current-context")
-        for entry in config.get("contexts") or []:
-            if entry.get("name") == current:
-                return str((entry.get("context") or {}).get("namespace") or "default")
-    except (OSError, yaml.YAMLError, AttributeError, TypeError):
-        pass
+        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def current_context(files: str | Sequence[str]) -> str | None:
+    """The ``current-context`` of the first file that sets one (kubectl's merge: the
+    first file wins per key)."""
+    for path in [files] if isinstance(files, str) else files:
+        name = _read(path).get("current-context")
+        if isinstance(name, str) and name:
+            return name
+    return None
+
+
+def context_namespace(files: str | Sequence[str], context: str | None = None) -> str:
+    """The namespace of ``context`` (default: the current one) as kubectl reads it over
+    merged files (the first file defining a context name wins); ``default`` otherwise."""
+    paths = [files] if isinstance(files, str) else list(files)
+    name = context or current_context(paths)
+    for path in paths:
+        entries = _read(path).get("contexts")
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict) and entry.get("name") == name:
+                inner = entry.get("context")
+                found = inner.get("namespace") if isinstance(inner, dict) else None
+                return str(found) if isinstance(found, str) and found else "default"
     return "default"
 
 
@@ -157,9 +198,10 @@ def ours(events: Sequence[dict[str, Any]]) -> tuple[explain.Said, ...]:
 
 
 async def owned_reservations(
-    ctx: Context, owner: str
+    ctx: Context, owner: str | None
 ) -> tuple[tuple[model.GPUReservation, ...] | None, str | None]:
-    """The owner's GPUReservations, or None and why they could not be read."""
+    """The owner's GPUReservations (every readable one for ``None``), or None and why
+    they could not be read."""
     try:
         listed = await ctx.gateway.list_all(GPU_RESERVATIONS, ctx.controller_namespace)
     except KubeError as exc:
@@ -170,7 +212,7 @@ async def owned_reservations(
             res = model.from_object(obj)
         except (ValueError, TypeError, KeyError):
             continue
-        if res.facts.owner == owner:
+        if owner is None or res.facts.owner == owner:
             found.append(res)
     return tuple(found), None
 
@@ -192,6 +234,23 @@ async def neighbours_of(ctx: Context, namespace: str) -> tuple[PodView, ...]:
     return tuple(view for _raw, view in projected(listed.items, ctx.rules))
 
 
+async def controller_of(ctx: Context) -> explain.Controller | None:
+    """The controller's leader Lease as the user may read it (the chart's userAccess
+    grants ``get`` on that one Lease); None when it cannot be read (nothing is said)."""
+    try:
+        raw = await ctx.gateway.get(LEASES, vocab.LEADER_LEASE_NAME, ctx.controller_namespace)
+    except NotFound:
+        return explain.Controller(found=False)
+    except KubeError:
+        return None
+    view = leader.view_of(raw)
+    notes = (raw.get("metadata") or {}).get("annotations")
+    health = (
+        parse_health(notes.get(vocab.APP_HEALTH_ANNOTATION)) if isinstance(notes, dict) else None
+    )
+    return explain.Controller(True, view.holder, view.renewed, view.duration_s, health)
+
+
 async def pod_events(ctx: Context, pod: dict[str, Any]) -> tuple[explain.Said, ...]:
     meta = pod.get("metadata") or {}
     selector = f"involvedObject.uid={meta.get('uid', '')}"
@@ -207,6 +266,7 @@ async def scene_of(
     raw: dict[str, Any],
     reservations: tuple[tuple[model.GPUReservation, ...] | None, str | None],
     neighbours: tuple[PodView, ...],
+    controller: explain.Controller | None = None,
 ) -> explain.Scene:
     meta = raw.get("metadata") or {}
     return explain.Scene(
@@ -220,6 +280,7 @@ async def scene_of(
         unreadable=reservations[1],
         neighbours=neighbours,
         rules=ctx.rules,
+        controller=controller,
     )
 
 
@@ -227,28 +288,37 @@ async def run_explain(ctx: Context, namespace: str, name: str) -> str:
     """The explanation of one pod; NotFound/KubeError when the pod cannot be read."""
     raw = await ctx.gateway.get(PODS, name, namespace)
     reservations = await owned_reservations(ctx, namespace)
-    scene = await scene_of(ctx, raw, reservations, await neighbours_of(ctx, namespace))
+    neighbours = await neighbours_of(ctx, namespace)
+    scene = await scene_of(ctx, raw, reservations, neighbours, await controller_of(ctx))
     return explain.render(scene, explain.explain(scene))
 
 
-async def run_list(ctx: Context, namespace: str) -> str:
+async def run_list(ctx: Context, namespace: str | None) -> str:
     """The owner's bookings, then their GPU pods with state and estimate (KubeError when
-    the pods cannot be listed)."""
+    the pods cannot be listed). ``namespace`` None (``-A``): every namespace the user
+    may list, each pod read against its own namespace's bookings."""
     reservations = await owned_reservations(ctx, namespace)
     found = projected((await ctx.gateway.list_all(PODS, namespace)).items, ctx.rules)
-    neighbours = tuple(view for _raw, view in found)
+    controller = await controller_of(ctx)
+    everywhere = namespace is None
+    whose = "anyone" if everywhere else namespace
     if reservations[0] is None:
         head = f"Your GPUReservations could not be read: {reservations[1]}."
     elif reservations[0]:
-        head = explain.bookings(reservations[0], ctx.clock.now(), ctx.zone)
+        head = explain.bookings(reservations[0], ctx.clock.now(), ctx.zone, owners=everywhere)
     else:
-        head = f"No bookings for {namespace}."
-    scenes = [
-        await scene_of(ctx, raw, reservations, neighbours)
-        for raw, view in found
-        if not view.finished
-    ]
-    tail = explain.pods(scenes) if scenes else f"No GPU pods in {namespace}."
+        head = f"No bookings for {whose}."
+    scenes = []
+    for raw, view in found:
+        if view.finished:
+            continue
+        mine = reservations
+        if reservations[0] is not None:
+            mine = (tuple(r for r in reservations[0] if r.facts.owner == view.namespace), None)
+        neighbours = tuple(v for _r, v in found if v.namespace == view.namespace)
+        scenes.append(await scene_of(ctx, raw, mine, neighbours, controller))
+    where = "any namespace" if everywhere else namespace
+    tail = explain.pods(scenes, namespaces=everywhere) if scenes else f"No GPU pods in {where}."
     return f"{head}\n\n{tail}"
 
 
@@ -257,12 +327,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m reconciler") 
     args = parser(prog).parse_args(argv)
     env = dict(os.environ)
     reader = EnvReader(env)
-    config = kubeconfig_path(args.kubeconfig, env)
-    namespace = args.namespace or context_namespace(config)
     try:
-        gateway = Gateway.from_kubeconfig(config)
+        files = kubeconfig_files(args.kubeconfig, env)
+    except NoKubeconfig as exc:
+        print(f"{prog}: cannot load kubeconfig: {exc}", file=sys.stderr)
+        return 1
+    context = args.context or current_context(files)
+    namespace = args.namespace or context_namespace(files, context)
+    try:
+        gateway = Gateway.from_kubeconfig(files, context)
     except Exception as exc:  # the client library raises its own types for bad files
-        print(f"{prog}: cannot load kubeconfig {config}: {exc}", file=sys.stderr)
+        print(f"{prog}: cannot load kubeconfig {', '.join(files)}: {exc}", file=sys.stderr)
         return 1
     ctx = Context(
         gateway,
@@ -273,7 +348,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m reconciler") 
     )
     try:
         if args.command == "list":
-            text = asyncio.run(run_list(ctx, namespace))
+            text = asyncio.run(run_list(ctx, None if args.all_namespaces else namespace))
         else:
             try:
                 ns, name = target(args.pod, namespace)

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from reconciler.apphealth import Health
 from reconciler.pods import PodView
 from shared import vocab
 from shared.clock import parse_utc
 from shared.model import GPUReservation
-from shared.policy import noshow, statuses, wording
+from shared.policy import noshow, statuses, verdict, wording
 from shared.policy.matching import MatchRules
 from shared.policy.routing import Path, Route, Wait, free_gpus, route
 from shared.policy.wording import when
@@ -42,6 +43,27 @@ class Said:
     message: str
     at: datetime | None
     kind: str = "Normal"
+
+
+@dataclass(frozen=True)
+class Controller:
+    """The controller's leader Lease as the user reads it (``vocab.LEADER_LEASE_NAME``
+    in the controller namespace): who leads, when it last renewed, for how long a renew
+    counts, and the reservation app's health the leader publishes on it."""
+
+    #: False: there is no such Lease (no leader has ever run).
+    found: bool = True
+    holder: str | None = None
+    renewed: datetime | None = None
+    duration_s: float = 0.0
+    app: Health | None = None
+
+    def running(self, now: datetime) -> bool:
+        """A holder whose last renew is younger than its lease duration (the user's
+        clock against the holder's renew: a skew shifts the verdict by as much)."""
+        if not self.found or not self.holder or self.renewed is None:
+            return False
+        return (now - self.renewed).total_seconds() < self.duration_s
 
 
 @dataclass(frozen=True)
@@ -63,6 +85,8 @@ class Scene:
     #: The owner's other GPU pods (holders of a full booking are named from these).
     neighbours: tuple[PodView, ...] = ()
     rules: MatchRules = field(default_factory=MatchRules)
+    #: The controller's Lease; None when it could not be read (nothing is said then).
+    controller: Controller | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +179,43 @@ def _booking(res: GPUReservation, scene: Scene) -> str:
     return f"{res.name} ({f.gpu_class_name}, {_gpus(f.gpu_count)}, {wording.window(f, scene.zone)})"
 
 
+def _down(scene: Scene) -> bool:
+    """Whether the controller is known not to run (no live leader on its Lease)."""
+    return scene.controller is not None and not scene.controller.running(scene.now)
+
+
+def _app_down(scene: Scene) -> Health | None:
+    """The app's outage as the running leader published it (None: answering, unknown,
+    or the controller not running: its last word is stale then)."""
+    c = scene.controller
+    if c is None or not c.running(scene.now) or c.app is None or c.app.ok:
+        return None
+    return c.app
+
+
+def _untolerated(scene: Scene) -> list[tuple[str, str]]:
+    """The pool taint of the pod's own GPU class (``gpu-class=<class>``) when the
+    scheduler names it as untolerated: a toleration only the user can add. The
+    reservation taint is admission's to grant, and other classes' or unrelated taints
+    are nodes the pod is not meant for: neither is named as something to add."""
+    cls = _pod(scene).profile.gpu_class
+    if not scene.unschedulable or not cls:
+        return []
+    named = verdict.named_taints(verdict.filters_part(scene.unschedulable))
+    return [(vocab.GPU_CLASS_LABEL, cls)] if (vocab.GPU_CLASS_LABEL, cls) in named else []
+
+
+def _toleration_lines(scene: Scene, taints: list[tuple[str, str]]) -> list[str]:
+    """What the pod lacks and how to add it."""
+    return [
+        f"It does not tolerate the taint {key}={value} that the nodes of its GPU class "
+        f"carry: add to the pod's spec.tolerations {{key: {key}, operator: Equal, value: "
+        f"{value}}} (kubectl edit pod can add a toleration to a pending pod; add it to "
+        "your manifest too)."
+        for key, value in taints
+    ]
+
+
 # --- the states -----------------------------------------------------------------------------
 
 
@@ -201,11 +262,18 @@ def _admitted_waiting(scene: Scene) -> Finding:
     ]
     if scene.unschedulable:
         lines.append(f"The scheduler says: {scene.unschedulable}")
-    lines += [
-        "Released by: a node of its class with enough free GPUs (pods of other users "
-        "finishing, or being preempted for your booking).",
-        guarantee,
-    ]
+    taints = _untolerated(scene)
+    if taints:
+        lines += _toleration_lines(scene, taints)
+        lines.append(
+            "Released by: that toleration; free GPUs alone will not place it on those nodes."
+        )
+    else:
+        lines.append(
+            "Released by: a node of its class with enough free GPUs (pods of other users "
+            "finishing, or being preempted for your booking)."
+        )
+    lines.append(guarantee)
     return Finding(
         "admitted-waiting-for-scheduler",
         f"admitted under {pod.reference}, waiting for the scheduler",
@@ -382,17 +450,35 @@ def _too_small(scene: Scene) -> Finding:
     )
 
 
+#: The Events the lease path writes on a candidate.
+ONDEMAND_REASONS = (
+    vocab.REASON_ONDEMAND_LEASE_DENIED,
+    vocab.REASON_ONDEMAND_LEASE_REJECTED,
+    vocab.REASON_ONDEMAND_LEASE_DELAYED,
+    vocab.REASON_ONDEMAND_ADMISSION_PAUSED,
+    vocab.REASON_NO_MATCHING_NODE,
+    vocab.REASON_WAITING_FOR_NODE,
+)
+
+
 def _jit(scene: Scene) -> Finding:
+    told = [r for r in dict.fromkeys(s.reason for s in scene.said) if r in ONDEMAND_REASONS]
+    if told:
+        said = f"What came of it is in its Events ({', '.join(told)}; the newest is below)."
+    else:
+        said = (
+            "No lease Event is on it yet: the scheduler may not have judged it, or the "
+            "request is still on its way."
+        )
     return Finding(
         "on-demand",
         "no booking is open: the pod is eligible for an on-demand lease",
         (
-            "The reservation system requests a just-in-time lease for it if it cannot "
-            "schedule; whether one was granted or denied, and why, is in its Events "
-            f"({vocab.REASON_ONDEMAND_LEASE_DENIED}, {vocab.REASON_ONDEMAND_LEASE_REJECTED}, "
-            f"{vocab.REASON_ONDEMAND_ADMISSION_PAUSED}, {vocab.REASON_NO_MATCHING_NODE}, "
-            f"{vocab.REASON_WAITING_FOR_NODE}; the newest is below) and, once granted, in its "
-            f"{vocab.BOOKING_REFERENCE} and {vocab.RESERVATION_KIND} annotations.",
+            "The reservation system requests a just-in-time lease for it when the "
+            "scheduler cannot place it.",
+            said,
+            f"Once granted, its {vocab.BOOKING_REFERENCE} and {vocab.RESERVATION_KIND} "
+            "annotations name the lease.",
             "Released by: a granted lease, or a booking for this GPU class.",
         ),
     )
@@ -422,6 +508,35 @@ def _admitted(scene: Scene) -> bool:
     return _pod(scene).admitted
 
 
+def _since(scene: Scene) -> str:
+    c = scene.controller
+    if c is None or not c.found:
+        return "no leader has ever run"
+    if c.renewed is None:
+        return "no leader has renewed its Lease"
+    return f"no leader since {at(c.renewed, scene)}"
+
+
+def _controller_down(scene: Scene) -> Finding:
+    """Nothing admits, queues or requests a lease while no controller runs: what would
+    happen once it does is said as that, not as a promise."""
+    later = next(s for s in STATES[_AFTER_DOWN:] if s.applies(scene)).describe(scene)
+    found = scene.controller is None or scene.controller.found
+    where = "its leader Lease is not renewed" if found else "its leader Lease does not exist"
+    return Finding(
+        "controller-not-running",
+        f"not admitted, and nothing will admit it now: the controller is not running "
+        f"({_since(scene)})",
+        (
+            f"The reservation system's controller runs nowhere ({where}): no pod is "
+            "admitted, queued or given a lease until it runs again.",
+            f"Once it runs: {later.headline}.",
+            "Released by: the controller running again; tell your cluster's operators.",
+        ),
+        later.reservation,
+    )
+
+
 STATES: tuple[State, ...] = (
     State("not-a-gpu-pod", lambda s: s.pod is None, _not_gpu),
     State("finished", lambda s: _pod(s).finished, _finished),
@@ -433,6 +548,7 @@ STATES: tuple[State, ...] = (
     ),
     State("admitted", _admitted, _running),
     State("running-outside-bookings", lambda s: _pod(s).node is not None, _outside),
+    State("controller-not-running", _down, _controller_down),
     State("reservations-unreadable", lambda s: s.reservations is None, _unknown),
     State("admittable-now", lambda s: _on_path(s, Path.ADMIT), _admit_now),
     State("queued-for-window", lambda s: _waiting(s, Wait.OPENS_LATER), _queued_window),
@@ -441,6 +557,8 @@ STATES: tuple[State, ...] = (
     State("on-demand", lambda s: _on_path(s, Path.JIT), _jit),
     State("no-booking", lambda s: True, _no_booking),
 )
+#: The states ``controller-not-running`` looks past for what would happen once it runs.
+_AFTER_DOWN = next(i for i, s in enumerate(STATES) if s.name == "controller-not-running") + 1
 
 
 # --- notes ------------------------------------------------------------------------------------
@@ -459,12 +577,68 @@ def _warning(scene: Scene) -> str | None:
     return f"{text} {message}" if message else text
 
 
+def _state_began(scene: Scene) -> tuple[datetime, str] | None:
+    """When the state the pod is in began, and what began it, when known: its
+    admission, or the last change of the booking it waits for."""
+    pod = scene.pod
+    if pod is None:
+        return None
+    if pod.admitted:
+        since = pod.admitted_at
+        return (since, "it was admitted") if since is not None else None
+    if pod.node is not None or scene.reservations is None:
+        return None
+    res = route_of(scene).reservation
+    if res is None:
+        return None
+    return res.facts.updated_at, f"booking {res.name} was made or last changed"
+
+
 def _newest(scene: Scene) -> str | None:
     if not scene.said:
         return None
     last = scene.said[-1]
     stamp = f" ({when(last.at, scene.zone)})" if last.at else ""
+    began = _state_began(scene)
+    if last.at is not None and began is not None and last.at < began[0]:
+        return (
+            f"Earlier — before {began[1]} at {when(began[0], scene.zone)}, no longer "
+            f"current — the reservation system said{stamp}: {last.reason}: {last.message}"
+        )
     return f"The reservation system said{stamp}: {last.reason}: {last.message}"
+
+
+def _taints(scene: Scene) -> str | None:
+    """An unadmitted pod the scheduler refuses for a taint it does not tolerate (the
+    admitted one is told in its state)."""
+    pod = scene.pod
+    if pod is None or pod.admitted or pod.node is not None or pod.finished:
+        return None
+    lines = _toleration_lines(scene, _untolerated(scene))
+    return " ".join(lines) if lines else None
+
+
+def _outage(scene: Scene) -> str | None:
+    pod = scene.pod
+    app = _app_down(scene)
+    if pod is None or app is None or pod.admitted or pod.node is not None or pod.finished:
+        return None
+    return (
+        f"The reservation app has been unreachable since {at(app.since, scene)}, as the "
+        "controller sees it: bookings made or changed meanwhile are not seen yet, and no "
+        "on-demand lease can be granted; a lease is requested again as soon as it answers."
+    )
+
+
+def _stopped(scene: Scene) -> str | None:
+    """An admitted pod while no controller runs: nothing is kept up meanwhile."""
+    pod = scene.pod
+    if pod is None or not pod.admitted or pod.finished or not _down(scene):
+        return None
+    return (
+        f"The controller is not running ({_since(scene)}): guarantees, warnings and "
+        "preemption are not kept up until it runs again."
+    )
 
 
 def _unreadable(scene: Scene) -> str | None:
@@ -473,7 +647,14 @@ def _unreadable(scene: Scene) -> str | None:
     return f"Your GPUReservations could not be read: {scene.unreadable or 'unknown error'}."
 
 
-NOTES: tuple[Callable[[Scene], str | None], ...] = (_warning, _newest, _unreadable)
+NOTES: tuple[Callable[[Scene], str | None], ...] = (
+    _stopped,
+    _taints,
+    _outage,
+    _warning,
+    _newest,
+    _unreadable,
+)
 
 
 def explain(scene: Scene) -> Finding:
@@ -502,13 +683,20 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def bookings(reservations: Sequence[GPUReservation], now: datetime, zone: ZoneInfo | None) -> str:
-    """The owner's bookings: name, class, kind, GPUs used/total, window, phase."""
-    rows = [["NAME", "CLASS", "KIND", "GPUS", "START", "END", "PHASE"]]
+def bookings(
+    reservations: Sequence[GPUReservation],
+    now: datetime,
+    zone: ZoneInfo | None,
+    owners: bool = False,
+) -> str:
+    """The owner's bookings: name, class, kind, GPUs used/total, window, phase (with an
+    OWNER column first when ``owners``: several users' bookings)."""
+    rows = [["OWNER"] * owners + ["NAME", "CLASS", "KIND", "GPUS", "START", "END", "PHASE"]]
     for res in sorted(reservations, key=lambda r: (r.facts.start, r.facts.id)):
         f = res.facts
         rows.append(
-            [
+            [f.owner] * owners
+            + [
                 res.name,
                 f.gpu_class_name,
                 f.kind.value,
@@ -521,9 +709,10 @@ def bookings(reservations: Sequence[GPUReservation], now: datetime, zone: ZoneIn
     return table(rows)
 
 
-def pods(scenes: Sequence[Scene]) -> str:
-    """One line per GPU pod: its state, reservation and estimate."""
-    rows = [["POD", "STATE", "RESERVATION", "ESTIMATE"]]
+def pods(scenes: Sequence[Scene], namespaces: bool = False) -> str:
+    """One line per GPU pod: its state, reservation and estimate (with a NAMESPACE
+    column first when ``namespaces``, as ``kubectl get -A``)."""
+    rows = [["NAMESPACE"] * namespaces + ["POD", "STATE", "RESERVATION", "ESTIMATE"]]
     for scene in scenes:
         found = explain(scene)
         estimate = ""
@@ -533,5 +722,6 @@ def pods(scenes: Sequence[Scene]) -> str:
             label = "earliest" if found.state == "booking-full" else label
             estimate = f"{label} {when(found.estimate, scene.zone)}"
         name = scene.pod.name if scene.pod else scene.key
-        rows.append([name, found.state, found.reservation or "", estimate])
+        where = [scene.key.partition("/")[0]] * namespaces
+        rows.append([*where, name, found.state, found.reservation or "", estimate])
     return table(rows)

@@ -21,6 +21,10 @@ seconds steps down before anyone else may take over — also when its renew requ
 hangs (the step is cut off at that deadline), and it renews at least every
 ``(lease − renew) / 2`` seconds so a healthy leader never reaches it. On shutdown the
 leader releases the Lease (empty holder) so a standby takes over at its next look.
+
+The leader's writes also carry what it publishes for users on the Lease (the
+reservation app's health, ``reconciler.apphealth``): one writer, one write per renew,
+so publishing never makes a renew conflict with itself.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -128,9 +132,17 @@ def view_of(obj: dict[str, Any]) -> LeaseView:
 
 
 def lease_body(
-    raw: dict[str, Any] | None, me: str, now: datetime, action: Action, lease_s: float, ns: str
+    raw: dict[str, Any] | None,
+    me: str,
+    now: datetime,
+    action: Action,
+    lease_s: float,
+    ns: str,
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The Lease to write for ``action`` (keeps the read metadata and resourceVersion)."""
+    """The Lease to write for ``action`` (keeps the read metadata and resourceVersion);
+    ``annotations`` are set on it (what the leader publishes, ``reconciler.apphealth``):
+    carried by the election's own write, they never race it."""
     view = view_of(raw) if raw is not None else None
     spec = dict((raw or {}).get("spec") or {})
     spec.update(
@@ -143,6 +155,10 @@ def lease_body(
         spec["leaseTransitions"] = (view.transitions + 1) if view else 0
     body = dict(raw) if raw is not None else _new_lease(ns)
     body["spec"] = spec
+    if annotations:
+        meta = dict(body.get("metadata") or {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+        body["metadata"] = meta
     return body
 
 
@@ -190,8 +206,11 @@ class Elector:
         clock: Clock,
         settings: LeaderSettings,
         on_change: Callable[[bool], None],
+        annotations: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self._gateway = gateway
+        #: What the leader publishes on the Lease with each write (``lease_body``).
+        self._annotations = annotations
         self._ns = namespace
         self.identity = identity
         self._clock = clock
@@ -289,7 +308,15 @@ class Elector:
         return obj
 
     async def _write(self, raw: dict[str, Any] | None, action: Action, now: datetime) -> None:
-        body = lease_body(raw, self.identity, now, action, self._settings.lease_s, self._ns)
+        body = lease_body(
+            raw,
+            self.identity,
+            now,
+            action,
+            self._settings.lease_s,
+            self._ns,
+            self._annotations(),
+        )
         if raw is None:
             await self._gateway.create(LEASES, body, self._ns)
         else:

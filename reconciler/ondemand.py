@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry
 from reconciler import ondemand_status, queue
 from reconciler.admit import Admitter
 from reconciler.announce import Admitted
+from reconciler.apphealth import AppHealth, Health, is_outage
 from reconciler.caches import Caches
 from reconciler.leases import LeaseKeeper, describe
 from reconciler.metrics import LeaseMetrics
@@ -128,6 +129,10 @@ class Track:
     waiting_verdict: bool = False
     #: The guard holding it (None: due, or waiting after an app answer).
     held: Held | None = None
+    #: Its last ask failed for an app outage: asked again the moment the app answers.
+    outage: bool = False
+    #: This outage was told (OnDemandLeaseDelayed): once per outage per pod.
+    told_outage: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,8 +164,13 @@ class Leaser:
         overcommit: Callable[[], Mapping[str, int]] = dict,
         rand: Callable[[], float] = random.random,
         relinker: Relinker | None = None,
+        health: AppHealth | None = None,
     ) -> None:
         self._app = app
+        #: The app's health: the poll's answers and this path's own (shared with the
+        #: leader, which publishes it); an answer after an outage makes its pods due.
+        self.health = health if health is not None else AppHealth(clock)
+        self.health.listeners.append(self._app_health)
         self._gateway = gateway
         self._caches = caches
         self._admitter = admitter
@@ -214,6 +224,17 @@ class Leaser:
         for track in self.tracks.values():
             if track.held in RECHECKED:
                 track.due = min(track.due, now)
+                self._wake.set()
+
+    def _app_health(self, health: Health) -> None:
+        """The app answers again: the candidates whose ask failed for the outage are due
+        at once (not at their 2–5 minute retry), and a later outage is told anew."""
+        if not health.ok:
+            return
+        for track in self.tracks.values():
+            if track.outage:
+                track.outage = track.told_outage = False
+                track.due = min(track.due, health.since)
                 self._wake.set()
 
     def _reservation_changed(
@@ -502,6 +523,7 @@ class Leaser:
         tracks = {p.uid: self.tracks[p.uid] for p in eligible}  # before the call's wait
         self.metrics.calls.labels("select").inc()
         got = await self._app.select_admissions(offered)
+        self.health.note(got)
         if not isinstance(got, Selection):
             log(_log, logging.WARNING, "ondemand.selection_unavailable", error=describe(got))
             return eligible
@@ -558,6 +580,7 @@ class Leaser:
             return
         async with self._asks:
             result = await self._create(pod, track, ctx)
+        self.health.note(result)
         now = self._clock.now()
         if isinstance(result, ReplayedCancelled):
             self.metrics.asks.labels("replayed").inc()
@@ -647,6 +670,9 @@ class Leaser:
     async def _refused(self, pod: PodView, track: Track, failure: Failure, now: datetime) -> None:
         retry = ondemand.retry_after(failure, now, track.errors, self._rand)
         track.due, track.errors = retry.at, retry.errors
+        track.outage = is_outage(failure)
+        if not track.outage:
+            track.told_outage = False
         self.metrics.asks.labels(str(retry.outcome)).inc()
         log(
             _log,
@@ -660,7 +686,10 @@ class Leaser:
         )
         if not self._settings.ondemand.denial_events:
             return
-        if isinstance(failure, Denied):
+        if track.outage and not track.told_outage:
+            await self._admitter.say(pod, ondemand_status.delayed(), now)
+            track.told_outage = True
+        elif isinstance(failure, Denied):
             status = ondemand_wording.denied(failure.detail, not failure.denial.retryable)
             await self._admitter.say(pod, status, now)
         elif isinstance(failure, Rejected):

@@ -1,4 +1,5 @@
-"""What the lease path tells: the held pod's status, a 404's status, the gate log (R38).
+"""What the lease path tells: the held pod's status, a 404's status, an outage's delay,
+the gate log (R38).
 
 ``hold_status`` and ``rejected`` are pure (the wording is
 ``shared.policy.ondemand_wording``); the switches are the seed's
@@ -57,6 +58,16 @@ def hold_status(
         text = unknown_gpu_class(cls, sorted(known), q.support_contact)
         return Status(vocab.REASON_UNKNOWN_GPU_CLASS, text)
     return None
+
+
+def delayed() -> Status:
+    """OnDemandLeaseDelayed: the lease request failed for an app outage (told once per
+    outage; the same words every time, so the throttle folds any repeat)."""
+    return Status(
+        vocab.REASON_ONDEMAND_LEASE_DELAYED,
+        "The reservation app is unreachable; the on-demand lease for this pod will be "
+        "requested again as soon as it answers.",
+    )
 
 
 def rejected(

@@ -84,7 +84,13 @@ class Reconciler:
         ns = settings.common.namespace
         self.syncer = Syncer(source, gateway, ns, clock, self.metrics, settings.lookahead_days)
         self.elector = Elector(
-            gateway, ns, settings.identity, clock, settings.leader, self._on_leadership
+            gateway,
+            ns,
+            settings.identity,
+            clock,
+            settings.leader,
+            self._on_leadership,
+            annotations=self.syncer.health.annotations,
         )
         self.caches = Caches(gateway, settings, clock, self._class_labels)
         queue_metrics = QueueMetrics(self.metrics.registry)
@@ -144,6 +150,7 @@ class Reconciler:
                 self.metrics.registry,
                 overcommit=self.auditor.deficits,
                 relinker=self.upholders.relinker,
+                health=self.syncer.health,
             )
             if leases is not None
             else None

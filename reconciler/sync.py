@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from datetime import date
 from typing import Any, Protocol
 
+from reconciler.apphealth import AppHealth
 from reconciler.metrics import Metrics
 from reconciler.mirror import MirrorWriter, facts_from, installed_first, plan
 from shared import model, vocab
@@ -68,6 +69,8 @@ class Syncer:
         self._metrics = metrics
         self._lookahead = lookahead_days
         self.writer = MirrorWriter(gateway, namespace, metrics)
+        #: The app's health as the poll sees it (the lease path adds its own calls).
+        self.health = AppHealth(clock)
         self.classes: dict[int, GpuClass] = {}
         self.lock = asyncio.Lock()
         self._failures = 0
@@ -110,6 +113,7 @@ class Syncer:
         now = self.clock.now()
         start, end = fetch_window(now.date(), self._lookahead)
         got = await self.source.list_reservations(start, end)
+        self.health.note(got)
         if not isinstance(got, Fetched):
             self._fetch_failed(_describe(got))
             return False

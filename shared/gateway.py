@@ -14,7 +14,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
@@ -38,6 +38,9 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
     "merge": "application/merge-patch+json",
     "strategic": "application/strategic-merge-patch+json",
 }
+
+#: How the official loader splits a list of kubeconfig files (``$KUBECONFIG``'s form).
+KUBECONFIG_SEPARATOR: str = kubernetes.config.kube_config.ENV_KUBECONFIG_PATH_SEPARATOR
 
 #: Seconds a single non-watch call may take before it counts as failed.
 DEFAULT_TIMEOUT_S = 10.0
@@ -92,12 +95,23 @@ class Endpoint:
     proxied: bool
 
 
-def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Configuration:
-    """Client configuration from a kubeconfig file, else in-cluster credentials."""
+def load_configuration(
+    kubeconfig: str | Sequence[str] | None = None, context: str | None = None
+) -> kubernetes.client.Configuration:
+    """Client configuration from kubeconfig files, else in-cluster credentials.
+
+    ``kubeconfig`` is one file or several (``$KUBECONFIG``'s list), merged by the
+    official loader: the first file that names a cluster, context or user wins.
+    ``context`` picks the context (None: the merged ``current-context``). Files are
+    never written back (a refreshed token stays in memory)."""
     cfg = kubernetes.client.Configuration()
     if kubeconfig:
+        files = [kubeconfig] if isinstance(kubeconfig, str) else list(kubeconfig)
         kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, client_configuration=cfg
+            config_file=KUBECONFIG_SEPARATOR.join(files),
+            context=context,
+            client_configuration=cfg,
+            persist_config=False,
         )
     else:
         kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
@@ -213,9 +227,12 @@ class Gateway:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube")
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None, **kwargs: Any) -> Self:
-        """A gateway for ``kubeconfig`` (``None``: in-cluster credentials)."""
-        return cls(load_configuration(kubeconfig), **kwargs)
+    def from_kubeconfig(
+        cls, kubeconfig: str | Sequence[str] | None, context: str | None = None, **kwargs: Any
+    ) -> Self:
+        """A gateway for ``kubeconfig`` — one file or several, merged — and ``context``
+        (``None``: in-cluster credentials; see ``load_configuration``)."""
+        return cls(load_configuration(kubeconfig, context), **kwargs)
 
     def endpoint(self) -> Endpoint:
         """Where and how the configuration says to connect (for the loop's client)."""

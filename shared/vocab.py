@@ -124,6 +124,9 @@ REASON_ANNOTATION_IGNORED: Final = "AnnotationIgnored"
 REASON_RESERVATION_FULL: Final = "ReservationFull"
 REASON_RESERVATION_TOO_SMALL: Final = "ReservationTooSmall"
 REASON_NO_MATCHING_NODE: Final = "NoMatchingNode"
+#: A JIT candidate's lease request failed for a reservation-app outage (Normal: it is
+#: requested again as soon as the app answers).
+REASON_ONDEMAND_LEASE_DELAYED: Final = "OnDemandLeaseDelayed"
 #: Eviction of a pod tolerating the reservation taint without a ledger hold.
 REASON_UNADMITTED_TOLERATION: Final = "UnadmittedToleration"
 #: A pod past its guarantee may be preempted soon (termination warning, R33).
@@ -174,6 +177,9 @@ CRD_NAME: Final = "gpureservations.galends.io"
 
 #: Name of the coordination Lease the reconciler replicas elect a leader on.
 LEADER_LEASE_NAME: Final = "gpu-reservation-reconciler"
+#: Annotation the leader keeps on that Lease (in its own renew writes): the reservation
+#: app's health as it last saw it, ``ok|unreachable since <UTC>`` (docs/explain.md).
+APP_HEALTH_ANNOTATION: Final = "galends.io/app-health"
 
 # --- Sandbox-only vocabulary ----------------------------------------------------------
 

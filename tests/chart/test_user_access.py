@@ -1,4 +1,5 @@
-"""userAccess: users may read GPUReservations (for kubectl gpures), nothing else."""
+"""userAccess: users may read GPUReservations and the leader Lease (for kubectl gpures),
+nothing else."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def users(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def test_by_default_every_authenticated_user_may_read_reservations_only() -> None:
+def test_by_default_every_authenticated_user_may_read_reservations_and_the_lease_only() -> None:
     role, binding = sorted(users(render(values())), key=lambda d: d["kind"])
     assert (role["kind"], binding["kind"]) == ("Role", "RoleBinding")
     assert role["rules"] == [
@@ -26,7 +27,13 @@ def test_by_default_every_authenticated_user_may_read_reservations_only() -> Non
             "apiGroups": [vocab.CRD_GROUP],
             "resources": [vocab.CRD_PLURAL],
             "verbs": ["get", "list", "watch"],
-        }
+        },
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [vocab.LEADER_LEASE_NAME],
+            "verbs": ["get"],
+        },
     ]
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == READER
     assert [s["name"] for s in binding["subjects"]] == ["system:authenticated"]

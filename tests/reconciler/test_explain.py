@@ -150,7 +150,13 @@ def test_jit_eligible_points_at_the_lease_events() -> None:
     )
     found = explain.explain(scene(raw, ()))
     assert found.state == "on-demand"
-    assert vocab.REASON_ONDEMAND_LEASE_DENIED in found.lines[0]
+    # No lease Event on the pod yet: none is named as if it were there.
+    assert not any("OnDemand" in line for line in found.lines)
+    assert "No lease Event is on it yet" in "\n".join(found.lines)
+    said = (explain.Said(vocab.REASON_ONDEMAND_LEASE_DELAYED, "unreachable", NOW),)
+    found = explain.explain(scene(raw, (), said=said))
+    assert f"in its Events ({vocab.REASON_ONDEMAND_LEASE_DELAYED}; the newest" in found.lines[1]
+    assert vocab.REASON_ONDEMAND_LEASE_DENIED not in "\n".join(found.lines)
 
 
 def test_admitted_but_unscheduled_quotes_the_scheduler() -> None:

@@ -275,3 +275,23 @@ def test_a_full_booking_names_its_holders_and_an_admitted_pod_its_guarantee(user
     missing = user.run(GPURES, "explain", "-n", "alice", "nope")
     assert missing.returncode == 1
     assert "not found" in missing.stderr
+
+
+def test_a_user_reads_the_controller_lease_and_the_app_health_with_own_rights(
+    user: User,
+) -> None:
+    """The chart's userAccess lets a user get the leader Lease (and only it): explain
+    sees a running controller, and the leader publishes the app's health on it."""
+    assert user.ctx is not None
+    user.ok("apply", "-f", "-", stdin=json.dumps(reader_role("bob")))
+    user.ok("apply", "-f", "-", stdin=json.dumps(reader_binding("bob")))
+    bob = as_user(user.ctx, "bob")
+    ns, name = vocab.PRODUCT_NAME, vocab.LEADER_LEASE_NAME
+    got = bob.until("get", "lease", "-n", ns, name, "-o", "json", text=vocab.APP_HEALTH_ANNOTATION)
+    health = json.loads(got)["metadata"]["annotations"][vocab.APP_HEALTH_ANNOTATION]
+    assert health.startswith("ok since ")
+    assert bob.run("get", "lease", "-n", ns).returncode != 0  # no list: that one Lease only
+    user.create(pod("bob", "probe"))
+    out = bob.ok(GPURES, "explain", "-n", "bob", "probe")
+    assert "the controller is not running" not in out
+    assert "unreachable" not in out

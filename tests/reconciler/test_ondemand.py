@@ -30,6 +30,7 @@ from shared.appclient import (
     BestEffortRequest,
     Cancelled,
     CancelReason,
+    Fetched,
     GpuClass,
     Granted,
     LeaseRequest,
@@ -580,5 +581,72 @@ def test_a_batch_that_asked_says_what_it_did_in_one_line(caplog: pytest.LogCaptu
                 "took_s": 0.0,
             }
         ]
+
+    run(scenario())
+
+
+def test_an_outage_is_told_once_and_the_ask_follows_the_app_answering_again() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(), "alice")
+        w.app.answers = [
+            Transient(TransientReason.SERVER_ERROR, "503", status=503),
+            Transient(TransientReason.NETWORK, "connection refused"),
+        ]
+        await w.step()
+        told = w.kube.events(vocab.REASON_ONDEMAND_LEASE_DELAYED)
+        assert len(told) == 1
+        assert told[0]["type"] == "Normal"
+        assert "requested again as soon as it answers" in told[0]["message"]
+        assert w.leaser.health.unreachable
+        await w.clock.advance(300)
+        await w.step()  # the same outage: asked again, not told again
+        assert len(w.app.asks) == 2
+        assert len(w.kube.events(vocab.REASON_ONDEMAND_LEASE_DELAYED)) == 1
+        # The reservation poll gets an answer a moment later: the pod is due at once,
+        # not at the end of its 2-5 minute retry.
+        await w.clock.advance(1)
+        w.leaser.health.note(Fetched(()))
+        assert w.leaser._delay(60.0) == 0.0
+        await w.step()
+        assert len(w.app.asks) == 3
+        assert w.pod()["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == "res-11"
+
+    run(scenario())
+
+
+def test_a_new_outage_is_told_again_and_a_malformed_answer_is_no_outage() -> None:
+    async def scenario() -> None:
+        w = World()
+        w.kube.add(PODS, jit_pod(), "alice")
+        w.app.answers = [
+            Transient(TransientReason.TIMEOUT, "no answer"),
+            Transient(TransientReason.MALFORMED, "not JSON"),
+            Transient(TransientReason.NETWORK, "connection refused"),
+        ]
+        await w.step()
+        await w.clock.advance(300)
+        await w.step()  # an answer, though unreadable: the app is up, nothing told
+        assert not w.leaser.health.unreachable
+        assert len(w.kube.events(vocab.REASON_ONDEMAND_LEASE_DELAYED)) == 1
+        await w.clock.advance(3600)  # past the throttle's restatement of the same words
+        await w.step()  # a second outage: told again
+        assert len(w.app.asks) == 3
+        assert len(w.kube.events(vocab.REASON_ONDEMAND_LEASE_DELAYED)) == 2
+
+    run(scenario())
+
+
+def test_an_outage_is_not_told_with_denial_events_off() -> None:
+    async def scenario() -> None:
+        w = World(ONDEMAND_DENIAL_EVENT_ENABLED="false")
+        w.kube.add(PODS, jit_pod(), "alice")
+        w.app.answers = [Transient(TransientReason.NETWORK, "connection refused")]
+        await w.step()
+        assert w.leaser.health.unreachable
+        assert w.kube.events(vocab.REASON_ONDEMAND_LEASE_DELAYED) == []
+        w.leaser.health.note(Fetched(()))
+        await w.step()  # still due at once after the answer
+        assert len(w.app.asks) == 2
 
     run(scenario())
