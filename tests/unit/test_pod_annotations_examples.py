@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from reconciler import evict, relink
+from reconciler import evict, ondemand_status, relink
 from reconciler.pods import project_pod
 from shared import vocab
 from shared.clock import utc
@@ -90,6 +90,7 @@ REBUILT: dict[str, Callable[[], str]] = {
             None,
         ).message
     ),
+    vocab.REASON_ONDEMAND_LEASE_DELAYED: lambda: ondemand_status.delayed().message,
     vocab.REASON_ONDEMAND_ADMISSION_PAUSED: lambda: (
         ondemand_wording.paused(Held.DRAINED, "h100", False, None).message
     ),
