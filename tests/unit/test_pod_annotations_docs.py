@@ -180,7 +180,11 @@ def test_every_example_gpu_pod_tolerates_its_class_pool(path: Path) -> None:
         cls = (doc["metadata"].get("labels") or {}).get(vocab.GPU_CLASS_LABEL)
         if cls is None:
             continue
-        wanted = {"key": vocab.GPU_CLASS_LABEL, "value": cls, "effect": "NoSchedule"}
+        wanted = {
+            "key": vocab.GPU_CLASS_LABEL,
+            "value": cls,
+            "effect": vocab.TAINT_EFFECT_NO_SCHEDULE,
+        }
         tolerations = doc["spec"].get("tolerations") or []
         assert any(
             {k: t.get(k) for k in wanted} == wanted and t.get("operator", "Equal") == "Equal"
