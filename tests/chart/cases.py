@@ -38,6 +38,7 @@ CASES: dict[str, dict[str, Any]] = {
             "metricsFrom": MONITORING,
         }
     ),
+    "mutual-tls": values(webhook={"clientCA": {"secretName": "apiserver-client-ca"}}),
     "token-secret": values(inboundApi={"tokenSecret": {"name": "push-token", "key": "t"}}),
     "scaled-out": values(webhook={"replicas": 5}, reconciler={"replicas": 2}),
 }

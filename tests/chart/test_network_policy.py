@@ -8,11 +8,12 @@ from typing import Any
 import helm_python as helm
 import pytest
 
+from shared import vocab
 from tests.chart import render
 from tests.chart.cases import CASES, MONITORING
 from tests.chart.objects import of_kind, one
 
-KUBE_SYSTEM = {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
+KUBE_SYSTEM = {"matchLabels": {vocab.NAMESPACE_NAME_LABEL: "kube-system"}}
 APISERVER_PODS = {"matchLabels": {"component": "kube-apiserver"}}
 OPEN_WARNING = "The webhook's TLS port accepts connections from any pod"
 
@@ -52,7 +53,7 @@ def test_api_server_pods_are_looked_for_in_kube_system_unless_told() -> None:
     assert _webhook_peers(apiServer={"podSelector": APISERVER_PODS}) == [
         {"podSelector": APISERVER_PODS, "namespaceSelector": KUBE_SYSTEM}
     ]
-    elsewhere = {"matchLabels": {"kubernetes.io/metadata.name": "control-plane"}}
+    elsewhere = {"matchLabels": {vocab.NAMESPACE_NAME_LABEL: "control-plane"}}
     assert _webhook_peers(
         apiServer={"podSelector": APISERVER_PODS, "namespaceSelector": elsewhere}
     ) == [{"podSelector": APISERVER_PODS, "namespaceSelector": elsewhere}]
