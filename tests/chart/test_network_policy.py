@@ -15,7 +15,7 @@ from tests.chart.objects import of_kind, one
 
 KUBE_SYSTEM = {"matchLabels": {vocab.NAMESPACE_NAME_LABEL: "kube-system"}}
 APISERVER_PODS = {"matchLabels": {"component": "kube-apiserver"}}
-OPEN_WARNING = "The webhook's TLS port accepts connections from any pod"
+OPEN_WARNING = "The webhook's TLS port accepts AdmissionReviews from any pod"
 
 
 def _policy(**network_policy: Any) -> list[dict[str, Any]]:
@@ -39,9 +39,10 @@ def test_enabled_without_a_source_leaves_the_port_open_and_says_so() -> None:
     assert OPEN_WARNING in render.notes(CASES["network-policy"])
 
 
-def test_named_sources_silence_the_warning() -> None:
+def test_named_sources_or_mutual_tls_silence_the_warning() -> None:
     assert OPEN_WARNING not in render.notes(CASES["network-policy-api-server"])
     assert OPEN_WARNING not in render.notes(CASES["network-policy-with-peers"])
+    assert OPEN_WARNING not in render.notes(CASES["mutual-tls"])
 
 
 def test_each_cidr_becomes_an_ip_block() -> None:
