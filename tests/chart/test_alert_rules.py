@@ -173,8 +173,8 @@ CASES = [
     ),
     Case(
         "GpuReservationNoLeader",
-        "no leader for 90 s with a 60 s lease (for: 120 s)",
-        {f'{REC}leader{{pod="a"}}': "0 0 0 1x6"},
+        "no leader for 90 s with a 60 s lease: still pending (for: 120 s)",
+        {f'{REC}leader{{pod="a"}}': "0x10"},
         "1m30s",
         interval="30s",
         vals=values(
