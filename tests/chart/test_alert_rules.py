@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
+from shared import vocab
 from tests.chart.render import ROOT, render, values
 
-WEBHOOK_JOB = "gpu-reservation-webhook"
-RECONCILER_JOB = "gpu-reservation-reconciler"
+#: The job names of a default release (the Services the ServiceMonitors select).
+WEBHOOK_JOB = f"{vocab.PRODUCT_NAME}-webhook"
+RECONCILER_JOB = f"{vocab.PRODUCT_NAME}-reconciler"
 
 
 def promtool() -> str:
@@ -486,15 +488,15 @@ def test_the_jobs_follow_the_release_and_the_overrides() -> None:
         )
 
     assert f'job="{WEBHOOK_JOB}"' in exprs(DEFAULT_VALUES)
-    named = exprs(values(prometheusRule={"enabled": True}, fullnameOverride="gpures"))
-    assert 'job="gpures-webhook"' in named
-    assert 'job="gpures-reconciler"' in named
+    named = exprs(values(prometheusRule={"enabled": True}, fullnameOverride="acme"))
+    assert 'job="acme-webhook"' in named
+    assert 'job="acme-reconciler"' in named
     overridden = exprs(
         values(prometheusRule={"enabled": True, "webhookJob": "wh", "reconcilerJob": "rc"})
     )
     assert 'job="wh"' in overridden
     assert 'job="rc"' in overridden
-    assert "gpu-reservation-" not in overridden
+    assert f"{vocab.PRODUCT_NAME}-" not in overridden
 
 
 def test_the_no_leader_delay_follows_the_lease() -> None:
