@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
+# promtool evaluates the chart's alerting rules in the tests (tests/chart/test_alert_rules.py).
+PROMTOOL := $(BIN)/promtool
 
-.PHONY: test sandbox bench bench-full fuzz fuzz-atheris lint lock tools clean
+.PHONY: test sandbox bench bench-full fuzz fuzz-atheris lint lock tools promtool clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
@@ -17,6 +19,21 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
+
+# Debian's prometheus package ships promtool, a static binary: fetch the package and
+# copy that one file, so nothing is installed system-wide and no daemon is started.
+# `apt-get update` runs only when the package lists do not know the package yet.
+promtool: $(PROMTOOL)
+
+$(PROMTOOL):
+	@mkdir -p $(@D)
+	@tmp=$$(mktemp -d) && cd $$tmp && \
+	  { apt-get download -qq prometheus 2>/dev/null || \
+	    { apt-get update -qq && apt-get download -qq prometheus; }; } && \
+	  dpkg-deb -x prometheus_*.deb root && \
+	  install -m 0755 root/usr/bin/promtool $(abspath $@); \
+	  status=$$?; rm -rf $$tmp; exit $$status
+	@$@ --version | head -1
 
 tools:
 	@command -v kubectl >/dev/null 2>&1 || { \
@@ -31,8 +48,8 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
-test: $(STAMP) tools lint
-	$(BIN)/pytest -n 2 --dist loadfile
+test: $(STAMP) tools lint $(PROMTOOL)
+	PROMTOOL=$(abspath $(PROMTOOL)) $(BIN)/pytest -n 2 --dist loadfile
 
 sandbox: $(STAMP) tools
 	$(BIN)/python -m sandbox up

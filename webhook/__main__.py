@@ -69,7 +69,11 @@ async def serve(settings: WebhookSettings) -> None:
     cache = ReservationCache(gateway, settings.policy.namespace, settings.clock)
     serving = settings.serving
     tls = ReloadingTLS(
-        serving.cert_file, serving.key_file, settings.clock, interval_s=serving.tls_reload_s
+        serving.cert_file,
+        serving.key_file,
+        settings.clock,
+        interval_s=serving.tls_reload_s,
+        client_ca_file=serving.client_ca_file,
     )
     admission = Admission(
         settings.policy,

@@ -41,6 +41,9 @@ class ServingSettings:
     tls_reload_s: float
     #: WEBHOOK_MAX_BODY_BYTES: larger AdmissionReviews are refused with 400.
     max_body_bytes: int
+    #: WEBHOOK_CLIENT_CA_FILE: when set, the TLS port requires a client certificate
+    #: chaining to a CA of this PEM file (the API server's; docs/certificates.md).
+    client_ca_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ def _serving(reader: EnvReader) -> ServingSettings:
         key_file=reader.required("TLS_KEY_FILE"),
         tls_reload_s=reader.number("TLS_RELOAD_SECONDS", 10.0, minimum=0.05),
         max_body_bytes=reader.integer("WEBHOOK_MAX_BODY_BYTES", 3 * 1024 * 1024, 1024),
+        client_ca_file=reader.string("WEBHOOK_CLIENT_CA_FILE"),
     )
 
 

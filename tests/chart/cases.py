@@ -28,6 +28,17 @@ CASES: dict[str, dict[str, Any]] = {
             "metricsFrom": MONITORING,
         }
     ),
+    "network-policy-api-server": values(
+        networkPolicy={
+            "enabled": True,
+            "apiServer": {
+                "cidrs": ["10.0.0.0/28", "fd00:10::/64"],
+                "podSelector": {"matchLabels": {"component": "kube-apiserver"}},
+            },
+            "metricsFrom": MONITORING,
+        }
+    ),
+    "mutual-tls": values(webhook={"clientCA": {"secretName": "apiserver-client-ca"}}),
     "token-secret": values(inboundApi={"tokenSecret": {"name": "push-token", "key": "t"}}),
     "scaled-out": values(webhook={"replicas": 5}, reconciler={"replicas": 2}),
 }

@@ -106,7 +106,7 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpu-reservation.recon
   value: {{ . | quote }}
 {{- end }}
 - name: DEFAULT_MINIMUM_RUNTIME_SECONDS
-  value: {{ .Values.matching.defaultMinimumRuntimeSeconds | quote }}
+  value: {{ .Values.matching.defaultMinimumRuntimeSeconds | int | quote }}
 {{- with .Values.matching.podSchedulingGateName }}
 - name: POD_SCHEDULING_GATE_NAME
   value: {{ . | quote }}
@@ -116,22 +116,22 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpu-reservation.recon
 - name: ONDEMAND_LEASE_ENABLED
   value: {{ .Values.onDemand.leaseEnabled | quote }}
 - name: ONDEMAND_HORIZON_MINUTES
-  value: {{ .Values.onDemand.horizonMinutes | quote }}
+  value: {{ .Values.onDemand.horizonMinutes | int | quote }}
 {{- end }}
 
 {{- define "gpu-reservation.podSecurityContext" -}}
 runAsNonRoot: true
-runAsUser: {{ .Values.securityContext.runAsUser }}
-runAsGroup: {{ .Values.securityContext.runAsGroup }}
-fsGroup: {{ .Values.securityContext.runAsGroup }}
+runAsUser: {{ .Values.securityContext.runAsUser | int }}
+runAsGroup: {{ .Values.securityContext.runAsGroup | int }}
+fsGroup: {{ .Values.securityContext.runAsGroup | int }}
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
 
 {{- define "gpu-reservation.containerSecurityContext" -}}
 runAsNonRoot: true
-runAsUser: {{ .Values.securityContext.runAsUser }}
-runAsGroup: {{ .Values.securityContext.runAsGroup }}
+runAsUser: {{ .Values.securityContext.runAsUser | int }}
+runAsGroup: {{ .Values.securityContext.runAsGroup | int }}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 privileged: false
