@@ -130,7 +130,8 @@ async def moved(tmp_path: Path) -> None:
         }
         done = await asyncio.to_thread(
             subprocess.run,
-            [shutil.which("kubectl") or "kubectl", vocab.CRD_SHORT_NAME, "explain", "-n", "alice", "train"],
+            [shutil.which("kubectl") or "kubectl", vocab.CRD_SHORT_NAME, "explain", "-n",
+             "alice", "train"],
             env=env, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
