@@ -419,15 +419,17 @@ class Backstop(EvictingPass[Finding]):
         return {ref: model.from_object(raw)}
 
     async def _read_node(self, name: str | None) -> dict[str, NodeFacts]:
-        """``{name: facts}`` when the node exists and carries a reservation taint."""
+        """``{name: facts}`` when the node exists and carries a reservation taint. A
+        LIST by ``metadata.name`` (a consistent read): the reconciler may list and
+        watch nodes, not get them."""
         if name is None:
             return {}
-        try:
-            raw = await self._gateway.get(NODES, name)
-        except NotFound:
-            return {}
-        facts = project_node_facts(raw)
-        return {name: facts} if facts is not None else {}
+        found = await self._gateway.list_all(NODES, field_selector=f"metadata.name={name}")
+        for raw in found.items:
+            facts = project_node_facts(raw)
+            if facts is not None and facts.name == name:
+                return {name: facts}
+        return {}
 
 
 def wire(backstop: Backstop, caches: Caches) -> None:
