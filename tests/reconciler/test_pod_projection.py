@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import queue
+from reconciler import cli, queue
 from reconciler.pods import ANY_CLASS, project_pod
 from shared import vocab
 from shared.policy.matching import MatchRules
@@ -113,3 +113,10 @@ def test_an_odd_toleration_that_may_match_reads_as_every_class(toleration: Any) 
     view = project_pod(pod(tolerations=[toleration]), MatchRules())
     assert view is not None
     assert view.declared_classes == (ANY_CLASS,)
+
+
+def test_the_explainer_still_calls_a_pinned_plain_pod_not_a_gpu_pod() -> None:
+    raw = pod(nodeName="a100-r1")
+    assert project_pod(raw, MatchRules()) is not None  # kept for the backstop
+    assert cli.gpu_view(raw, MatchRules()) is None
+    assert cli.projected([raw], MatchRules()) == []
