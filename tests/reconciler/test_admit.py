@@ -512,3 +512,25 @@ def test_a_lease_admission_given_the_pods_read_uses_it_first_and_reads_again_aft
         assert w.kube.calls.count(("get", PODS.plural)) - gets == ON_DEMAND_ATTEMPTS - 1
 
     run(scenario())
+
+
+def test_the_announcer_binds_an_unbound_claim_to_the_first_persisted_carrier() -> None:
+    """A copy of a webhook admission's claim listed first by the cache (a relist) is
+    not bound: the hold goes to the pod persisted first, as upkeep and the backstop
+    decide; the copy is never announced."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(), (model.Hold("c-9", 1, START),))
+        notes = {vocab.BOOKING_REFERENCE: "res-1", vocab.ADMISSION_CLAIM: "c-9"}
+        for name, second in (("copy", 5), ("orig", 2)):  # the copy listed first
+            raw = gpu_pod(name, gated=False, annotations=notes)
+            raw["metadata"]["creationTimestamp"] = format_utc(START + timedelta(seconds=second))
+            w.kube.add(PODS, raw)
+        await w.step()
+        [hold] = w.ledger_of().holds
+        assert (hold.pod, hold.pod_uid, hold.announced) == ("orig", "uid-orig", True)
+        [event] = w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)
+        assert event["involvedObject"]["name"] == "orig"
+
+    run(scenario())
