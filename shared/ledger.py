@@ -166,7 +166,7 @@ def persisted(pod: PodUse) -> tuple[bool, datetime, bool, int, str]:
     write order; a watch delivers creations in that order), then the uid (a fixed,
     arbitrary tie-break). A pod with no readable time or version sorts last."""
     rv = pod.resource_version
-    number = int(rv) if rv.isdigit() else -1
+    number = int(rv) if rv.isascii() and rv.isdigit() else -1
     created = pod.created_at
     return (created is None, created or _NEVER, number < 0, number, pod.uid)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from shared import ledger, model
 from shared.ledger import PodUse
 from tests.ledger.fakes import NOW, WINDOW_END, facts
@@ -111,3 +113,14 @@ def test_unseen_holds_go_after_the_unseen_limit_and_are_counted() -> None:
         "unseen",
         "bound",
     }
+
+
+@pytest.mark.parametrize("rv", ["", "x", "-1", "1.5", "²", "٣", " 7", "1e3", "0x10", "9" * 40])
+def test_a_malformed_resource_version_sorts_after_readable_ones_never_raises(rv: str) -> None:
+    odd = PodUse("odd", "uid-odd", 1, "c", created_at=SAME_SECOND, resource_version=rv)
+    fine = PodUse("fine", "uid-fine", 1, "c", created_at=SAME_SECOND, resource_version="12")
+    order = sorted([odd, fine], key=ledger.persisted)
+    if rv.isascii() and rv.isdigit():
+        assert order[0].name == ("fine" if int(rv) > 12 else "odd")
+    else:
+        assert order == [fine, odd]
