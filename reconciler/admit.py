@@ -295,7 +295,7 @@ class Admitter:
         concerned = {n: cached[n] for n in names if n in cached}
         uses = {n: self._caches.by_reference.uses(n) for n in concerned}
         ttl = self._settings.ledger_claim_ttl_s
-        return set(upkeep.stale(concerned, uses, now, ttl))
+        return set(upkeep.stale(concerned, uses, now, ttl, self._settings.unseen_s))
 
     # --- admission ---------------------------------------------------------------------
 

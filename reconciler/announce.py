@@ -46,11 +46,13 @@ class Admitted:
 
 
 def find_hold(res: GPUReservation, pod: PodView) -> Hold | None:
-    """The pod's hold in ``res``: by uid, else by its claim id."""
+    """The pod's hold in ``res``: by uid, else by its claim id while that hold is bound
+    to no pod (a hold bound to another pod's uid is that pod's: ``pod`` carries a copy
+    of its claim)."""
     by_uid = next((h for h in res.holds if h.pod_uid and h.pod_uid == pod.uid), None)
     if by_uid is not None or pod.claim is None:
         return by_uid
-    return next((h for h in res.holds if h.claim == pod.claim), None)
+    return next((h for h in res.holds if h.claim == pod.claim and not h.bound), None)
 
 
 def guaranteed_until(
@@ -109,12 +111,20 @@ class Announcer:
         """Announce ``admitted`` (this pass's) and every unannounced admitted pod."""
         by_name = self._caches.by_name()
         todo = {(a.reservation.name, a.claim): a for a in admitted}
+        found: list[tuple[PodView, GPUReservation, Hold]] = []
         for pod in pods:
             res = by_name.get(pod.reference or "")
             if res is None or pod.finished or pod.deleting or pod.uid in self.expected:
                 continue
             hold = find_hold(res, pod)
-            if hold is not None and not hold.announced and (res.name, hold.claim) not in todo:
+            if hold is not None and not hold.announced:
+                found.append((pod, res, hold))
+        # Binding follows: of two pods carrying one unbound claim, the first persisted
+        # takes it (``ledger.persisted``, as upkeep and the backstop decide), whatever
+        # order the cache lists them in.
+        found.sort(key=lambda item: ledger.persisted(item[0].use()))
+        for pod, res, hold in found:
+            if (res.name, hold.claim) not in todo:
                 todo[(res.name, hold.claim)] = Admitted(pod, res, hold.claim)
         self._forget(by_name, now)
         ours = {(a.reservation.name, a.claim) for a in admitted}

@@ -1,8 +1,10 @@
 """The leader's watched caches (pods, nodes, GPUReservations) and what reacts to them.
 
-Pods are watched cluster-wide and projected with ``reconciler.pods.project_pod`` (only
-GPU pods are kept); nodes tainted for the reservation system with
-``shared.policy.inventory.project_node_facts`` (other nodes are not kept);
+Pods are watched cluster-wide and projected with ``reconciler.pods.project_pod`` (GPU
+pods, and slim views of the pods the backstop judges: bound or pinned to a node,
+declaring a reservation toleration, or carrying ``galends/*`` annotations); nodes
+tainted for the reservation system with ``shared.policy.inventory.project_node_facts``
+(other nodes are not kept);
 GPUReservations in the controller namespace as ``shared.model.GPUReservation`` (a
 malformed object is skipped). A pod change that can alter a ledger — a pod under a
 reservation appearing, finishing, leaving, or changing its claim — touches that
@@ -168,6 +170,7 @@ class Caches:
         settings: ReconcilerSettings,
         clock: Clock,
         class_labels: Callable[[], Iterable[str] | None] = lambda: None,
+        on_unseen: Callable[[int], None] | None = None,
     ) -> None:
         watch_gw: WatchGateway = gateway
         ledger_gw: LedgerGateway = gateway
@@ -202,6 +205,8 @@ class Caches:
             self.by_reference.uses,
             self.by_name,
             self.ready,
+            unseen_s=settings.unseen_s,
+            on_unseen=on_unseen,
         )
         self._tick_s = float(settings.queue_interval_s)
         self.pods.listeners.append(self._pod_changed)

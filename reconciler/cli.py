@@ -221,8 +221,15 @@ def projected(
     items: Sequence[dict[str, Any]], rules: MatchRules
 ) -> list[tuple[dict[str, Any], PodView]]:
     """The GPU pods among ``items``, raw and projected, by name."""
-    pairs = [(raw, project_pod(raw, rules)) for raw in items]
+    pairs = [(raw, gpu_view(raw, rules)) for raw in items]
     return sorted(((r, v) for r, v in pairs if v is not None), key=lambda pair: pair[1].name)
+
+
+def gpu_view(raw: dict[str, Any], rules: MatchRules) -> PodView | None:
+    """``raw`` projected when it is a GPU pod (the explainer's subject); None for the
+    slim views the backstop's cache also keeps."""
+    view = project_pod(raw, rules)
+    return view if view is not None and view.gpu_pod else None
 
 
 async def neighbours_of(ctx: Context, namespace: str) -> tuple[PodView, ...]:
@@ -271,7 +278,7 @@ async def scene_of(
     meta = raw.get("metadata") or {}
     return explain.Scene(
         key=f"{meta.get('namespace')}/{meta.get('name')}",
-        pod=project_pod(raw, ctx.rules),
+        pod=gpu_view(raw, ctx.rules),
         now=ctx.clock.now(),
         zone=ctx.zone,
         unschedulable=_unschedulable(raw),

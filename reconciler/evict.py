@@ -328,7 +328,8 @@ async def remove(
 
 async def reread(gateway: Any, namespace: str, name: str, rules: MatchRules) -> PodView | None:
     """The pod as the API holds it now (the fresh read a pass decides on again before
-    acting); None when it is gone or no longer a GPU pod. Other read failures raise."""
+    acting); None when it is gone or no longer one the reconciler watches
+    (``project_pod``). Other read failures raise."""
     try:
         raw = await gateway.get(PODS, name, namespace)
     except NotFound:

@@ -82,8 +82,17 @@ class Metrics:
         self.unadmitted = Counter(
             "unadmitted_evictions",
             "Pods evicted by the proof-of-admission backstop (Event UnadmittedToleration), "
-            "by breach (no_reference, unknown_reservation, not_owner, shared_claim).",
+            "by breach (reconciler.backstop.Breach: no_admission, no_reference, "
+            "unknown_reservation, not_owner, wrong_class, no_gpus, shared_claim, not_open, "
+            "over_budget).",
             ["reason"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.unseen_released = Counter(
+            "ledger_unseen_holds_released",
+            "Unbound ledger holds released because no pod carrying their claim appeared "
+            "within LEDGER_UNSEEN_HOLD_SECONDS (an admission whose pod was never created).",
             namespace=NAMESPACE,
             registry=r,
         )

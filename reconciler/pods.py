@@ -1,10 +1,14 @@
 """Slim projections of pods: only what the reconciler's decisions read.
 
 A pod is watched when it carries the ``gpu-class`` label or requests
-``nvidia.com/gpu`` (anything else projects to ``None`` and is not cached). The
-projection keeps identity, phase, the matching profile, the controller-owned
-annotations, whether it carries the reservation toleration of its class and whether
-it is still gated — never the whole object.
+``nvidia.com/gpu`` (a *GPU pod*), and also — whatever its GPUs — when it is bound or
+pinned to a node (``spec.nodeName``: the backstop judges every pod on a reserved node,
+and only the node cache knows which nodes are), declares a reservation toleration of
+any class, or carries ``galends/*`` annotations. Anything else projects to ``None``
+and is not cached. The projection keeps identity, phase, the matching profile, the
+controller-owned annotations, the reservation tolerations it declares and whether it
+is still gated — never the whole object. Loops that act on GPU pods only (the queue)
+test ``PodView.gpu_pod``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from shared.clock import parse_utc
 from shared.ledger import PodUse
 from shared.policy.affinity import NodeConstraint, constraint_of
 from shared.policy.matching import MatchRules, PodProfile, annotations_of, profile
-from shared.policy.tolerations import is_granted, tolerates_reservation, tolerations_of
+from shared.policy.tolerations import EQUAL, is_granted, tolerates_reservation, tolerations_of
 from shared.policy.verdict import POD_SCHEDULED, Scheduled
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -50,9 +54,15 @@ class PodView:
     created: str = ""
     #: ``nodeSelector`` and required node affinity (the on-demand node guards).
     constraint: NodeConstraint = field(default_factory=NodeConstraint)
-    #: Tolerates the reservation taint of its own class (any class when it has none),
-    #: in any form: granted, ``Exists``, or a blanket toleration (the backstop's input).
+    #: Tolerates the reservation taint of some class, in any form: granted, another
+    #: class's, ``Exists``, or a blanket toleration (the backstop's input).
     declared: bool = False
+    #: The classes those tolerations name, sorted; ``*`` for an ``Exists`` form (every
+    #: class). Empty for almost every pod.
+    declared_classes: tuple[str, ...] = ()
+    #: The API copy of a static pod (``kubernetes.io/config.mirror``): the kubelet
+    #: runs it from a file on the node, so deleting it stops nothing.
+    mirror: bool = False
     #: Controlled by a DaemonSet (``ownerReferences`` with ``controller: true``).
     daemon: bool = False
     #: ``metadata.annotations`` is a map and ``spec.tolerations`` a list: the admission
@@ -100,9 +110,23 @@ class PodView:
     def gpus(self) -> int:
         return self.profile.gpus.count
 
+    @property
+    def gpu_pod(self) -> bool:
+        """Labelled with a GPU class or asking for GPUs (the pods admission is about)."""
+        return wanted(self.profile)
+
     def use(self) -> PodUse:
         """The pod as a ledger entry of its reservation."""
-        return PodUse(self.name, self.uid, self.gpus, self.claim, self.admitted_at)
+        return PodUse(
+            self.name,
+            self.uid,
+            self.gpus,
+            self.claim,
+            self.admitted_at,
+            self.namespace,
+            self.created_at,
+            self.resource_version,
+        )
 
     @cached_property
     def admitted_at(self) -> datetime | None:
@@ -115,21 +139,39 @@ class PodView:
         return _instant(self.created)
 
 
-def wanted(pod: Mapping[str, Any], prof: PodProfile) -> bool:
+def wanted(prof: PodProfile) -> bool:
     """R1 widened: a ``gpu-class`` label, or a GPU request."""
     return prof.gpu_class is not None or prof.gpus.count > 0
 
 
+def declared_classes(tolerations: list[Any]) -> tuple[str, ...]:
+    """The reservation classes ``tolerations`` tolerate: each ``Equal`` one's value,
+    ``*`` for an ``Exists`` form (every class); sorted, unique."""
+    found = set()
+    for t in tolerations:
+        if tolerates_reservation(t):
+            value = t.get("value")
+            exact = (t.get("operator") or EQUAL) == EQUAL
+            found.add(value if exact and isinstance(value, str) else ANY_CLASS)
+    return tuple(sorted(found))
+
+
+#: ``declared_classes``' mark of a toleration of every reservation class.
+ANY_CLASS = "*"
+
+
 def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
     """The slim view of ``pod``; ``None`` for pods the reconciler does not watch."""
-    prof = profile(pod, rules)
-    if not wanted(pod, prof):
-        return None
     meta, spec, status = (_part(pod, k) for k in ("metadata", "spec", "status"))
+    prof = profile(pod, rules)
     notes = annotations_of(pod)
     own = sorted((k, v) for k, v in notes.items() if k.startswith(vocab.ANNOTATION_PREFIX))
-    gpu_class = prof.gpu_class
     tolerations = tolerations_of(pod)
+    classes = declared_classes(tolerations)
+    node = spec.get("nodeName")
+    if not (wanted(prof) or classes or own or (isinstance(node, str) and node)):
+        return None
+    gpu_class = prof.gpu_class
     listed = spec.get("schedulingGates")
     # Positional (a malformed entry reads as ""), so a gate's index is its index in
     # the pod: the admission patch removes gates by index.
@@ -147,12 +189,14 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
         tolerated=gpu_class is not None and any(is_granted(t, gpu_class) for t in tolerations),
         gates=gates,
         deleting=bool(meta.get("deletionTimestamp")),
-        node=str(spec.get("nodeName") or "") or None,
+        node=node if isinstance(node, str) and node else None,
         resource_version=str(meta.get("resourceVersion", "")),
         scheduled=scheduled_of(status),
         created=str(meta.get("creationTimestamp") or ""),
         constraint=constraint_of(spec),
-        declared=any(tolerates_reservation(t, gpu_class) for t in tolerations),
+        declared=bool(classes),
+        declared_classes=classes,
+        mirror=vocab.MIRROR_POD_ANNOTATION in notes,
         daemon=_controlled_by(meta, _DAEMON_SET),
         annotation_map=isinstance(meta.get("annotations"), Mapping),
         toleration_list=isinstance(spec.get("tolerations"), list),

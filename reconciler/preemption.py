@@ -136,6 +136,14 @@ def guarantee_of(
     return end, frozenset(claims)
 
 
+def admitted_class(pod: PodView, reservations: Mapping[str, GPUReservation]) -> str | None:
+    """The GPU class ``pod`` holds GPUs of: its booking's class when the reference
+    resolves (the admission decided it; the ``gpu-class`` label is the user's to edit
+    and must not make a pod immune to preemption), else its label."""
+    res = reservations.get(pod.reference) if pod.reference else None
+    return res.facts.gpu_class if res is not None else pod.profile.gpu_class
+
+
 def holders_of(
     pods: Iterable[PodView],
     reservations: Mapping[str, GPUReservation],
@@ -143,15 +151,16 @@ def holders_of(
     *,
     use_group: bool,
 ) -> list[Holder]:
-    """Every live admitted GPU pod bound to a node, as a ``Holder`` (the guarantee is
-    computed once per reservation, not per pod)."""
+    """Every live admitted GPU pod bound to a node, as a ``Holder`` of its booking's
+    class (``admitted_class``; the guarantee is computed once per reservation, not per
+    pod)."""
     pools = kin(r.facts for r in reservations.values())
     known: dict[str, tuple[datetime | None, frozenset[str]]] = {}
     found = []
     for pod in pods:
         ref = pod.reference
         rid = parse_reference(ref) if ref else None
-        cls = pod.profile.gpu_class
+        cls = admitted_class(pod, reservations)
         if ref is None or rid is None or cls is None or pod.node is None:
             continue
         if pod.finished or pod.deleting or not pod.uid or pod.gpus <= 0:

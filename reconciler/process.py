@@ -92,7 +92,13 @@ class Reconciler:
             self._on_leadership,
             annotations=self.syncer.health.annotations,
         )
-        self.caches = Caches(gateway, settings, clock, self._class_labels)
+        self.caches = Caches(
+            gateway,
+            settings,
+            clock,
+            self._class_labels,
+            on_unseen=self.metrics.unseen_released.inc,
+        )
         queue_metrics = QueueMetrics(self.metrics.registry)
         self.metrics.watch_ledgers(lambda: self.caches.by_name().values())
 
@@ -116,6 +122,9 @@ class Reconciler:
             scope=backstop.Scope(ns, settings.exempt_namespaces),
             mirror_current=lambda: self.syncer.fetched,
             on_evicted=lambda reason: self.metrics.unadmitted.labels(reason).inc(),
+            nodes=lambda: self.caches.nodes.items,
+            group=self.caches.by_reference.pods,
+            times=backstop.Times(float(settings.ledger_claim_ttl_s), settings.unseen_s),
         )
         backstop.wire(self.backstop, self.caches)
         self.admitter = Admitter(

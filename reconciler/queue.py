@@ -34,12 +34,14 @@ LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
 def waits(pod: PodView) -> bool:
-    """Whether the queue must route ``pod``: a GPU pod not admitted, alive, not tolerated
-    by hand, and not bound to a node yet — a pod the scheduler already placed runs in
+    """Whether the queue must route ``pod``: a GPU pod (``PodView.gpu_pod``) not
+    admitted, alive, not tolerated by hand, and not bound to a node yet — a pod the
+    scheduler already placed runs in
     the ordinary pool (its spec can no longer move it onto a reserved node), so admitting
     it would charge the booking for GPUs it does not take from it."""
     return bool(
-        not pod.admitted
+        pod.gpu_pod
+        and not pod.admitted
         and not pod.finished
         and not pod.deleting
         and not pod.tolerated

@@ -35,6 +35,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
@@ -87,13 +88,15 @@ def node_resident(pod: PodView) -> bool:
 
 
 def movable(pod: PodView) -> bool:
-    """A pod a re-link may move: admitted, on a node, not leaving, with GPUs."""
+    """A pod a re-link may move: admitted, on a node, not leaving, with GPUs, carrying
+    a reservation toleration (the granted one of its booking's class; its label may
+    have been edited since — the target is of the same class, ``target``)."""
     return (
         pod.reference is not None
         and not pod.deleting
         and node_resident(pod)
         and pod.gpus > 0
-        and pod.tolerated
+        and pod.declared
         and bool(pod.uid)
     )
 
@@ -124,15 +127,20 @@ def target(
     rules: MatchRules,
     taken: Mapping[str, int],
 ) -> GPUReservation | None:
-    """The open booking to move ``pod`` onto, or None (no side effects)."""
+    """The open booking to move ``pod`` onto, or None (no side effects). The pod's
+    class is its current booking's (its admission), not its editable label."""
     pool = [r.facts for r in reservations.values()]
+    current = reservations.get(pod.reference) if pod.reference else None
+    profile = pod.profile
+    if current is not None:
+        profile = replace(profile, gpu_class=current.facts.gpu_class)
     fits = [
         r
         for r in reservations.values()
         if r.name != pod.reference
         and r.facts.kind is Kind.BOOKING
         and r.facts.is_open(now)
-        and mismatch(r.facts, pod.profile, now, rules) is None
+        and mismatch(r.facts, profile, now, rules) is None
         and ledger.free(r) - taken.get(r.name, 0) >= pod.gpus
     ]
 

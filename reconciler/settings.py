@@ -136,6 +136,15 @@ class ReconcilerSettings:
     ondemand: OnDemandSettings = field(default_factory=lambda: OnDemandSettings())
     #: Preemption, termination warnings, headroom and overstay reports (issue 13).
     preemption: PreemptionSettings = field(default_factory=lambda: PreemptionSettings())
+    #: LEDGER_UNSEEN_HOLD_SECONDS (1..86400, default 10): an unbound ledger hold whose
+    #: pod has not appeared this long after the hold was made is released.
+    ledger_unseen_hold_s: int = 10
+
+    @property
+    def unseen_s(self) -> float:
+        """Seconds an unbound hold may wait for its pod: the unseen-hold limit, never
+        more than the claim TTL."""
+        return float(min(self.ledger_unseen_hold_s, self.ledger_claim_ttl_s))
 
 
 def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvReader]:
@@ -171,6 +180,7 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         ondemand=ondemand_from(reader),
         preemption=preemption_from(reader),
         exempt_namespaces=_namespaces(reader, "UNADMITTED_EXEMPT_NAMESPACES"),
+        ledger_unseen_hold_s=reader.integer("LEDGER_UNSEEN_HOLD_SECONDS", 10, 1, 86400),
     )
     reader.check()
     return settings, reader

@@ -2,8 +2,12 @@
 
 For each reservation the wanted ledger is ``shared.ledger.rebuild`` over the live
 (unfinished) pods that carry its booking reference: holds are bound to their pod by
-claim id, holds of finished or deleted pods are dropped, unbound holds older than
-``LEDGER_CLAIM_TTL_SECONDS`` expire, and an admitted pod without a hold gets one. The
+uid, else by claim id (to the first pod persisted with it), holds of finished or
+deleted pods are dropped, unbound holds whose pod has not appeared within
+``LEDGER_UNSEEN_HOLD_SECONDS`` (never more than ``LEDGER_CLAIM_TTL_SECONDS``) are
+released — counted, and timed: the pass runs when the first of them comes due, not on
+the tick — and an admitted pod without a hold gets one while its booking is open and
+has room (adoption, in persisted order). The
 write goes through ``ledger.amend`` (CAS on ``/status``), which re-applies the same
 pure change to a fresh read, so a claim racing with the upkeep is never lost.
 
@@ -50,9 +54,15 @@ def uses_by_reservation(pods: Iterable[PodView]) -> dict[str, list[PodUse]]:
     return grouped
 
 
-def wanted(res: GPUReservation, uses: list[PodUse], now: datetime, ttl_s: float) -> GPUReservation:
+def wanted(
+    res: GPUReservation,
+    uses: list[PodUse],
+    now: datetime,
+    ttl_s: float,
+    unseen_s: float | None = None,
+) -> GPUReservation:
     """The ledger ``res`` should have (pure)."""
-    return ledger.rebuild(res, uses, now, ttl_s)
+    return ledger.rebuild(res, uses, now, ttl_s, unseen_s)
 
 
 def stale(
@@ -60,6 +70,7 @@ def stale(
     uses: Mapping[str, list[PodUse]],
     now: datetime,
     ttl_s: float,
+    unseen_s: float | None = None,
 ) -> list[str]:
     """Names of reservations whose ledger differs from what the pods imply.
 
@@ -71,7 +82,8 @@ def stale(
     return sorted(
         name
         for name, res in reservations.items()
-        if by_claim(wanted(res, uses.get(name, []), now, ttl_s).holds) != by_claim(res.holds)
+        if by_claim(wanted(res, uses.get(name, []), now, ttl_s, unseen_s).holds)
+        != by_claim(res.holds)
     )
 
 
@@ -165,11 +177,19 @@ class Keeper:
         uses: Callable[[str], list[PodUse]],
         reservations: Callable[[], Mapping[str, GPUReservation]],
         ready: Callable[[], bool],
+        *,
+        unseen_s: float | None = None,
+        on_unseen: Callable[[int], None] | None = None,
     ) -> None:
         self._gateway = gateway
         self._ns = namespace
         self._clock = clock
         self._ttl_s = ttl_s
+        #: Seconds an unbound hold waits for its pod (the TTL when not given).
+        self._unseen_s = ttl_s if unseen_s is None else min(unseen_s, ttl_s)
+        self._on_unseen = on_unseen
+        #: Unbound holds released because their pod never appeared.
+        self.unseen_released = 0
         self._uses = uses
         self._reservations = reservations
         self._ready = ready
@@ -200,11 +220,12 @@ class Keeper:
 
     def nap(self, tick_s: float) -> float:
         """Seconds until the next full pass: the tick, or sooner when an unbound hold
-        outlives its TTL before it (a claim whose pod was created and deleted before it
-        was bound would otherwise keep its GPUs until the tick)."""
+        comes due for release before it (a hold whose pod never appears — a create
+        refused after the webhook, a hand-made review — would otherwise keep its GPUs
+        until the tick)."""
         now = self._clock.now()
         due = [
-            (h.at - now).total_seconds() + self._ttl_s
+            (h.at - now).total_seconds() + self._unseen_s
             for r in self._reservations().values()
             for h in r.holds
             if not h.bound
@@ -220,18 +241,23 @@ class Keeper:
         if names is not None:
             reservations = {n: r for n, r in reservations.items() if n in names}
         uses = {name: self._uses(name) for name in reservations}
-        ttl_s = self._ttl_s
+        ttl_s, unseen_s = self._ttl_s, self._unseen_s
         written = []
-        for name in stale(reservations, uses, now, ttl_s):
+        for name in stale(reservations, uses, now, ttl_s, unseen_s):
+            released = [0]
 
-            def change(cur: GPUReservation, name: str = name) -> GPUReservation:
+            def change(
+                cur: GPUReservation, name: str = name, released: list[int] = released
+            ) -> GPUReservation:
                 # The pods as the cache holds them now, not at the start of the pass:
                 # ``cur`` is a fresh read, and a hold bound since (the announcer binds a
                 # webhook admission's hold to its pod once the cache shows the pod) must
                 # be judged against a cache at least that new, or its pod would look
                 # gone and the hold be dropped while the pod runs — freeing its GPUs
                 # for one admission too many.
-                return wanted(cur, self._uses(name), now, ttl_s)
+                new = wanted(cur, self._uses(name), now, ttl_s, unseen_s)
+                released[0] = ledger.unseen(cur, new, now, unseen_s)
+                return new
 
             deadline = time.monotonic() + UPKEEP_DEADLINE_S
             got = await ledger.amend(
@@ -241,4 +267,16 @@ class Keeper:
                 written.append(name)
                 self.writes += 1
                 log(_log, logging.INFO, "ledger.upkeep", reservation=name, holds=len(got.holds))
+                if released[0]:
+                    self.unseen_released += released[0]
+                    if self._on_unseen is not None:
+                        self._on_unseen(released[0])
+                    log(
+                        _log,
+                        logging.WARNING,
+                        "ledger.unseen_released",
+                        reservation=name,
+                        holds=released[0],
+                        after_s=unseen_s,
+                    )
         return written

@@ -38,7 +38,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
 
 from shared import model
@@ -152,6 +152,34 @@ class PodUse:
     claim: str | None = None
     #: The pod's ``galends/admitted-at`` (None: unknown or unreadable).
     admitted_at: datetime | None = None
+    #: The pod's namespace: only the booking owner's pods take a hold (None: not checked).
+    namespace: str | None = None
+    #: ``metadata.creationTimestamp`` (None: absent or unreadable) and
+    #: ``metadata.resourceVersion``: the order pods were persisted in (``persisted``).
+    created_at: datetime | None = None
+    resource_version: str = ""
+
+
+def persisted(pod: PodUse) -> tuple[bool, datetime, bool, int, str]:
+    """The sort key of "persisted first": creation time (one-second resolution), then
+    the resourceVersion as an integer where it parses (the API server hands them out in
+    write order; a watch delivers creations in that order), then the uid (a fixed,
+    arbitrary tie-break). A pod with no readable time or version sorts last."""
+    rv = pod.resource_version
+    number = int(rv) if rv.isascii() and rv.isdigit() else -1
+    created = pod.created_at
+    return (created is None, created or _NEVER, number < 0, number, pod.uid)
+
+
+_NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+def open_for_claims(facts: model.ReservationFacts, now: datetime) -> bool:
+    """Whether a new hold may be made under ``facts`` at ``now`` (``verdict``'s
+    ``not_open`` test: active, and inside the window unless a best-effort stub)."""
+    if facts.state is model.State.CANCELLED:
+        return False
+    return facts.kind is model.Kind.BEST_EFFORT or facts.is_open(now)
 
 
 def presumed_announced(pod: PodUse, now: datetime, ttl_s: float) -> bool:
@@ -168,38 +196,81 @@ def presumed_announced(pod: PodUse, now: datetime, ttl_s: float) -> bool:
 
 
 def rebuild(
-    res: GPUReservation, pods: Iterable[PodUse], now: datetime, ttl_s: float
+    res: GPUReservation,
+    pods: Iterable[PodUse],
+    now: datetime,
+    ttl_s: float,
+    unseen_s: float | None = None,
 ) -> GPUReservation:
     """The ledger the live ``pods`` imply (self-healing; no side effects).
 
-    Each pod keeps the hold that matches it (by uid, else by claim id), bound to it and
-    sized by its request; a pod without a hold gets one (claim = its annotation, else
-    ``pod-<uid>``), marked announced unless it was admitted within the TTL
-    (``presumed_announced``: a wiped status must not re-announce old admissions).
-    Bound holds whose pod is gone are dropped; unbound holds are kept
-    while younger than the TTL (their pod may still be being created). The result may
-    exceed the budget when pods were admitted outside the ledger: it records the truth,
-    and further claims are refused until enough of them leave.
+    The pods are taken in the order they were persisted (``persisted``). Each pod
+    keeps the hold bound to its uid; else it takes the hold of its claim id when that
+    hold is unbound or bound to a pod that is gone (one claim binds one pod: the first
+    persisted with it — a later pod carrying it is a copy and gets nothing), and only a
+    pod of the booking owner's namespace binds by claim. Held pods keep their holds
+    whatever the window (an overstaying pod is preemption's business), sized by their
+    request. Unbound holds nobody took are kept while younger than ``unseen_s`` (their
+    pod may still be being created; ``ttl_s`` when not given).
+
+    A pod with no hold is *adopted* (a hold with its claim id, else ``pod-<uid>``,
+    marked announced unless admitted within the TTL: ``presumed_announced``) when it
+    is the owner's, asks for GPUs, its claim id is not held already, the booking is
+    open for claims now (``open_for_claims``) and the budget has room for it after
+    every hold kept — in persisted order, never beyond ``gpuCount``. So a wiped status
+    heals from the pods, and a pod admitted outside the ledger (a webhook outage, a
+    forged reference) counts only if it could have been admitted now; the
+    reconciler's backstop evicts the others from reserved nodes.
     """
-    pods = list(pods)
+    ordered = sorted(pods, key=persisted)
+    owner = res.facts.owner
+    live = {p.uid for p in ordered}
     by_uid = {h.pod_uid: h for h in res.holds if h.pod_uid}
     by_claim = {h.claim: h for h in res.holds}
     kept: list[Hold] = []
-    for pod in pods:
-        match = by_uid.get(pod.uid) or (by_claim.get(pod.claim) if pod.claim else None)
-        claim_id = match.claim if match else (pod.claim or f"pod-{pod.uid}")
-        at = match.at if match else now
-        announced = match.announced if match else presumed_announced(pod, now, ttl_s)
-        kept.append(Hold(claim_id, pod.gpus, at, pod.name, pod.uid, announced))
-    taken = {h.claim for h in kept}
-    cutoff = now - timedelta(seconds=ttl_s)
-    by_name = {p.name: p for p in pods}
+    taken: set[str] = set()
+    orphans: list[PodUse] = []
+    for pod in ordered:
+        match = by_uid.get(pod.uid)
+        if match is None and pod.claim and (pod.namespace is None or pod.namespace == owner):
+            hold = by_claim.get(pod.claim)
+            if hold is not None and (hold.pod_uid is None or hold.pod_uid not in live):
+                match = hold
+        if match is None or match.claim in taken:
+            orphans.append(pod)
+            continue
+        taken.add(match.claim)
+        kept.append(Hold(match.claim, pod.gpus, match.at, pod.name, pod.uid, match.announced))
+    cutoff = now - timedelta(seconds=ttl_s if unseen_s is None else unseen_s)
+    by_name = {p.name: p for p in ordered}
     pending = [
         h
         for h in res.holds
         if not h.bound and h.claim not in taken and h.at >= cutoff and not superseded(h, by_name)
     ]
+    taken.update(h.claim for h in pending)
+    room = res.facts.gpu_count - sum(h.gpus for h in (*pending, *kept))
+    if open_for_claims(res.facts, now):
+        for pod in orphans:
+            claim_id = pod.claim or f"pod-{pod.uid}"
+            if pod.namespace not in (None, owner) or pod.gpus <= 0 or claim_id in taken:
+                continue
+            if pod.gpus > room:
+                continue
+            room -= pod.gpus
+            taken.add(claim_id)
+            announced = presumed_announced(pod, now, ttl_s)
+            kept.append(Hold(claim_id, pod.gpus, now, pod.name, pod.uid, announced))
     return replace(res, holds=tuple(pending + kept))
+
+
+def unseen(before: GPUReservation, after: GPUReservation, now: datetime, unseen_s: float) -> int:
+    """How many unbound holds of ``before`` that ``after`` no longer has were older
+    than ``unseen_s``: holds whose pod never appeared, released (the rest of the
+    dropped unbound holds were superseded by a later admission of their pod)."""
+    cutoff = now - timedelta(seconds=unseen_s)
+    left = {h.claim for h in after.holds}
+    return sum(1 for h in before.holds if not h.bound and h.claim not in left and h.at < cutoff)
 
 
 def superseded(hold: Hold, pods: Mapping[str, PodUse]) -> bool:

@@ -22,6 +22,8 @@ GPU_CLASS_LABEL: Final = "gpu-class"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 #: The only taint effect the reservation system uses.
 TAINT_EFFECT_NO_SCHEDULE: Final = "NoSchedule"
+#: Annotation the kubelet puts on the API copy (mirror pod) of a static pod.
+MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
 #: Label every namespace carries with its own name (set by the apiserver).
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 

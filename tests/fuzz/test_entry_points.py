@@ -35,7 +35,7 @@ from shared import model, vocab
 from shared.appclient import AppClient, Failure, Fetched
 from shared.appclient.backoff import PageRetryPolicy
 from shared.clock import utc
-from shared.policy.inventory import project_node_facts
+from shared.policy.inventory import NodeFacts, project_node_facts
 from shared.policy.matching import MatchRules
 from shared.settings import SettingsError
 from tests.policy.builders import reservation
@@ -130,6 +130,7 @@ POLICED_POD = st.tuples(
             | JSON,
             "ownerReferences": OWNERS | JSON,
             "deletionTimestamp": st.none() | TEXT,
+            "resourceVersion": st.sampled_from(["7", "12", "²", "", "-3"]) | JSON,
         },
     ),
     st.dictionaries(
@@ -165,15 +166,21 @@ def test_the_backstop_over_any_pods_never_raises(
 ) -> None:
     views = [v for v in (project_pod(_assemble(p), MatchRules()) for p in pods) if v is not None]
     res = model.GPUReservation(reservation(1).facts, ())
-    found = findings(
-        views,
-        {"res-1": res},
-        Scope(vocab.PRODUCT_NAME, frozenset({"kube-system"})),
-        NOW,
-        mirror_current=mirror_current,
-    )
+    reserved = {
+        name: NodeFacts(name, ("a100",), 8, None, True, True, False)
+        for name in {v.node for v in views if v.node}
+    }
+    scope = Scope(vocab.PRODUCT_NAME, frozenset({"kube-system"}))
+    found = findings(views, {"res-1": res}, scope, NOW, mirror_current=mirror_current)
     for finding in found:
         assert finding.pod.declared
+        assert len(message(finding)) <= 1024
+    # Every node reserved: pods on one are judged too, never a crash.
+    placed = findings(
+        views, {"res-1": res}, scope, NOW, mirror_current=mirror_current, nodes=reserved
+    )
+    for finding in placed:
+        assert finding.pod.declared or finding.pod.node in reserved
         assert len(message(finding)) <= 1024
 
 

@@ -536,3 +536,25 @@ def test_a_full_pass_admits_the_oldest_waiting_pod_first_whatever_the_list_order
         assert admitted == ["z-training"]
 
     run(scenario())
+
+
+def test_the_announcer_binds_an_unbound_claim_to_the_first_persisted_carrier() -> None:
+    """A copy of a webhook admission's claim listed first by the cache (a relist) is
+    not bound: the hold goes to the pod persisted first, as upkeep and the backstop
+    decide; the copy is never announced."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(), (model.Hold("c-9", 1, START),))
+        notes = {vocab.BOOKING_REFERENCE: "res-1", vocab.ADMISSION_CLAIM: "c-9"}
+        for name, second in (("copy", 5), ("orig", 2)):  # the copy listed first
+            raw = gpu_pod(name, gated=False, annotations=notes)
+            raw["metadata"]["creationTimestamp"] = format_utc(START + timedelta(seconds=second))
+            w.kube.add(PODS, raw)
+        await w.step()
+        [hold] = w.ledger_of().holds
+        assert (hold.pod, hold.pod_uid, hold.announced) == ("orig", "uid-orig", True)
+        [event] = w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)
+        assert event["involvedObject"]["name"] == "orig"
+
+    run(scenario())

@@ -56,7 +56,10 @@ def declared(
 def wired(b: Backstop) -> Any:
     """Stand-ins for the caches' listener lists, with the backstop's listeners on them."""
     caches = SimpleNamespace(
-        pods=SimpleNamespace(listeners=[]), reservations=SimpleNamespace(listeners=[])
+        pods=SimpleNamespace(listeners=[]),
+        nodes=SimpleNamespace(listeners=[], items={}),
+        reservations=SimpleNamespace(listeners=[]),
+        by_reference=SimpleNamespace(pods=lambda name: []),
     )
     wire(b, caches)  # type: ignore[arg-type]
     return caches
@@ -96,7 +99,7 @@ def test_a_pod_declaring_the_toleration_without_a_reference_is_evicted_with_a_wa
     assert counted == [Breach.NO_REFERENCE]
 
 
-def test_any_form_of_the_toleration_counts_a_blanket_one_too() -> None:
+def test_any_form_of_the_toleration_counts_a_blanket_one_and_another_class_too() -> None:
     w = open_world()
     w.add_pod(declared("blanket", tolerations=[{"operator": "Exists"}]))
     w.add_pod(
@@ -112,7 +115,7 @@ def test_any_form_of_the_toleration_counts_a_blanket_one_too() -> None:
     assert not w.exists("blanket")
     assert not w.exists("exists")
     assert w.exists("other-taint")
-    assert w.exists("other-class")
+    assert not w.exists("other-class")  # a toleration of any reservation class
 
 
 def test_a_reference_to_no_reservation_is_evicted_once_the_mirror_is_current() -> None:
@@ -176,11 +179,29 @@ def test_a_copy_sharing_an_earlier_pods_claim_is_evicted_the_original_stays() ->
     assert "admission claim of pod alice/first" in w.emit.sent[0][2]
 
 
-def test_two_pods_of_one_claim_created_in_the_same_second_are_both_left() -> None:
+def test_of_two_pods_of_one_claim_made_in_the_same_second_the_later_persisted_goes() -> None:
+    """Same creation second, no hold bound yet: the pod persisted first (the lower
+    resourceVersion — a watch delivers creations in that order) keeps the claim."""
     w = open_world()
+    w.book(facts(1), (model.Hold("c1", 1, NOW),))
+    w.add_pod(created(raw_pod("b", "res-1", claim="c1"), NOW))  # persisted first
     w.add_pod(created(raw_pod("a", "res-1", claim="c1"), NOW))
-    w.add_pod(created(raw_pod("b", "res-1", claim="c1"), NOW))
-    assert run(backstop(w).once()) == 0
+    b = backstop(w)
+    assert run(b.once()) == 1
+    assert w.exists("b")
+    assert not w.exists("a")
+    assert b.evicted == {Breach.SHARED_CLAIM: 1}
+    assert "admission claim of pod alice/b" in w.emit.sent[0][2]
+
+
+def test_a_claim_bound_to_a_pods_uid_stays_with_it_whatever_the_order() -> None:
+    """Upkeep bound the hold to the later-persisted pod first: the binding decides."""
+    w = open_world()
+    w.add_pod(created(raw_pod("early", "res-1", claim="c1"), NOW))
+    w.add_pod(created(raw_pod("late", "res-1", claim="c1"), NOW), hold_on="res-1")
+    assert run(backstop(w).once()) == 1
+    assert w.exists("late")
+    assert not w.exists("early")
 
 
 def test_the_copy_stays_when_the_original_left_before_the_fresh_read() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from reconciler.pods import PodView, project_pod
 from reconciler.preemption import holders_of
-from shared import model
+from shared import model, vocab
 from shared.policy.matching import MatchRules
 from tests.reconciler.builders import START
 from tests.reconciler.upholdkit import facts, raw_pod
@@ -61,3 +61,18 @@ def test_unbound_unadmitted_malformed_or_finished_pods_are_not_holders() -> None
     )
     res = reservations(facts(1, START, START + H))
     assert holders_of(pods, res, NOW, use_group=False) == []
+
+
+def test_an_admitted_pod_holds_its_bookings_class_whatever_its_label_says() -> None:
+    """Removing or changing the gpu-class label after admission must not make a pod
+    immune to preemption: its class comes from the booking it was admitted under."""
+    res = reservations(facts(1, START, START + H, gpus=2))
+    unlabelled = raw_pod("unlabelled", "res-1")
+    del unlabelled["metadata"]["labels"][vocab.GPU_CLASS_LABEL]
+    relabelled = raw_pod("relabelled", "res-1")
+    relabelled["metadata"]["labels"][vocab.GPU_CLASS_LABEL] = "h100"
+    found = holders_of(views(unlabelled, relabelled), res, NOW, use_group=False)
+    assert sorted((h.name, h.gpu_class) for h in found) == [
+        ("relabelled", "a100"),
+        ("unlabelled", "a100"),
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from reconciler.relink import Cause, overstaying, target
@@ -85,6 +86,22 @@ def test_only_the_owners_open_bookings_of_the_class_are_targets() -> None:
     w.add_pod(raw_pod("job", "res-1"))
     pod = w.pods()["alice/job"]
     assert target(pod, w.reservations(), NOW, w.rules, {}) is None
+
+
+def test_the_class_to_relink_in_is_the_admissions_not_the_label() -> None:
+    """An overstaying pod whose gpu-class label was removed still moves onto its
+    owner's open a100 booking; one relabelled h100 never onto an h100 booking."""
+    w = overstay_world()
+    del w.kube.objects[("pods", "alice", "job0")]["metadata"]["labels"][vocab.GPU_CLASS_LABEL]
+    assert run(w.relinker.adopt_overstays()) == 1
+    assert w.notes("job0")[vocab.BOOKING_REFERENCE] == "res-2"
+    h100 = World(NOW)
+    h100.book(facts(1, START, START + H))
+    h100.book(replace(facts(2, START + 2 * H, START + 3 * H), gpu_class="h100"))
+    raw = raw_pod("job", "res-1")
+    raw["metadata"]["labels"][vocab.GPU_CLASS_LABEL] = "h100"
+    h100.add_pod(raw)
+    assert target(h100.pods()["alice/job"], h100.reservations(), NOW, h100.rules, {}) is None
 
 
 def test_the_longest_guarantee_wins() -> None:

@@ -161,6 +161,23 @@ def test_phase_a_kills_exactly_the_overstayers_needed_never_guaranteed_pods() ->
     assert preempted == ["bob/b1", "bob/b2"]
 
 
+def test_overstayers_whose_class_label_was_removed_or_changed_are_preempted_too() -> None:
+    """A pod's class comes from its admission: an edited label is no shield."""
+    w = World()
+    w.full()
+    for name, label in (("b1", None), ("b2", "h100")):
+        labels = w.kube.objects[("pods", "bob", name)]["metadata"]["labels"]
+        if label is None:
+            del labels[vocab.GPU_CLASS_LABEL]
+        else:
+            labels[vocab.GPU_CLASS_LABEL] = label
+    w.book(3, "dave", BOUNDARY, BOUNDARY + H, 2)
+    result = run(w.sweeper.once())
+    assert sorted(v.holder.name for v in result.victims) == ["b1", "b2"]
+    assert w.alive("bob") == []
+    assert w.alive("carol") == ["c1", "c2"]
+
+
 def test_an_unmet_shortfall_is_counted_not_acted_on() -> None:
     w = World()
     w.full()
