@@ -25,7 +25,16 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sandbox.kube import discovery, encoding, paths, protobuf, reads, subresources, table
+from sandbox.kube import (
+    discovery,
+    encoding,
+    paths,
+    protobuf,
+    reads,
+    subresources,
+    table,
+    warnheaders,
+)
 from sandbox.kube.cluster import Call, Cluster, present
 from sandbox.kube.deletes import delete
 from sandbox.kube.errors import ApiError, bad_request, error, method_not_allowed, too_large
@@ -46,8 +55,7 @@ _ROUTED = frozenset([*_METHODS, "HEAD"])
 
 def warning_header(text: str) -> str:
     """``299 - "<text>"`` with ``\\`` and ``"`` escaped (apimachinery ``NewWarningHeader``)."""
-    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
-    return f'299 - "{quoted}"'
+    return warnheaders.header_value(text)
 
 
 def _json(body: Any, code: int = 200, warnings: list[str] | None = None) -> Response:
@@ -58,7 +66,8 @@ class JsonAnswer(Response):
     """``Response(body, code, media_type="application/json")`` with each warning
     appended as a ``Warning`` header, its raw headers built directly (Starlette's
     ``__call__`` sends it): content-length (not for 1xx, 204 and 304, as Starlette),
-    content-type, then the warnings."""
+    content-type, then the warnings (UTF-8, deduplicated and truncated as the
+    apiserver does: ``warnheaders``)."""
 
     media_type = "application/json"
 
@@ -70,8 +79,8 @@ class JsonAnswer(Response):
         if not (code < 200 or code in (204, 304)):
             raw.append((b"content-length", str(len(body)).encode("latin-1")))
         raw.append((b"content-type", b"application/json"))
-        for text in warnings or ():
-            raw.append((b"warning", warning_header(text).encode("latin-1")))
+        for value in warnheaders.headers(warnings) if warnings else ():
+            raw.append((b"warning", value))
         self.raw_headers = raw
 
 

@@ -174,3 +174,41 @@ def test_an_unexpected_error_is_a_plain_500_and_other_methods_a_405(
     options = api.options(f"/api/v1/namespaces/{ns}/configmaps")
     assert (options.status_code, options.text) == (405, "Method Not Allowed")
     assert options.headers["allow"] == "DELETE, GET, HEAD, PATCH, POST, PUT"
+
+
+class Saying:
+    """Warns with the texts it is given."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+
+    async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
+        return AdmissionResult(attrs.object, list(self.texts))
+
+
+@pytest.mark.parametrize(
+    ("texts", "expected"),
+    [
+        (["booking full… queued"], ['299 - "booking full… queued"']),
+        (["line one\nline two\x00"], ['299 - "line one line two "']),
+        (["lone \ud800 surrogate"], ['299 - "lone \ufffd surrogate"']),
+        (["same", "", "same"], ['299 - "same"']),
+    ],
+)
+def test_any_warning_text_is_carried_and_the_write_succeeds(
+    kube: Running, api: httpx.Client, ns: str, texts: list[str], expected: list[str]
+) -> None:
+    """Rule: a webhook's warning is a UTF-8 ``Warning`` header whatever it holds (non-ASCII
+    as is; a control character as a space, a lone surrogate as U+FFFD; duplicates and empty
+    texts dropped, as the apiserver's recorder does), and the write answers 201 with the pod
+    stored once — never a 500 after storing."""
+    plugin = Saying(texts)
+    kube.server.mutating_admission.append(plugin)
+    try:
+        response = api.post(f"/api/v1/namespaces/{ns}/pods", json=pod("warned"))
+    finally:
+        kube.server.mutating_admission.remove(plugin)
+    assert response.status_code == 201
+    raw = [v.decode("utf-8") for k, v in response.headers.raw if k.lower() == b"warning"]
+    assert raw == expected
+    assert api.get(f"/api/v1/namespaces/{ns}/pods/warned").status_code == 200
