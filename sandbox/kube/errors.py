@@ -150,6 +150,20 @@ def too_large(message: str = "Request entity too large: limit is 3145728") -> Ap
     return error(413, "RequestEntityTooLarge", message)
 
 
+#: etcd's default ``--max-request-bytes``: the largest write it accepts.
+ETCD_MAX_REQUEST = 1572864
+
+
+def etcd_too_large() -> ApiError:
+    """What the apiserver answers when etcd refuses a write over its request limit: the
+    etcd error is no API status, so it becomes a 500 with no reason and etcd's message
+    (``ErrorToAPIStatus``; kubectl prints ``Error from server: etcdserver: request is
+    too large``)."""
+    body = status_body(500, "", "etcdserver: request is too large")
+    del body["reason"]  # StatusReasonUnknown is "", omitted from the JSON
+    return ApiError(500, body)
+
+
 @dataclass(frozen=True)
 class FieldError:
     """One validation failure: ``reason`` is a ``FieldValue*`` cause reason."""
