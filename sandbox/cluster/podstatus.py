@@ -86,3 +86,11 @@ def _terminated(container: dict[str, Any], now: str) -> dict[str, Any]:
     started = ((container.get("state") or {}).get("running") or {}).get("startedAt", now)
     state = {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": now}
     return {**container, "ready": False, "started": False, "state": {"terminated": state}}
+
+
+def rejected_status(pod: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
+    """What a kubelet writes for a pod its admission refused (``rejectPod``): phase
+    Failed with the reason and message; the conditions and QoS class kept."""
+    status = dict(pod.get("status") or {})
+    status.update(phase="Failed", reason=reason, message=message)
+    return status
