@@ -9,6 +9,8 @@
   started at once: phase Running, Ready, container statuses, a 127.x pod IP; refused,
   it goes Failed with the kubelet's reason (``OutOfcpu``, ``OutOfnvidia.com/gpu``, …)
   and a Warning Event. A pod bound to a node that does not exist stays Pending.
+- An ephemeral container added to a running pod (``kubectl debug``) is reported
+  running in ``ephemeralContainerStatuses``.
 - A running pod annotated ``vocab.SANDBOX_RUN_SECONDS`` finishes with Succeeded that
   many seconds (sandbox clock) after its ``startTime``.
 - A terminating pod is removed (DELETE, grace 0, uid precondition) once its
@@ -29,7 +31,14 @@ from typing import Any
 
 from sandbox.cluster import admission, events
 from sandbox.cluster.passes import Cache, Passes, snapshot
-from sandbox.cluster.podstatus import pod_ip, rejected_status, running_status, succeeded_status
+from sandbox.cluster.podstatus import (
+    missing_ephemeral,
+    pod_ip,
+    rejected_status,
+    running_status,
+    succeeded_status,
+    with_ephemeral_running,
+)
 from sandbox.cluster.requests import Resources, pod_requests
 from sandbox.cluster.scheduler import with_condition
 from sandbox.cluster.scheduling import TERMINAL_PHASES
@@ -161,6 +170,9 @@ class Kubelet(Passes):
             node = nodes.get(str(spec["nodeName"]))
             if node is not None:  # no such node: no kubelet, the pod stays Pending
                 await self._admit(pod, node, usage)
+        elif phase == "Running" and missing_ephemeral(pod):
+            now = format_utc(self._clock.now())
+            await self._write_status(pod, with_ephemeral_running(pod, now))
         elif phase == "Running" and not self._timed(pod, "finish") and run_seconds(pod) is not None:
             started = parse_utc(
                 (pod.get("status") or {}).get("startTime") or meta["creationTimestamp"]

@@ -20,6 +20,7 @@ _CAUSE_TEXT = {
     "FieldValueDuplicate": "Duplicate value",
     "FieldValueTooLong": "Too long",
     "FieldValueTooMany": "Too many",
+    "FieldValueNotFound": "Not found",
 }
 
 
@@ -215,6 +216,11 @@ def not_supported(field: str, value: Any, supported: list[str]) -> FieldError:
     """A FieldValueNotSupported cause."""
     quoted = ", ".join(json.dumps(s) for s in supported)
     return FieldError("FieldValueNotSupported", field, f"supported values: {quoted}", value, True)
+
+
+def not_found_field(field: str, value: Any) -> FieldError:
+    """A FieldValueNotFound cause."""
+    return FieldError("FieldValueNotFound", field, "", value, True)
 
 
 def duplicate(field: str, value: Any) -> FieldError:

@@ -247,7 +247,7 @@ class Api:
     async def _handle(self, request: Request, call: Call, verb: str) -> Response:
         accept = header(request, b"accept")
         if verb == "get":
-            if call.subresource not in ("", "status"):
+            if call.subresource not in ("", "status", "ephemeralcontainers"):
                 raise method_not_allowed()
             if table.wants_table(accept):
                 return self._render(request, call, [reads.get(self.cluster, call)], single=True)

@@ -200,3 +200,25 @@ async def test_a_pod_pinned_by_node_name_skips_taints_but_not_the_kubelets_check
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.05)
     assert [(e["type"], e["reason"], e["message"]) for e in told] == [("Warning", reason, why)]
+
+
+async def test_an_ephemeral_container_is_reported_running(gateway: Gateway) -> None:
+    """Rule: a debug container added to a running pod (``pods/ephemeralcontainers``) is
+    reported running in ``ephemeralContainerStatuses`` (what ``kubectl debug -it`` waits for)."""
+    body = gpu_pod("debugged", 0, [reservation_toleration()])
+    await gateway.create(PODS, body, NS)
+    await eventually(gateway, "debugged", lambda p: p["status"].get("phase") == "Running")
+    debugger = {"name": "debugger", "image": "busybox:1.36"}
+    await gateway.patch(
+        PODS,
+        "debugged",
+        {"spec": {"ephemeralContainers": [debugger]}},
+        NS,
+        "strategic",
+        subresource="ephemeralcontainers",
+    )
+    pod = await eventually(
+        gateway, "debugged", lambda p: bool(p["status"].get("ephemeralContainerStatuses"))
+    )
+    (status,) = pod["status"]["ephemeralContainerStatuses"]
+    assert (status["name"], list(status["state"])) == ("debugger", ["running"])
