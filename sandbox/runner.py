@@ -176,6 +176,12 @@ def next_steps(ctx: SandboxContext) -> str:
     if ctx.kubeconfig is not None:
         kubeconfig = (ctx.state_dir / "kubeconfig").resolve()
         lines += [f"  export KUBECONFIG={kubeconfig}", "  kubectl get nodes"]
+        users = sorted((ctx.state_dir / "users").glob("*.kubeconfig"))
+        if users:
+            names = ", ".join(p.name.removesuffix(".kubeconfig") for p in users)
+            lines.append(
+                f"  as a user ({names}, namespace editors): export KUBECONFIG={users[0].resolve()}"
+            )
     if "reconciler" in ctx.endpoints:
         lines.append(f"  kubectl get gpureservations -n {ctx.namespace}")
         lines.append(

@@ -6,6 +6,7 @@ from sandbox.kube.admission.install import install
 from sandbox.kube.seed import seed
 from sandbox.kube.server import KubeServer
 from sandbox.runner import SandboxContext
+from sandbox.users import USERS_DIR, write_user_kubeconfigs
 
 
 class KubeComponent:
@@ -17,7 +18,8 @@ class KubeComponent:
         self.server: KubeServer | None = None
 
     async def start(self, ctx: SandboxContext) -> None:
-        """Serve, seed, and publish ``endpoints["kube"]``, the kubeconfig and the handle."""
+        """Serve, seed, and publish ``endpoints["kube"]``, the kubeconfig and the handle;
+        write every sandbox user's kubeconfig (``sandbox.users``)."""
         server = KubeServer(ctx.clock)
         install(server)  # mutating webhook dispatch + MutatingWebhookConfiguration validation
         await seed(server.cluster, ctx.scenario)
@@ -26,6 +28,7 @@ class KubeComponent:
         ctx.endpoints[self.name] = server.url
         ctx.kubeconfig = server.kubeconfig()
         ctx.handles[self.name] = server
+        write_user_kubeconfigs(server, ctx.scenario, ctx.state_dir / USERS_DIR)
 
     async def stop(self) -> None:
         """Shut the server down."""
