@@ -35,6 +35,7 @@ _SUBRESOURCES: dict[str, tuple[list[str], str | None, str, str]] = {
     "binding": (["create"], "Binding", "", ""),
     "eviction": (["create"], "Eviction", "policy", "v1"),
     "ephemeralcontainers": (["get", "patch", "update"], None, "", ""),
+    "scale": (["get", "patch", "update"], "Scale", "autoscaling", "v1"),
 }
 
 

@@ -70,6 +70,16 @@ async def patch(
     return 200, await apply_update(cluster, call, new, old, {})
 
 
+def patched_view(call: Call, current: Obj, raw: bytes, content_type: str | None) -> Obj:
+    """``current`` (a view such as a Scale) with a PATCH body applied, as a new object
+    (server-side apply excepted: 415 for a view)."""
+    kind = media_type(content_type)
+    accepted = [t for t in call.rtype.patch_types() if t != APPLY_PATCH]
+    if kind not in accepted:
+        raise unsupported_media(accepted)
+    return _apply(kind, current, _parse(raw, kind))
+
+
 def _apply(kind: str, current: Obj, body: Any, share: bool = False) -> Obj:
     """The patched object: a new one, sharing nothing with ``current`` (each flavour
     copies what it keeps) — except, with ``share``, what a JSON Patch leaves unchanged.

@@ -38,7 +38,7 @@ from sandbox.kube import (
 from sandbox.kube.cluster import Call, Cluster, present
 from sandbox.kube.deletes import delete
 from sandbox.kube.errors import ApiError, bad_request, error, method_not_allowed, too_large
-from sandbox.kube.patching import media_type, patch
+from sandbox.kube.patching import media_type, patch, patched_view
 from sandbox.kube.rbac import Request as AuthzRequest
 from sandbox.kube.timing import RequestTimes
 from sandbox.kube.watch import EncodedLines, WatchPlan, encode_line, parse_bool
@@ -246,6 +246,8 @@ class Api:
 
     async def _handle(self, request: Request, call: Call, verb: str) -> Response:
         accept = header(request, b"accept")
+        if verb == "get" and call.subresource == "scale":
+            return _json(subresources.get_scale(self.cluster, call))
         if verb == "get":
             if call.subresource not in ("", "status", "ephemeralcontainers"):
                 raise method_not_allowed()
@@ -269,6 +271,14 @@ class Api:
             return self._watch(call, table.wants_table(accept))
         raw = await read_body(request)
         content_type = header(request, b"content-type")
+        if call.subresource == "scale" and verb in ("patch", "update"):
+            current = subresources.scale_view(self.cluster, call)
+            if verb == "patch":
+                scale = patched_view(call, current, raw, content_type)
+            else:
+                scale = decode_body(raw, content_type)
+            answer = await subresources.write_scale(self.cluster, call, scale)
+            return _json(answer, 200, call.warnings)
         if verb == "patch":
             code, obj = await patch(self.cluster, call, raw, content_type)
             return self._shown(call, obj, code)
