@@ -41,6 +41,12 @@ class TokenBucket:
         self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
         self._at = now
 
+    @property
+    def tokens(self) -> float:
+        """Tokens free now."""
+        self._refill()
+        return self._tokens
+
     def wait_s(self) -> float:
         """Seconds until a token is free (0 when one is)."""
         self._refill()

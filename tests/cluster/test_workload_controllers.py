@@ -252,3 +252,43 @@ async def test_deleting_a_job_by_default_orphans_its_pods(gateway: Gateway) -> N
     assert await until(gone, "job removed after orphaning")
     (pod,) = await pods_of(gateway, "job-name=left")
     assert not pod["metadata"].get("ownerReferences")
+
+
+async def test_a_foreground_delete_waits_for_the_dependents(gateway: Gateway) -> None:
+    """Rule: a Deployment deleted in the foreground stays (terminating, finalizer
+    ``foregroundDeletion``) until the collector has deleted its ReplicaSet, then goes."""
+    await gateway.create(DEPLOYMENTS, deployment(1), NS)
+    await running(gateway, 1)
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}
+    await gateway.request("DELETE", DEPLOYMENTS.path(NS, "web"), None, body)
+
+    async def gone() -> bool:
+        try:
+            await gateway.get(DEPLOYMENTS, "web", NS)
+        except NotFound:
+            return not (await gateway.list_all(REPLICASETS, NS)).items
+        return False
+
+    assert await until(gone, "deployment and its replica set gone")
+
+
+async def test_pods_of_an_unknown_owner_kind_are_left_alone(gateway: Gateway) -> None:
+    """Rule: the collector resolves Deployments, ReplicaSets and Jobs only; a pod owned by
+    a kind the emulator does not serve keeps running."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "stateful-0",
+            "labels": {"app": "db"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "gone"}
+            ],
+        },
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+    }
+    await gateway.create(PODS, pod, NS)
+    await running(gateway, 1, "app=db")
+    await gateway.create(DEPLOYMENTS, deployment(1), NS)  # a pass of the collector runs
+    await running(gateway, 1)
+    assert [p["metadata"]["name"] for p in await pods_of(gateway, "app=db")] == ["stateful-0"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.cluster.ratelimit import BURST, QPS, TokenBucket
+from sandbox.cluster.ratelimit import BURST, QPS, LimitedClient, TokenBucket
 from sandbox.cluster.workloads import (
     POD_TEMPLATE_HASH,
     REPLICASETS,
@@ -125,3 +125,46 @@ def test_a_replicaset_runs_the_template_up_to_its_hash_label() -> None:
         "spec": {"containers": []},
     }
     assert not same_template(template, other)
+
+
+class _Recorder:
+    """A gateway stand-in that records calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def create(self, res: Any, body: Any, namespace: Any) -> Any:
+        self.calls.append("create")
+        return type("R", (), {"body": body})()
+
+    async def get(self, res: Any, name: Any, namespace: Any) -> Any:
+        self.calls.append("get")
+        return {}
+
+    async def patch(self, *args: Any) -> Any:
+        self.calls.append("patch")
+        return {}
+
+    async def request(self, *args: Any) -> Any:
+        self.calls.append("delete")
+        return None
+
+
+def test_every_controller_request_takes_a_token() -> None:
+    """Rule: a controller's client spends one token of its bucket per request, whatever
+    the verb (a fake clock that never advances: the 31st request would wait)."""
+    bucket = TokenBucket(now=lambda: 0.0)
+    recorder = _Recorder()
+    client = LimitedClient(recorder, bucket)  # type: ignore[arg-type]
+    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "u"}}
+
+    async def use() -> None:
+        await client.create(REPLICASETS, {}, "n")
+        await client.get(REPLICASETS, "x", "n")
+        await client.patch(REPLICASETS, "x", {}, "n")
+        await client.delete(REPLICASETS, pod)
+
+    asyncio.run(use())
+    assert recorder.calls == ["create", "get", "patch", "delete"]
+    assert bucket.wait_s() == 0.0
+    assert bucket.tokens == BURST - 4

@@ -251,3 +251,18 @@ def test_kubectl_creates_scales_and_restarts_a_deployment(
     assert api.get(f"{BATCH.format(ns=ns)}/jobs/once").status_code == 200
     assert "web" in kubectl("get", "deployments", "-n", ns)
     assert "deleted" in kubectl("delete", "deployment", "web", "-n", ns)
+
+
+def test_tables_show_what_kubectl_get_shows(api: httpx.Client, ns: str) -> None:
+    """Rule: ``kubectl get deployments|replicasets|jobs`` columns: Ready x/y, Up-to-date,
+    Available; Desired, Current, Ready; Status, Completions."""
+    table = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}
+    api.post(f"{APPS.format(ns=ns)}/deployments", json=deployment(replicas=2))
+    api.post(f"{BATCH.format(ns=ns)}/jobs", json=job())
+    shown = api.get(f"{APPS.format(ns=ns)}/deployments", headers=table).json()
+    names = [c["name"] for c in shown["columnDefinitions"]]
+    assert names == ["Name", "Ready", "Up-to-date", "Available", "Age"]
+    assert shown["rows"][0]["cells"][:4] == ["web", "0/2", 0, 0]
+    jobs = api.get(f"{BATCH.format(ns=ns)}/jobs", headers=table).json()
+    assert [c["name"] for c in jobs["columnDefinitions"]][:3] == ["Name", "Status", "Completions"]
+    assert jobs["rows"][0]["cells"][:3] == ["batch", "Running", "0/1"]
