@@ -289,19 +289,15 @@ class JobController(PodOwner):
             want = 0
         elif failed > int(spec.get("backoffLimit") or 0):
             message = "Job has reached the specified backoff limit"
-            conditions += [
-                _condition("FailureTarget", "BackoffLimitExceeded", message, now),
-                _condition("Failed", "BackoffLimitExceeded", message, now),
-            ]
+            for kind in ("FailureTarget", "Failed"):
+                _add_condition(conditions, _condition(kind, "BackoffLimitExceeded", message, now))
             want = 0
         elif (completions is not None and succeeded >= int(completions)) or (
             completions is None and succeeded > 0 and not active
         ):
             message = "Reached expected number of succeeded pods"
-            conditions += [
-                _condition("SuccessCriteriaMet", "CompletionsReached", message, now),
-                _condition("Complete", "CompletionsReached", message, now),
-            ]
+            for kind in ("SuccessCriteriaMet", "Complete"):
+                _add_condition(conditions, _condition(kind, "CompletionsReached", message, now))
             status["completionTime"] = now
             want = 0
         elif spec.get("suspend"):
@@ -323,6 +319,13 @@ class JobController(PodOwner):
         if not conditions:
             del status["conditions"]
         await self._write_status(JOBS, job, status)
+
+
+def _add_condition(conditions: list[Obj], condition: Obj) -> None:
+    """Add ``condition`` unless one of its type is there (a pass may run before the
+    cache shows the status the last one wrote)."""
+    if not any(c.get("type") == condition["type"] for c in conditions):
+        conditions.append(condition)
 
 
 def _condition(kind: str, reason: str, message: str, now: str) -> Obj:

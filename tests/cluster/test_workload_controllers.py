@@ -292,3 +292,30 @@ async def test_pods_of_an_unknown_owner_kind_are_left_alone(gateway: Gateway) ->
     await gateway.create(DEPLOYMENTS, deployment(1), NS)  # a pass of the collector runs
     await running(gateway, 1)
     assert [p["metadata"]["name"] for p in await pods_of(gateway, "app=db")] == ["stateful-0"]
+
+
+async def test_a_job_whose_pods_the_kubelet_refuses_fails_past_its_backoff_limit(
+    gateway: Gateway,
+) -> None:
+    """Rule: each pod the kubelet refuses (here pinned by nodeName to a node without the
+    cpu it asks) is Failed and counts against ``backoffLimit``; past it the Job is Failed
+    with ``BackoffLimitExceeded`` and makes no more pods."""
+    body = job("doomed", 1, 1)
+    body["spec"]["backoffLimit"] = 1
+    pod_spec = body["spec"]["template"]["spec"]
+    pod_spec["nodeName"] = "cpu-1"
+    pod_spec["containers"][0]["resources"] = {"requests": {"cpu": "100"}}
+    await gateway.create(JOBS, body, NS)
+
+    async def failed() -> dict[str, Any] | None:
+        found = await gateway.get(JOBS, "doomed", NS)
+        conditions = {c["type"]: c for c in (found.get("status") or {}).get("conditions") or []}
+        return found if "Failed" in conditions else None
+
+    done = await until(failed, "job failed")
+    reasons = {c["type"]: c["reason"] for c in done["status"]["conditions"]}
+    assert reasons["Failed"] == "BackoffLimitExceeded"
+    assert done["status"]["failed"] == 2
+    pods = (await gateway.list_all(PODS, NS, label_selector="job-name=doomed")).items
+    assert len(pods) == 2
+    assert {p["status"]["reason"] for p in pods} == {"OutOfcpu"}
