@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox.kube.admission_api import AdmissionAttributes, AdmissionResult
 from tests.kube.conftest import Running, pod
 from tests.kube.test_kubectl import Kubectl
 
@@ -168,3 +169,37 @@ def test_kubectl_debug_adds_a_debug_container(
     kubectl("debug", "p", "-n", running_pod, "--image=busybox:1.36", f"--container={name}")
     shown = json.loads(kubectl("get", "pod", "p", "-n", running_pod, "-o", "json"))
     assert [c["name"] for c in shown["spec"]["ephemeralContainers"]] == [name]
+
+
+class _Seen:
+    """Admission that records what it is asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[AdmissionAttributes] = []
+
+    async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
+        self.calls.append(attrs)
+        return AdmissionResult(attrs.object, [])
+
+
+def test_a_put_appends_and_admission_sees_the_subresource(
+    kube: Running, api: httpx.Client, running_pod: str
+) -> None:
+    """Rule: PUT of the Pod to the subresource works like a patch (resourceVersion
+    checked); mutating admission sees an UPDATE of kind Pod with subresource
+    ``ephemeralcontainers``."""
+    url = f"{_pods(running_pod)}/p/ephemeralcontainers"
+    current = api.get(url).json()
+    current["spec"]["ephemeralContainers"] = [_debugger()]
+    seen = _Seen()
+    kube.server.mutating_admission.append(seen)
+    try:
+        put = api.put(url, json=current)
+    finally:
+        kube.server.mutating_admission.remove(seen)
+    assert put.status_code == 200, put.text
+    assert [c["name"] for c in put.json()["spec"]["ephemeralContainers"]] == ["debugger"]
+    (call,) = seen.calls
+    assert (call.operation, call.kind, call.subresource) == ("UPDATE", "Pod", "ephemeralcontainers")
+    stale = api.put(url, json=current)
+    assert stale.status_code == 409
