@@ -31,7 +31,8 @@ def media_type(header: str | None) -> str:
 def _parse(raw: bytes, kind: str) -> Any:
     try:
         if kind == APPLY_PATCH:
-            return encoding.refuse_non_finite(yaml.safe_load(raw.decode()))
+            loaded = encoding.refuse_non_finite(yaml.safe_load(raw.decode()))
+            return encoding.replace_lone_surrogates(loaded)
         return encoding.decode(raw)
     except (ValueError, yaml.YAMLError) as exc:
         raise bad_request(f"error decoding patch: {exc}") from exc

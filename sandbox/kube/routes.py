@@ -132,7 +132,8 @@ def decode_body(raw: bytes, content_type: str | None) -> Any:
         return protobuf.decode(raw)
     try:
         if "yaml" in media_type(content_type):
-            return encoding.refuse_non_finite(yaml.safe_load(raw.decode()))
+            loaded = encoding.refuse_non_finite(yaml.safe_load(raw.decode()))
+            return encoding.replace_lone_surrogates(loaded)
         return encoding.decode(raw)
     except (ValueError, yaml.YAMLError) as exc:
         raise bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc

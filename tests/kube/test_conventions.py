@@ -529,3 +529,16 @@ def test_a_body_of_exactly_three_mebibytes_is_read(api: httpx.Client, ns: str) -
     assert exact.status_code == 500
     over = api.post(f"/api/v1/namespaces/{ns}/pods", content=body + b" ", headers=headers)
     assert over.status_code == 413
+
+
+def test_a_lone_surrogate_is_stored_as_the_replacement_character(
+    api: httpx.Client, ns: str
+) -> None:
+    """Rule: a ``\\ud800`` escape with no partner decodes to U+FFFD, as Go's JSON decoder
+    reads it: the object is created and answered (no UTF-8 can carry the surrogate itself,
+    so keeping it made the answer a 500 after the object was stored)."""
+    body = b'{"metadata": {"name": "sur"}, "data": {"k": "a\\ud800b"}}'
+    made = api.post(CM.format(ns=ns), content=body, headers={"Content-Type": "application/json"})
+    assert made.status_code == 201
+    assert made.json()["data"]["k"] == "a\ufffdb"
+    assert api.get(f"{CM.format(ns=ns)}/sur").json()["data"]["k"] == "a\ufffdb"
