@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import httpx
 import pytest
 
 from sandbox.kube.admission_api import AdmissionAttributes, AdmissionError, AdmissionResult
 from sandbox.kube.errors import status_body
 from tests.kube.conftest import Running, pod
+from tests.kube.test_kubectl import Kubectl
 
 
 class Recorder:
@@ -212,3 +216,19 @@ def test_any_warning_text_is_carried_and_the_write_succeeds(
     raw = [v.decode("utf-8") for k, v in response.headers.raw if k.lower() == b"warning"]
     assert raw == expected
     assert api.get(f"/api/v1/namespaces/{ns}/pods/warned").status_code == 200
+
+
+@pytest.mark.kubectl
+def test_kubectl_prints_a_non_ascii_warning(kube: Running, ns: str, tmp_path: Path) -> None:
+    """Rule: kubectl prints a webhook's UTF-8 warning as written (``Warning: …``) and the
+    create succeeds."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(kube.server.kubeconfig(), encoding="utf-8")
+    plugin = Saying(["booking full… queued ✓"])
+    kube.server.mutating_admission.append(plugin)
+    try:
+        out = Kubectl(config)("create", "-n", ns, "-f", "-", stdin=json.dumps(pod("printed")))
+    finally:
+        kube.server.mutating_admission.remove(plugin)
+    assert "Warning: booking full… queued ✓" in out
+    assert "pod/printed created" in out
