@@ -6,7 +6,6 @@ from sandbox.kube.admission.install import install
 from sandbox.kube.seed import seed
 from sandbox.kube.server import KubeServer
 from sandbox.runner import SandboxContext
-from sandbox.users import USERS_DIR, write_user_kubeconfigs
 
 
 class KubeComponent:
@@ -18,8 +17,7 @@ class KubeComponent:
         self.server: KubeServer | None = None
 
     async def start(self, ctx: SandboxContext) -> None:
-        """Serve, seed, and publish ``endpoints["kube"]``, the kubeconfig and the handle;
-        write every sandbox user's kubeconfig (``sandbox.users``)."""
+        """Serve, seed, and publish ``endpoints["kube"]``, the kubeconfig and the handle."""
         server = KubeServer(ctx.clock)
         install(server)  # mutating webhook dispatch + MutatingWebhookConfiguration validation
         await seed(server.cluster, ctx.scenario)
@@ -28,7 +26,6 @@ class KubeComponent:
         ctx.endpoints[self.name] = server.url
         ctx.kubeconfig = server.kubeconfig()
         ctx.handles[self.name] = server
-        write_user_kubeconfigs(server, ctx.scenario, ctx.state_dir / USERS_DIR)
 
     async def stop(self) -> None:
         """Shut the server down."""

@@ -14,7 +14,7 @@ import yaml
 
 from sandbox import users
 from sandbox.kube.component import KubeComponent
-from sandbox.runner import SandboxContext, next_steps
+from sandbox.runner import SandboxContext, next_steps, write_users
 from sandbox.scenario import load_scenario
 from shared import vocab
 from tests.kube.conftest import Running, pod
@@ -131,16 +131,23 @@ def test_kubectl_as_alice(alice: Path) -> None:
 
 
 def test_sandbox_up_writes_every_users_kubeconfig(tmp_path: Path) -> None:
-    """Rule: the kube component writes ``<state-dir>/users/<name>.kubeconfig`` for each
-    user of the scenario (its namespaces less system and controller ones), each token
-    authenticating as that user, and ``up`` prints where."""
+    """Rule: ``up`` (``runner.write_users``, after the components started) writes
+    ``<state-dir>/users/<name>.kubeconfig`` for each user of the scenario (its namespaces
+    less system and controller ones), each token authenticating as that user with an
+    editor's rights in their namespace only, and prints where; a sandbox started
+    in-process grants users nothing by itself."""
     scenario = load_scenario()
     ctx = SandboxContext(state_dir=tmp_path, scenario=scenario)
 
-    async def run() -> list[int]:
+    async def run() -> tuple[list[int], list[Path]]:
         component = KubeComponent()
         await component.start(ctx)
         try:
+            before = list(
+                ctx.handles["kube"].store.list("rbac.authorization.k8s.io", "rolebindings")
+            )
+            assert before == []
+            written = write_users(ctx)
             codes = []
             async with httpx.AsyncClient(base_url=ctx.endpoints["kube"]) as client:
                 for user in ("alice", "carol"):
@@ -149,11 +156,13 @@ def test_sandbox_up_writes_every_users_kubeconfig(tmp_path: Path) -> None:
                     own = await client.get(f"/api/v1/namespaces/{user}/pods", headers=headers)
                     other = await client.get("/api/v1/namespaces/bob/pods", headers=headers)
                     codes += [own.status_code, other.status_code]
-            return codes
+            return codes, written
         finally:
             await component.stop()
 
-    assert asyncio.run(run()) == [200, 403, 200, 403]
-    written = sorted(p.name for p in (tmp_path / "users").iterdir())
-    assert written == [f"{u}.kubeconfig" for u in ("alice", "bob", "carol", "dave")]
-    assert str((tmp_path / "users" / "alice.kubeconfig").resolve()) in next_steps(ctx)
+    codes, written = asyncio.run(run())
+    assert codes == [200, 403, 200, 403]
+    expected = [tmp_path / "users" / f"{u}.kubeconfig" for u in ("alice", "bob", "carol", "dave")]
+    assert written == expected
+    assert sorted((tmp_path / "users").iterdir()) == expected
+    assert str(expected[0].resolve()) in next_steps(ctx)
