@@ -4,7 +4,8 @@ A component is anything with an async ``start(ctx)`` and ``stop()``. ``start`` r
 its URL in ``ctx.endpoints[<name>]`` (and whatever else it publishes on ``ctx``) once it
 is ready. Components start in ``ORDER`` and stop in reverse. When all have started the
 runner writes ``<state-dir>/kubeconfig`` (if the kube component wrote one into the
-context) and ``<state-dir>/endpoints.json``, and prints ``sandbox ready``.
+context) and ``<state-dir>/endpoints.json``; ``up`` also writes each sandbox user's
+kubeconfig under ``<state-dir>/users/`` and prints ``sandbox ready``.
 """
 
 from __future__ import annotations
@@ -163,11 +164,24 @@ async def run_until_interrupted(sandbox: Sandbox) -> None:
         loop.add_signal_handler(sig, stop.set)
     await sandbox.start()
     try:
+        write_users(sandbox.ctx)
         print("sandbox ready", flush=True)
         print(next_steps(sandbox.ctx), flush=True)
         await stop.wait()
     finally:
         await sandbox.stop()
+
+
+def write_users(ctx: SandboxContext) -> list[Path]:
+    """``<state-dir>/users/<name>.kubeconfig`` for every sandbox user, each a namespace
+    editor in their namespace (``sandbox.users``); nothing without the kube component.
+    Done by ``up`` only: a sandbox started in-process (tests) grants users nothing
+    unless it asks (``sandbox.users.user_kubeconfig``)."""
+    if "kube" not in ctx.handles:
+        return []
+    from sandbox.users import USERS_DIR, write_user_kubeconfigs
+
+    return write_user_kubeconfigs(ctx, ctx.scenario, ctx.state_dir / USERS_DIR)
 
 
 def next_steps(ctx: SandboxContext) -> str:
@@ -176,6 +190,12 @@ def next_steps(ctx: SandboxContext) -> str:
     if ctx.kubeconfig is not None:
         kubeconfig = (ctx.state_dir / "kubeconfig").resolve()
         lines += [f"  export KUBECONFIG={kubeconfig}", "  kubectl get nodes"]
+        users = sorted((ctx.state_dir / "users").glob("*.kubeconfig"))
+        if users:
+            names = ", ".join(p.name.removesuffix(".kubeconfig") for p in users)
+            lines.append(
+                f"  as a user ({names}, namespace editors): export KUBECONFIG={users[0].resolve()}"
+            )
     if "reconciler" in ctx.endpoints:
         lines.append(f"  kubectl get gpureservations -n {ctx.namespace}")
         lines.append(

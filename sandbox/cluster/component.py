@@ -1,4 +1,5 @@
-"""``cluster``: the scheduler and kubelet emulation as a sandbox component.
+"""``cluster``: the scheduler, kubelet and workload controller emulation as a sandbox
+component.
 
 Starts after ``kube`` and talks to it over HTTP with the admin kubeconfig the kube
 component published (``ctx.kubeconfig``), through ``shared.gateway.Gateway`` — the
@@ -12,9 +13,17 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+from sandbox.cluster.controllers import (
+    DeploymentController,
+    GarbageCollector,
+    JobController,
+    ReplicaSetController,
+)
 from sandbox.cluster.kubelet import Kubelet
 from sandbox.cluster.passes import cache
+from sandbox.cluster.ratelimit import LimitedClient
 from sandbox.cluster.scheduler import Scheduler
+from sandbox.cluster.workloads import DEPLOYMENTS, JOBS, REPLICASETS
 from sandbox.runner import SandboxContext
 from shared.clock import Clock
 from shared.gateway import Gateway
@@ -25,26 +34,50 @@ SYNC_TIMEOUT_S = 10.0
 
 
 class Cluster:
-    """Scheduler and kubelet over one gateway, sharing the pod and node caches."""
+    """Scheduler, kubelet and the workload controllers over one gateway, sharing the
+    caches (as kube-scheduler, the kubelet and kube-controller-manager share informers;
+    each controller has its own client rate limit)."""
 
     def __init__(self, gateway: Gateway, clock: Clock) -> None:
         self.gateway = gateway
         self.pods = cache(gateway, PODS, clock)
         self.nodes = cache(gateway, NODES, clock)
+        self.replicasets = cache(gateway, REPLICASETS, clock)
+        self.deployments = cache(gateway, DEPLOYMENTS, clock)
+        self.jobs = cache(gateway, JOBS, clock)
         self.scheduler = Scheduler(gateway, clock, self.pods, self.nodes)
         self.kubelet = Kubelet(gateway, clock, self.pods, self.nodes)
+        self.controllers = [
+            ReplicaSetController(LimitedClient(gateway), clock, self.replicasets, self.pods),
+            DeploymentController(LimitedClient(gateway), clock, self.deployments, self.replicasets),
+            JobController(LimitedClient(gateway), clock, self.jobs, self.pods),
+            GarbageCollector(
+                LimitedClient(gateway),
+                clock,
+                self.pods,
+                self.replicasets,
+                self.jobs,
+                self.deployments,
+            ),
+        ]
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        """Start the caches and both loops; returns once the caches are filled."""
-        loops = (self.pods.run(), self.nodes.run(), self.scheduler.run(), self.kubelet.run())
+        """Start the caches and every loop; returns once the caches are filled."""
+        caches = (self.pods, self.nodes, self.replicasets, self.deployments, self.jobs)
+        loops = [
+            *(c.run() for c in caches),
+            self.scheduler.run(),
+            self.kubelet.run(),
+            *(c.run() for c in self.controllers),
+        ]
         self._tasks = [asyncio.create_task(loop) for loop in loops]
         async with asyncio.timeout(SYNC_TIMEOUT_S):  # not wait_for: it can swallow a cancel
             await self._synced()
 
     async def _synced(self) -> None:
-        await self.pods.synced.wait()
-        await self.nodes.synced.wait()
+        for watched in (self.pods, self.nodes, self.replicasets, self.deployments, self.jobs):
+            await watched.synced.wait()
 
     async def stop(self) -> None:
         """Cancel every loop and close the gateway."""

@@ -3,8 +3,14 @@
 - A node without a Ready condition gets ``Ready=True`` (reason KubeletReady), as a
   kubelet registering it would post; nodes whose Ready condition is set are left alone
   (a scenario may declare a node NotReady).
-- A bound Pending pod is started at once: phase Running, Ready, container statuses,
-  a 127.x pod IP.
+- A bound Pending pod — bound by the scheduler, or created with ``spec.nodeName`` — is
+  admitted first, oldest first, against the pods started on its node before
+  (``admission``: resources, node affinity, NoExecute taints only); admitted, it is
+  started at once: phase Running, Ready, container statuses, a 127.x pod IP; refused,
+  it goes Failed with the kubelet's reason (``OutOfcpu``, ``OutOfnvidia.com/gpu``, …)
+  and a Warning Event. A pod bound to a node that does not exist stays Pending.
+- An ephemeral container added to a running pod (``kubectl debug``) is reported
+  running in ``ephemeralContainerStatuses``.
 - A running pod annotated ``vocab.SANDBOX_RUN_SECONDS`` finishes with Succeeded that
   many seconds (sandbox clock) after its ``startTime``.
 - A terminating pod is removed (DELETE, grace 0, uid precondition) once its
@@ -20,10 +26,20 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
+from sandbox.cluster import admission, events
 from sandbox.cluster.passes import Cache, Passes, snapshot
-from sandbox.cluster.podstatus import pod_ip, running_status, succeeded_status
+from sandbox.cluster.podstatus import (
+    missing_ephemeral,
+    pod_ip,
+    rejected_status,
+    running_status,
+    succeeded_status,
+    with_ephemeral_running,
+)
+from sandbox.cluster.requests import Resources, pod_requests
 from sandbox.cluster.scheduler import with_condition
 from sandbox.cluster.scheduling import TERMINAL_PHASES
 from shared import vocab
@@ -46,6 +62,24 @@ def run_seconds(pod: dict[str, Any]) -> float | None:
     return value if value >= 0 else None
 
 
+#: The Events' reporting component (a kubelet's ``source.component``).
+KUBELET = "kubelet"
+
+
+def _age(pod: dict[str, Any]) -> tuple[str, str]:
+    """The order a kubelet admits pods in: oldest first (``HandlePodAdditions``)."""
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+
+
+def _charge(usage: dict[str, tuple[Resources, int]], node: str, wanted: Resources) -> None:
+    used, count = usage.get(node, ({}, 0))
+    total = dict(used)
+    for resource, amount in wanted.items():
+        total[resource] = total.get(resource, Decimal(0)) + amount
+    usage[node] = (total, count + 1)
+
+
 def has_ready_condition(node: dict[str, Any]) -> bool:
     """Whether anyone has reported the node's readiness yet."""
     conditions = (node.get("status") or {}).get("conditions") or []
@@ -62,6 +96,8 @@ class Kubelet(Passes):
         self._timers: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._ips = itertools.count()
         self._started: set[str] = set()
+        #: Pods this kubelet refused (their Failed status may not be back yet).
+        self._rejected: set[str] = set()
 
     async def run(self) -> None:
         """Run pods until cancelled; pending timers end with the loop."""
@@ -77,12 +113,28 @@ class Kubelet(Passes):
             if not has_ready_condition(node):
                 await self._report_ready(node)
         live = set()
-        for pod in snapshot(self._pods):
+        pods = sorted(snapshot(self._pods), key=_age)
+        nodes = {str(n["metadata"]["name"]): n for n in snapshot(self._nodes)}
+        usage = self._usage(pods)
+        for pod in pods:
             live.add(str(pod["metadata"].get("uid", "")))
-            await self._sync(pod)
+            await self._sync(pod, nodes, usage)
         for uid in set(self._timers) - live:
             self._timers.pop(uid)[1].cancel()
         self._started &= live
+        self._rejected &= live
+
+    def _usage(self, pods: list[dict[str, Any]]) -> dict[str, tuple[Resources, int]]:
+        """Per node, what the pods its kubelet admitted request, and how many they are:
+        started (by this kubelet, or Running already) and not finished."""
+        usage: dict[str, tuple[Resources, int]] = {}
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            phase = (pod.get("status") or {}).get("phase") or "Pending"
+            started = str(pod["metadata"].get("uid", "")) in self._started or phase == "Running"
+            if node and started and phase not in TERMINAL_PHASES:
+                _charge(usage, str(node), pod_requests(pod))
+        return usage
 
     async def _report_ready(self, node: dict[str, Any]) -> None:
         now = format_utc(self._clock.now())
@@ -100,7 +152,12 @@ class Kubelet(Passes):
                 NODES, node["metadata"]["name"], patch, None, "merge", subresource="status"
             )
 
-    async def _sync(self, pod: dict[str, Any]) -> None:
+    async def _sync(
+        self,
+        pod: dict[str, Any],
+        nodes: dict[str, dict[str, Any]],
+        usage: dict[str, tuple[Resources, int]],
+    ) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         bound = bool(spec.get("nodeName"))
@@ -110,7 +167,12 @@ class Kubelet(Passes):
             else:
                 self._at(pod, "remove", self._grace_deadline(meta), self._remove)
         elif bound and phase == "Pending":
-            await self._start(pod)
+            node = nodes.get(str(spec["nodeName"]))
+            if node is not None:  # no such node: no kubelet, the pod stays Pending
+                await self._admit(pod, node, usage)
+        elif phase == "Running" and missing_ephemeral(pod):
+            now = format_utc(self._clock.now())
+            await self._write_status(pod, with_ephemeral_running(pod, now))
         elif phase == "Running" and not self._timed(pod, "finish") and run_seconds(pod) is not None:
             started = parse_utc(
                 (pod.get("status") or {}).get("startTime") or meta["creationTimestamp"]
@@ -163,6 +225,29 @@ class Kubelet(Passes):
         except KubeError as exc:
             log.warning("kubelet action on %s failed: %s", key, exc)
         self._wake.set()
+
+    async def _admit(
+        self, pod: dict[str, Any], node: dict[str, Any], usage: dict[str, tuple[Resources, int]]
+    ) -> None:
+        """Admit the pod against what the node's kubelet admitted before (``admission``),
+        then start it; or reject it: phase Failed with the reason, and a Warning Event."""
+        uid = str(pod["metadata"].get("uid", ""))
+        if uid in self._started or uid in self._rejected:
+            return
+        name = str(node["metadata"]["name"])
+        wanted = pod_requests(pod)
+        used, count = usage.get(name, ({}, 0))
+        rejection = admission.admit(pod, wanted, node, used, count)
+        if rejection is None:
+            _charge(usage, name, wanted)
+            await self._start(pod)
+            return
+        self._rejected.add(uid)
+        status = rejected_status(pod, rejection.reason, rejection.status_message)
+        await self._write_status(pod, status)
+        await events.record(
+            self._gateway, self._clock, pod, KUBELET, "Warning", rejection.reason, rejection.message
+        )
 
     async def _start(self, pod: dict[str, Any]) -> None:
         uid = str(pod["metadata"].get("uid", ""))

@@ -86,3 +86,47 @@ def _terminated(container: dict[str, Any], now: str) -> dict[str, Any]:
     started = ((container.get("state") or {}).get("running") or {}).get("startedAt", now)
     state = {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": now}
     return {**container, "ready": False, "started": False, "state": {"terminated": state}}
+
+
+def rejected_status(pod: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
+    """What a kubelet writes for a pod its admission refused (``rejectPod``): phase
+    Failed with the reason and message; the conditions and QoS class kept."""
+    status = dict(pod.get("status") or {})
+    status.update(phase="Failed", reason=reason, message=message)
+    return status
+
+
+def missing_ephemeral(pod: dict[str, Any]) -> list[str]:
+    """Names of ephemeral containers the pod's status does not report yet."""
+    reported = {
+        s.get("name") for s in (pod.get("status") or {}).get("ephemeralContainerStatuses") or []
+    }
+    return [
+        str(c.get("name"))
+        for c in (pod.get("spec") or {}).get("ephemeralContainers") or []
+        if c.get("name") not in reported
+    ]
+
+
+def with_ephemeral_running(pod: dict[str, Any], now: str) -> dict[str, Any]:
+    """The status with every ephemeral container reported running (they never become
+    ready: ephemeral containers have no probes)."""
+    status = dict(pod.get("status") or {})
+    reported = list(status.get("ephemeralContainerStatuses") or [])
+    images = {
+        c.get("name"): c.get("image", "") for c in pod["spec"].get("ephemeralContainers") or []
+    }
+    for name in missing_ephemeral(pod):
+        reported.append(
+            {
+                "name": name,
+                "image": images.get(name, ""),
+                "imageID": "",
+                "containerID": f"sandbox://{name}",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            }
+        )
+    status["ephemeralContainerStatuses"] = reported
+    return status

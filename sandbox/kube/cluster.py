@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sandbox.kube import crd, events, kinds, pods
+from sandbox.kube import crd, events, kinds, pods, workloads
 from sandbox.kube.admission_api import (
     AdmissionAttributes,
     AdmissionError,
@@ -41,6 +41,9 @@ STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("", "services"): kinds.ServiceStrategy(),
     ("events.k8s.io", "events"): events.NewEventStrategy(),
     ("coordination.k8s.io", "leases"): kinds.LeaseStrategy(),
+    ("apps", "deployments"): workloads.DeploymentStrategy(),
+    ("apps", "replicasets"): workloads.ReplicaSetStrategy(),
+    ("batch", "jobs"): workloads.JobStrategy(),
     ("apiextensions.k8s.io", "customresourcedefinitions"): crd.CrdStrategy(),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): ConditionalStrategy(),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): ConditionalStrategy(),

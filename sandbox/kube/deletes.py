@@ -1,4 +1,7 @@
-"""DELETE: options, preconditions, graceful pod deletion, finalizers (facts §3.7).
+"""DELETE: options, preconditions, graceful pod deletion, finalizers (facts §3.7),
+propagation policies (Orphan and Foreground add the ``orphan`` or
+``foregroundDeletion`` finalizer the garbage collector acts on; Background, the default
+except for batch/v1 Jobs, removes the object at once).
 
 Options come from the body when there is one, else from the query. A precondition
 mismatch is a 409. Pods get a grace period (0 when unbound or finished); an object with
@@ -16,7 +19,14 @@ from typing import Any
 from sandbox.kube import meta as m
 from sandbox.kube import pods
 from sandbox.kube.cluster import Call, Cluster, options_body, present
-from sandbox.kube.errors import bad_request, conflict, not_found, success_status
+from sandbox.kube.errors import (
+    bad_request,
+    conflict,
+    invalid,
+    not_found,
+    not_supported,
+    success_status,
+)
 
 Obj = dict[str, Any]
 
@@ -84,6 +94,9 @@ async def delete(cluster: Cluster, call: Call, body: Any) -> Obj:
     await cluster.admit(
         call, "DELETE", None, present(call, old), options_body("DeleteOptions", call, extra)
     )
+    finalizer = _gc_finalizer(call, options)
+    if finalizer and finalizer not in (old["metadata"].get("finalizers") or []):
+        old["metadata"]["finalizers"] = [*(old["metadata"].get("finalizers") or []), finalizer]
     is_pod = call.rtype.store_key == ("", "pods")
     grace = pods.delete_grace(old, options.get("gracePeriodSeconds")) if is_pod else 0
     if old["metadata"].get("finalizers") or grace > 0:
@@ -91,6 +104,40 @@ async def delete(cluster: Cluster, call: Call, body: Any) -> Obj:
     if call.dry_run:
         return _answer(call, old)
     return remove(cluster, call, old)
+
+
+#: The finalizers that hand an object's dependents to the garbage collector.
+ORPHAN = "orphan"
+FOREGROUND = "foregroundDeletion"
+POLICIES = ("Orphan", "Background", "Foreground")
+#: The warning a batch/v1 Job delete gets without a propagation policy.
+JOB_ORPHAN_WARNING = (
+    "child pods are preserved by default when jobs are deleted; set "
+    "propagationPolicy=Background to remove them or set propagationPolicy=Orphan to "
+    "suppress this warning"
+)
+
+
+def _gc_finalizer(call: Call, options: Obj) -> str:
+    """The finalizer the propagation policy asks for (``orphan``, ``foregroundDeletion``)
+    or ``""`` (Background: the object goes now, the garbage collector deletes its
+    dependents after). Without a policy every kind is Background except batch/v1 Jobs,
+    which orphan their pods (with a warning), for compatibility, as the apiserver does."""
+    policy = options.get("propagationPolicy")
+    legacy = options.get("orphanDependents")
+    if policy is not None and policy not in POLICIES:
+        raise invalid(
+            "DeleteOptions",
+            "meta.k8s.io",
+            "",
+            [not_supported("propagationPolicy", policy, list(POLICIES))],
+        )
+    if policy is None and legacy is not None:
+        policy = "Orphan" if legacy else "Background"
+    if policy is None and call.rtype.store_key == ("batch", "jobs"):
+        call.warnings.append(JOB_ORPHAN_WARNING)
+        policy = "Orphan"
+    return {"Orphan": ORPHAN, "Foreground": FOREGROUND}.get(policy or "", "")
 
 
 def _mark_deleting(cluster: Cluster, call: Call, old: Obj, grace: int) -> Obj:

@@ -34,6 +34,8 @@ _SUBRESOURCES: dict[str, tuple[list[str], str | None, str, str]] = {
     "status": (["get", "patch", "update"], None, "", ""),
     "binding": (["create"], "Binding", "", ""),
     "eviction": (["create"], "Eviction", "policy", "v1"),
+    "ephemeralcontainers": (["get", "patch", "update"], None, "", ""),
+    "scale": (["get", "patch", "update"], "Scale", "autoscaling", "v1"),
 }
 
 

@@ -22,7 +22,9 @@ Decoding is orjson's too (a claim's 1 KB JSON Patch in a few µs instead of ≈ 
 ``json``) where it gives ``json``'s result: a text with a run of 19 digits (an integer
 orjson would turn into a float beyond 64 bits) and whatever orjson refuses (lone
 surrogates, a BOM, UTF-16, overflowing numbers, invalid JSON) go to ``json``, which
-decides as before — so what is accepted, and the value it gives, do not change.
+decides as before — so what is accepted, and the value it gives, do not change, except
+that a lone surrogate escape becomes U+FFFD, as in Go (``json`` would keep it, and no
+answer holding it could be encoded).
 """
 
 from __future__ import annotations
@@ -75,7 +77,23 @@ def decode(raw: bytes | str) -> Any:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass  # json's verdict (it accepts more, and words its refusals)
-    return refuse_non_finite(json.loads(raw, parse_constant=_not_json))
+    return replace_lone_surrogates(refuse_non_finite(json.loads(raw, parse_constant=_not_json)))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_lone_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate (a ``\\ud800`` escape with no partner, which
+    ``json`` keeps and no UTF-8 can hold) replaced by U+FFFD, as Go's JSON decoder
+    replaces it: such a text is stored and answered, never a 500 after storing."""
+    if type(value) is str:
+        return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value
+    if type(value) is dict:
+        return {replace_lone_surrogates(k): replace_lone_surrogates(v) for k, v in value.items()}
+    if type(value) is list:
+        return [replace_lone_surrogates(v) for v in value]
+    return value
 
 
 def refuse_non_finite(value: Any) -> Any:

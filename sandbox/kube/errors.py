@@ -20,6 +20,7 @@ _CAUSE_TEXT = {
     "FieldValueDuplicate": "Duplicate value",
     "FieldValueTooLong": "Too long",
     "FieldValueTooMany": "Too many",
+    "FieldValueNotFound": "Not found",
 }
 
 
@@ -150,6 +151,20 @@ def too_large(message: str = "Request entity too large: limit is 3145728") -> Ap
     return error(413, "RequestEntityTooLarge", message)
 
 
+#: etcd's default ``--max-request-bytes``: the largest write it accepts.
+ETCD_MAX_REQUEST = 1572864
+
+
+def etcd_too_large() -> ApiError:
+    """What the apiserver answers when etcd refuses a write over its request limit: the
+    etcd error is no API status, so it becomes a 500 with no reason and etcd's message
+    (``ErrorToAPIStatus``; kubectl prints ``Error from server: etcdserver: request is
+    too large``)."""
+    body = status_body(500, "", "etcdserver: request is too large")
+    del body["reason"]  # StatusReasonUnknown is "", omitted from the JSON
+    return ApiError(500, body)
+
+
 @dataclass(frozen=True)
 class FieldError:
     """One validation failure: ``reason`` is a ``FieldValue*`` cause reason."""
@@ -201,6 +216,11 @@ def not_supported(field: str, value: Any, supported: list[str]) -> FieldError:
     """A FieldValueNotSupported cause."""
     quoted = ", ".join(json.dumps(s) for s in supported)
     return FieldError("FieldValueNotSupported", field, f"supported values: {quoted}", value, True)
+
+
+def not_found_field(field: str, value: Any) -> FieldError:
+    """A FieldValueNotFound cause."""
+    return FieldError("FieldValueNotFound", field, "", value, True)
 
 
 def duplicate(field: str, value: Any) -> FieldError:

@@ -55,6 +55,21 @@ for _pod_list in ("containers", "initContainers", "ephemeralContainers"):
     MERGE_KEYS[f"spec.{_pod_list}[].ports"] = "containerPort"
     MERGE_KEYS[f"spec.{_pod_list}[].volumeMounts"] = "mountPath"
     MERGE_KEYS[f"spec.{_pod_list}[].volumeDevices"] = "devicePath"
+#: A pod template's spec (Deployments, ReplicaSets, Jobs) merges as a pod's spec does.
+_POD_SPEC_LISTS = (
+    "containers",
+    "initContainers",
+    "ephemeralContainers",
+    "volumes",
+    "imagePullSecrets",
+    "schedulingGates",
+    "resourceClaims",
+    "hostAliases",
+    "topologySpreadConstraints",
+)
+for _path, _key in list(MERGE_KEYS.items()):
+    if _path.split(".")[1].split("[")[0] in _POD_SPEC_LISTS:
+        MERGE_KEYS[f"spec.template.{_path}"] = _key
 #: Primitive lists whose strategy is ``merge`` (union).
 MERGE_PRIMITIVES = frozenset({"metadata.finalizers"})
 

@@ -24,6 +24,8 @@ UPDATABLE = (
     "`spec.tolerations` (only additions to existing tolerations),"
     "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
 )
+#: The subresource ``kubectl debug`` writes a pod's ephemeral containers through.
+EPHEMERAL = "ephemeralcontainers"
 #: Tolerations DefaultTolerationSeconds adds to every pod that lacks them.
 DEFAULT_TOLERATION_KEYS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
@@ -83,6 +85,11 @@ class PodStrategy(StatusStrategy):
             for c in obj["status"].get("conditions") or []
         ]
 
+    def prepare_update(self, new: Obj, old: Obj, ctx: WriteContext) -> Obj:
+        if ctx.subresource == EPHEMERAL:
+            return ephemeral_only(new, old)
+        return super().prepare_update(new, old, ctx)
+
     def status_only(self, new: Obj, old: Obj) -> Obj:
         merged = super().status_only(new, old)
         meta = merged.setdefault("metadata", {})
@@ -98,7 +105,45 @@ class PodStrategy(StatusStrategy):
     def validate_update(self, new: Obj, old: Obj, ctx: WriteContext) -> list[FieldError]:
         if ctx.subresource == "status":
             return []
+        if ctx.subresource == EPHEMERAL:
+            return validate_ephemeral_update(new.get("spec") or {}, old.get("spec") or {})
         return validate_pod_update(new.get("spec") or {}, old.get("spec") or {})
+
+
+def ephemeral_only(new: Obj, old: Obj) -> Obj:
+    """A ``pods/ephemeralcontainers`` write: the stored pod with only the written
+    ``spec.ephemeralContainers`` (``dropNonEphemeralContainerUpdates``: every other
+    change — metadata, spec, status — is dropped silently)."""
+    merged = clone(old)
+    containers = (new.get("spec") or {}).get("ephemeralContainers")
+    merged.setdefault("spec", {}).pop("ephemeralContainers", None)
+    if containers:
+        merged["spec"]["ephemeralContainers"] = clone(containers)
+    return merged
+
+
+def validate_ephemeral_update(new: Obj, old: Obj) -> list[FieldError]:
+    """``ValidatePodEphemeralContainersUpdate``: the new containers valid, and every
+    existing one still there, unchanged (append only)."""
+    errors = podspec.validate_ephemeral(new)
+    by_name = {c.get("name"): c for c in new.get("ephemeralContainers") or []}
+    for existing in old.get("ephemeralContainers") or []:
+        name = existing.get("name")
+        if name not in by_name:
+            errors.append(
+                forbidden(
+                    "spec.ephemeralContainers",
+                    f'existing ephemeral containers "{name}" may not be removed\n',
+                )
+            )
+        elif by_name[name] != existing:
+            errors.append(
+                forbidden(
+                    "spec.ephemeralContainers",
+                    f'existing ephemeral containers "{name}" may not be changed\n',
+                )
+            )
+    return errors
 
 
 def _now(ctx: WriteContext) -> str:

@@ -19,6 +19,7 @@ from sandbox.kube.errors import (
     duplicate,
     forbidden,
     invalid_value,
+    not_found_field,
     not_supported,
     required,
 )
@@ -39,7 +40,7 @@ def default_spec(spec: Obj) -> None:
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("securityContext", {})
     spec.setdefault("enableServiceLinks", True)
-    for kind in ("containers", "initContainers"):
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
         for container in spec.get(kind) or []:
             _default_container(container)
 
@@ -105,6 +106,8 @@ def validate_spec(spec: Obj, creating: bool) -> list[FieldError]:
         errors.append(not_supported("spec.restartPolicy", policy, ["Always", "OnFailure", "Never"]))
     errors += validate_tolerations(spec.get("tolerations") or [], "spec.tolerations")
     errors += _scheduling_gates(spec.get("schedulingGates") or [])
+    if creating and spec.get("ephemeralContainers"):
+        errors.append(forbidden("spec.ephemeralContainers", "cannot be set on create"))
     if creating and spec.get("nodeName") and spec.get("schedulingGates"):
         errors.append(
             forbidden("spec.nodeName", "cannot be set until all schedulingGates have been cleared")
@@ -230,4 +233,61 @@ def _scheduling_gates(gates: list[Obj]) -> list[FieldError]:
         elif name in seen:
             errors.append(duplicate(f"spec.schedulingGates[{i}].name", name))
         seen.add(name)
+    return errors
+
+
+#: Container fields an ephemeral container may not set (``validateEphemeralContainers``).
+EPHEMERAL_FORBIDDEN = (
+    "ports",
+    "resources",
+    "resizePolicy",
+    "lifecycle",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "restartPolicy",
+)
+_EPHEMERAL_MESSAGE = "cannot be set for an Ephemeral Container"
+
+
+def validate_ephemeral(spec: Obj) -> list[FieldError]:
+    """``validateEphemeralContainers``: a DNS-label name unique among all of the pod's
+    containers, an image, a ``targetContainerName`` naming one of its containers, none
+    of the fields that make no sense for a container added to a running pod."""
+    errors: list[FieldError] = []
+    others = {
+        str(c.get("name"))
+        for kind in ("containers", "initContainers")
+        for c in spec.get(kind) or []
+    }
+    seen: set[str] = set()
+    for i, container in enumerate(spec.get("ephemeralContainers") or []):
+        where = f"spec.ephemeralContainers[{i}]"
+        if not isinstance(container, dict):
+            errors.append(invalid_value(where, container, "must be an object"))
+            continue
+        name = container.get("name") or ""
+        if not name:
+            errors.append(required(f"{where}.name"))
+        elif not isinstance(name, str) or not is_dns_label(name):
+            errors.append(
+                invalid_value(
+                    f"{where}.name",
+                    name,
+                    "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                    "characters or '-'",
+                )
+            )
+        elif name in seen or name in others:
+            errors.append(duplicate(f"{where}.name", name))
+        seen.add(str(name))
+        image = container.get("image")
+        if not image or not isinstance(image, str) or image != image.strip():
+            errors.append(required(f"{where}.image"))
+        target = container.get("targetContainerName")
+        if target and target not in others:
+            errors.append(not_found_field(f"{where}.targetContainerName", target))
+        for key in EPHEMERAL_FORBIDDEN:
+            if container.get(key):
+                errors.append(forbidden(f"{where}.{key}", _EPHEMERAL_MESSAGE))
     return errors

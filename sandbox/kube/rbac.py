@@ -162,3 +162,114 @@ def cluster_admin_role() -> Obj:
             {"nonResourceURLs": ["*"], "verbs": ["*"]},
         ],
     }
+
+
+_READ = ["get", "list", "watch"]
+_WRITE = ["create", "delete", "deletecollection", "patch", "update"]
+
+
+def _rule(group: str, resources: list[str], verbs: list[str]) -> Obj:
+    return {"apiGroups": [group], "resources": resources, "verbs": verbs}
+
+
+def edit_role() -> Obj:
+    """The ``edit`` ClusterRole every cluster has (the aggregated ``edit`` with the
+    ``view`` rules it includes), for the resources the emulator serves: read and write
+    of pods (exec, attach, port-forward, ephemeral containers, eviction), workloads,
+    configmaps, secrets, services, leases; read of events, pods/log and pods/status.
+    Not in it, as on a real cluster: writes of pods/status, pods/binding, nodes,
+    namespaces, RBAC, and any custom resource (GPUReservations included)."""
+    pod_parts = ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy"]
+    core_write = [
+        "configmaps",
+        "events",
+        "persistentvolumeclaims",
+        "replicationcontrollers",
+        "replicationcontrollers/scale",
+        "secrets",
+        "serviceaccounts",
+        "services",
+        "services/proxy",
+    ]
+    workloads = [
+        "daemonsets",
+        "deployments",
+        "deployments/rollback",
+        "deployments/scale",
+        "replicasets",
+        "replicasets/scale",
+        "statefulsets",
+        "statefulsets/scale",
+    ]
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "ClusterRole",
+        "metadata": {
+            "name": "edit",
+            "labels": {
+                "kubernetes.io/bootstrapping": "rbac-defaults",
+                "rbac.authorization.k8s.io/aggregate-to-admin": "true",
+            },
+        },
+        "rules": [
+            _rule("", [*pod_parts, "secrets", "services/proxy"], _READ),
+            _rule("", ["serviceaccounts"], ["impersonate"]),
+            _rule("", ["pods", *pod_parts], _WRITE),
+            _rule("", ["pods/ephemeralcontainers"], ["patch", "update"]),
+            _rule("", ["pods/eviction"], ["create"]),
+            _rule("", core_write, _WRITE),
+            _rule("", ["serviceaccounts/token"], ["create"]),
+            _rule("apps", workloads, _WRITE),
+            _rule("batch", ["cronjobs", "jobs"], _WRITE),
+            _rule("coordination.k8s.io", ["leases"], [*_READ, *_WRITE]),
+            _rule("policy", ["poddisruptionbudgets"], _WRITE),
+            _rule("networking.k8s.io", ["ingresses", "networkpolicies"], _WRITE),
+            _rule(
+                "",
+                [
+                    "configmaps",
+                    "endpoints",
+                    "persistentvolumeclaims",
+                    "persistentvolumeclaims/status",
+                    "pods",
+                    "replicationcontrollers",
+                    "replicationcontrollers/scale",
+                    "serviceaccounts",
+                    "services",
+                    "services/status",
+                ],
+                _READ,
+            ),
+            _rule(
+                "",
+                [
+                    "bindings",
+                    "events",
+                    "limitranges",
+                    "namespaces/status",
+                    "pods/log",
+                    "pods/status",
+                    "replicationcontrollers/status",
+                    "resourcequotas",
+                    "resourcequotas/status",
+                ],
+                _READ,
+            ),
+            _rule("", ["namespaces"], _READ),
+            _rule(
+                "apps",
+                [
+                    "controllerrevisions",
+                    *workloads,
+                    "daemonsets/status",
+                    "deployments/status",
+                    "replicasets/status",
+                    "statefulsets/status",
+                ],
+                _READ,
+            ),
+            _rule("batch", ["cronjobs", "cronjobs/status", "jobs", "jobs/status"], _READ),
+            _rule("events.k8s.io", ["events"], _READ),
+            _rule("discovery.k8s.io", ["endpointslices"], _READ),
+        ],
+    }

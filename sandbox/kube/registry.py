@@ -72,7 +72,7 @@ class ResourceType:
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    #: Subresources served (``status``, ``binding``, ``eviction``).
+    #: Subresources served (``status``, ``binding``, ``eviction``, ``scale``, …).
     subresources: tuple[str, ...] = ()
     field_labels: frozenset[str] = META_FIELDS
     #: Strategic merge is accepted (built-in kinds only).
@@ -132,7 +132,7 @@ BUILTIN: tuple[ResourceType, ...] = (
         "Pod",
         short_names=("po",),
         categories=("all",),
-        subresources=("status", "binding", "eviction"),
+        subresources=("status", "binding", "eviction", "ephemeralcontainers"),
         field_labels=POD_FIELDS,
     ),
     _core(
@@ -160,6 +160,34 @@ BUILTIN: tuple[ResourceType, ...] = (
     _core("serviceaccounts", "ServiceAccount", short_names=("sa",)),
     _core("endpoints", "Endpoints", short_names=("ep",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease"),
+    ResourceType(
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        short_names=("deploy",),
+        categories=("all",),
+        subresources=("status", "scale"),
+    ),
+    ResourceType(
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        short_names=("rs",),
+        categories=("all",),
+        subresources=("status", "scale"),
+        field_labels=META_FIELDS | {"status.replicas"},
+    ),
+    ResourceType(
+        "batch",
+        "v1",
+        "jobs",
+        "Job",
+        categories=("all",),
+        subresources=("status",),
+        field_labels=META_FIELDS | {"status.successful"},
+    ),
     ResourceType(
         "events.k8s.io",
         "v1",

@@ -25,11 +25,20 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sandbox.kube import discovery, encoding, paths, protobuf, reads, subresources, table
+from sandbox.kube import (
+    discovery,
+    encoding,
+    paths,
+    protobuf,
+    reads,
+    subresources,
+    table,
+    warnheaders,
+)
 from sandbox.kube.cluster import Call, Cluster, present
 from sandbox.kube.deletes import delete
 from sandbox.kube.errors import ApiError, bad_request, error, method_not_allowed, too_large
-from sandbox.kube.patching import media_type, patch
+from sandbox.kube.patching import media_type, patch, patched_view
 from sandbox.kube.rbac import Request as AuthzRequest
 from sandbox.kube.timing import RequestTimes
 from sandbox.kube.watch import EncodedLines, WatchPlan, encode_line, parse_bool
@@ -46,8 +55,7 @@ _ROUTED = frozenset([*_METHODS, "HEAD"])
 
 def warning_header(text: str) -> str:
     """``299 - "<text>"`` with ``\\`` and ``"`` escaped (apimachinery ``NewWarningHeader``)."""
-    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
-    return f'299 - "{quoted}"'
+    return warnheaders.header_value(text)
 
 
 def _json(body: Any, code: int = 200, warnings: list[str] | None = None) -> Response:
@@ -58,7 +66,8 @@ class JsonAnswer(Response):
     """``Response(body, code, media_type="application/json")`` with each warning
     appended as a ``Warning`` header, its raw headers built directly (Starlette's
     ``__call__`` sends it): content-length (not for 1xx, 204 and 304, as Starlette),
-    content-type, then the warnings."""
+    content-type, then the warnings (UTF-8, deduplicated and truncated as the
+    apiserver does: ``warnheaders``)."""
 
     media_type = "application/json"
 
@@ -70,8 +79,8 @@ class JsonAnswer(Response):
         if not (code < 200 or code in (204, 304)):
             raw.append((b"content-length", str(len(body)).encode("latin-1")))
         raw.append((b"content-type", b"application/json"))
-        for text in warnings or ():
-            raw.append((b"warning", warning_header(text).encode("latin-1")))
+        for value in warnheaders.headers(warnings) if warnings else ():
+            raw.append((b"warning", value))
         self.raw_headers = raw
 
 
@@ -123,7 +132,8 @@ def decode_body(raw: bytes, content_type: str | None) -> Any:
         return protobuf.decode(raw)
     try:
         if "yaml" in media_type(content_type):
-            return encoding.refuse_non_finite(yaml.safe_load(raw.decode()))
+            loaded = encoding.refuse_non_finite(yaml.safe_load(raw.decode()))
+            return encoding.replace_lone_surrogates(loaded)
         return encoding.decode(raw)
     except (ValueError, yaml.YAMLError) as exc:
         raise bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
@@ -237,8 +247,10 @@ class Api:
 
     async def _handle(self, request: Request, call: Call, verb: str) -> Response:
         accept = header(request, b"accept")
+        if verb == "get" and call.subresource == "scale":
+            return _json(subresources.get_scale(self.cluster, call))
         if verb == "get":
-            if call.subresource not in ("", "status"):
+            if call.subresource not in ("", "status", "ephemeralcontainers"):
                 raise method_not_allowed()
             if table.wants_table(accept):
                 return self._render(request, call, [reads.get(self.cluster, call)], single=True)
@@ -260,6 +272,14 @@ class Api:
             return self._watch(call, table.wants_table(accept))
         raw = await read_body(request)
         content_type = header(request, b"content-type")
+        if call.subresource == "scale" and verb in ("patch", "update"):
+            current = subresources.scale_view(self.cluster, call)
+            if verb == "patch":
+                scale = patched_view(call, current, raw, content_type)
+            else:
+                scale = decode_body(raw, content_type)
+            answer = await subresources.write_scale(self.cluster, call, scale)
+            return _json(answer, 200, call.warnings)
         if verb == "patch":
             code, obj = await patch(self.cluster, call, raw, content_type)
             return self._shown(call, obj, code)

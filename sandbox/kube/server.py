@@ -3,7 +3,8 @@
 It runs uvicorn inside the caller's event loop. Other components use it through
 ``url``, ``admin_token``, ``mint_token``, ``mutating_admission``, ``compact_history``,
 ``store`` and ``get_object``; ``kubeconfig()`` is the admin kubeconfig (cluster-admin
-through the ``system:masters`` group).
+through the ``system:masters`` group). The cluster starts with the ``cluster-admin``
+and ``edit`` ClusterRoles (``sandbox.users`` binds ``edit`` to each sandbox user).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sandbox.faults import FaultBook, FaultMiddleware
 from sandbox.kube.admission_api import MutatingAdmission
 from sandbox.kube.auth import service_account_user
 from sandbox.kube.cluster import Cluster
-from sandbox.kube.rbac import RBAC_GROUP, cluster_admin_role
+from sandbox.kube.rbac import RBAC_GROUP, cluster_admin_role, edit_role
 from sandbox.kube.routes import Api
 from sandbox.kube.store import Store
 from sandbox.kube.timing import RequestTimes
@@ -56,10 +57,11 @@ class KubeServer:
         self._tls: ServingFiles | None = None
         #: Every connection protocol ever accepted, to close leftovers at stop.
         self._connections: list[Any] = []
-        self.cluster.store.put(
-            (RBAC_GROUP, "clusterroles", "", "cluster-admin"),
-            _bootstrap(cluster_admin_role(), self.cluster),
-        )
+        for role in (cluster_admin_role(), edit_role()):
+            self.cluster.store.put(
+                (RBAC_GROUP, "clusterroles", "", role["metadata"]["name"]),
+                _bootstrap(role, self.cluster),
+            )
 
     # --- the interface other components use -------------------------------------------
 
@@ -127,8 +129,11 @@ class KubeServer:
             self._api.times = RequestTimes()
         return self._api.times
 
-    def kubeconfig(self, token: str | None = None, user: str = "admin") -> str:
-        """A kubeconfig for the HTTPS listener (admin unless another token is given).
+    def kubeconfig(
+        self, token: str | None = None, user: str = "admin", namespace: str = "default"
+    ) -> str:
+        """A kubeconfig for the HTTPS listener (admin unless another token is given;
+        ``namespace``: its context's default namespace).
 
         kubectl sends tokens only over TLS, so this names ``secure_url`` and embeds the CA.
         """
@@ -144,7 +149,7 @@ class KubeServer:
             "contexts": [
                 {
                     "name": "sandbox",
-                    "context": {"cluster": "sandbox", "user": user, "namespace": "default"},
+                    "context": {"cluster": "sandbox", "user": user, "namespace": namespace},
                 }
             ],
             "current-context": "sandbox",

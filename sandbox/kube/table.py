@@ -120,6 +120,28 @@ def _event_seen(event: Obj, now: datetime) -> str:
     return human_duration((now - parse_time(stamp)).total_seconds()) if stamp else "<unknown>"
 
 
+def _count(obj: Obj, field: str) -> int:
+    return int((obj.get("status") or {}).get(field) or 0)
+
+
+def _ratio(obj: Obj, field: str) -> str:
+    return f"{_count(obj, field)}/{int((obj.get('spec') or {}).get('replicas') or 0)}"
+
+
+def _job_status(job: Obj, _: datetime) -> str:
+    """What ``kubectl get jobs`` shows: Complete, Failed, Suspended or Running."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return str(condition["type"])
+    return "Suspended" if (job.get("spec") or {}).get("suspend") else "Running"
+
+
+def _completions(job: Obj, _: datetime) -> str:
+    completions = (job.get("spec") or {}).get("completions")
+    done = _count(job, "succeeded")
+    return f"{done}/{completions}" if completions is not None else f"{done}/1 of 1"
+
+
 _AGE: Column = ("Age", "string", 0, lambda o, now: _age(o, now))
 _NAME: Column = ("Name", "string", 0, _name)
 COLUMNS: dict[tuple[str, str], list[Column]] = {
@@ -163,6 +185,26 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
         _NAME,
         ("Type", "string", 0, _dig("type", default="")),
         ("Data", "integer", 0, lambda o, n: len(o.get("data") or {})),
+        _AGE,
+    ],
+    ("apps", "deployments"): [
+        _NAME,
+        ("Ready", "string", 0, lambda o, n: _ratio(o, "readyReplicas")),
+        ("Up-to-date", "integer", 0, lambda o, n: _count(o, "updatedReplicas")),
+        ("Available", "integer", 0, lambda o, n: _count(o, "availableReplicas")),
+        _AGE,
+    ],
+    ("apps", "replicasets"): [
+        _NAME,
+        ("Desired", "integer", 0, lambda o, n: int((o.get("spec") or {}).get("replicas") or 0)),
+        ("Current", "integer", 0, lambda o, n: _count(o, "replicas")),
+        ("Ready", "integer", 0, lambda o, n: _count(o, "readyReplicas")),
+        _AGE,
+    ],
+    ("batch", "jobs"): [
+        _NAME,
+        ("Status", "string", 0, _job_status),
+        ("Completions", "string", 0, _completions),
         _AGE,
     ],
     ("coordination.k8s.io", "leases"): [

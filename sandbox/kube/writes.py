@@ -12,15 +12,17 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from sandbox.kube import encoding, names
 from sandbox.kube import meta as m
-from sandbox.kube import names
 from sandbox.kube.clone import clone
 from sandbox.kube.cluster import Call, Cluster, options_body, present
 from sandbox.kube.errors import (
+    ETCD_MAX_REQUEST,
     already_exists,
     bad_request,
     check,
     error,
+    etcd_too_large,
     invalid,
     invalid_value,
     not_found,
@@ -127,10 +129,22 @@ def store_new(cluster: Cluster, call: Call, obj: Obj) -> Obj:
     )
 
 
+def check_storable(obj: Obj) -> None:
+    """Refuse an object etcd would refuse: its encoding over etcd's default request limit
+    (1.5 MiB), with the apiserver's 500 ``etcdserver: request is too large``. The
+    emulator measures the object's compact JSON; the apiserver stores built-in kinds as
+    protobuf (somewhat smaller) and etcd counts the whole request, key included, so the
+    boundary is approximate — the order of magnitude and the answer are the real ones.
+    A dry run reaches no etcd and is not checked."""
+    if len(encoding.encode(obj)) > ETCD_MAX_REQUEST:
+        raise etcd_too_large()
+
+
 def _commit_create(cluster: Cluster, call: Call, key: tuple[str, str, str, str], obj: Obj) -> Obj:
     if call.dry_run:
         obj["metadata"]["resourceVersion"] = cluster.store.next_resource_version()
         return present(call, obj)
+    check_storable(obj)
     stored = cluster.store.put_owned(key, obj)
     names.after_write(cluster, call, stored)
     return present(call, stored)
@@ -204,6 +218,7 @@ async def apply_update(cluster: Cluster, call: Call, new: Obj, old: Obj, options
     if names.finished_deleting(new):
         removed = cluster.store.remove(call.key)
         return present(call, removed or new)
+    check_storable(new)
     stored = cluster.store.put_owned(call.key, new)
     names.after_write(cluster, call, stored)
     return present(call, stored)

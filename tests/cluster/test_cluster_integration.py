@@ -15,7 +15,7 @@ from sandbox.cluster.component import ClusterComponent
 from shared import vocab
 from shared.errors import Conflict, NotFound
 from shared.gateway import Gateway
-from shared.resources import NAMESPACES, NODES, PODS
+from shared.resources import EVENTS, NAMESPACES, NODES, PODS
 from tests.cluster.builders import node, reservation_taint, reservation_toleration
 
 component = pytest.importorskip("sandbox.kube.component")
@@ -166,3 +166,59 @@ async def test_deletion_honours_the_grace_period(gateway: Gateway) -> None:
         assert loop.time() - start < 5
         await asyncio.sleep(0.05)
     assert loop.time() - start >= 0.5
+
+
+async def test_a_pod_pinned_by_node_name_skips_taints_but_not_the_kubelets_check(
+    gateway: Gateway,
+) -> None:
+    """Rule: a pod created with ``spec.nodeName`` never meets the scheduler: the kubelet runs
+    it on a node whose NoSchedule reservation taint it does not tolerate, but refuses one the
+    node has no room for — phase Failed, reason ``OutOfnvidia.com/gpu``, ``Pod was rejected:
+    …`` — with a Warning Event of that reason."""
+    first = gpu_pod("pinned", 8, [])
+    first["spec"]["nodeName"] = "h100-1"
+    await gateway.create(PODS, first, NS)
+    running = await eventually(gateway, "pinned", lambda p: p["status"].get("phase") != "Pending")
+    assert running["status"]["phase"] == "Running"
+    second = gpu_pod("squeezed", 1, [])
+    second["spec"]["nodeName"] = "h100-1"
+    await gateway.create(PODS, second, NS)
+    failed = await eventually(gateway, "squeezed", lambda p: p["status"].get("phase") != "Pending")
+    reason = f"OutOf{vocab.GPU_RESOURCE}"
+    why = (
+        f"Node didn't have enough resource: {vocab.GPU_RESOURCE}, "
+        "requested: 1, used: 8, capacity: 8"
+    )
+    assert (failed["status"]["phase"], failed["status"]["reason"]) == ("Failed", reason)
+    assert failed["status"]["message"] == f"Pod was rejected: {why}"
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        listed = await gateway.list_all(EVENTS, NS)
+        told = [e for e in listed.items if e["involvedObject"]["name"] == "squeezed"]
+        if told:
+            break
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
+    assert [(e["type"], e["reason"], e["message"]) for e in told] == [("Warning", reason, why)]
+
+
+async def test_an_ephemeral_container_is_reported_running(gateway: Gateway) -> None:
+    """Rule: a debug container added to a running pod (``pods/ephemeralcontainers``) is
+    reported running in ``ephemeralContainerStatuses`` (what ``kubectl debug -it`` waits for)."""
+    body = gpu_pod("debugged", 0, [reservation_toleration()])
+    await gateway.create(PODS, body, NS)
+    await eventually(gateway, "debugged", lambda p: p["status"].get("phase") == "Running")
+    debugger = {"name": "debugger", "image": "busybox:1.36"}
+    await gateway.patch(
+        PODS,
+        "debugged",
+        {"spec": {"ephemeralContainers": [debugger]}},
+        NS,
+        "strategic",
+        subresource="ephemeralcontainers",
+    )
+    pod = await eventually(
+        gateway, "debugged", lambda p: bool(p["status"].get("ephemeralContainerStatuses"))
+    )
+    (status,) = pod["status"]["ephemeralContainerStatuses"]
+    assert (status["name"], list(status["state"])) == ("debugger", ["running"])

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import httpx
 import pytest
 
 from sandbox.kube.admission_api import AdmissionAttributes, AdmissionError, AdmissionResult
 from sandbox.kube.errors import status_body
 from tests.kube.conftest import Running, pod
+from tests.kube.test_kubectl import Kubectl
 
 
 class Recorder:
@@ -174,3 +178,57 @@ def test_an_unexpected_error_is_a_plain_500_and_other_methods_a_405(
     options = api.options(f"/api/v1/namespaces/{ns}/configmaps")
     assert (options.status_code, options.text) == (405, "Method Not Allowed")
     assert options.headers["allow"] == "DELETE, GET, HEAD, PATCH, POST, PUT"
+
+
+class Saying:
+    """Warns with the texts it is given."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+
+    async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
+        return AdmissionResult(attrs.object, list(self.texts))
+
+
+@pytest.mark.parametrize(
+    ("texts", "expected"),
+    [
+        (["booking full… queued"], ['299 - "booking full… queued"']),
+        (["line one\nline two\x00"], ['299 - "line one line two "']),
+        (["lone \ud800 surrogate"], ['299 - "lone \ufffd surrogate"']),
+        (["same", "", "same"], ['299 - "same"']),
+    ],
+)
+def test_any_warning_text_is_carried_and_the_write_succeeds(
+    kube: Running, api: httpx.Client, ns: str, texts: list[str], expected: list[str]
+) -> None:
+    """Rule: a webhook's warning is a UTF-8 ``Warning`` header whatever it holds (non-ASCII
+    as is; a control character as a space, a lone surrogate as U+FFFD; duplicates and empty
+    texts dropped, as the apiserver's recorder does), and the write answers 201 with the pod
+    stored once — never a 500 after storing."""
+    plugin = Saying(texts)
+    kube.server.mutating_admission.append(plugin)
+    try:
+        response = api.post(f"/api/v1/namespaces/{ns}/pods", json=pod("warned"))
+    finally:
+        kube.server.mutating_admission.remove(plugin)
+    assert response.status_code == 201
+    raw = [v.decode("utf-8") for k, v in response.headers.raw if k.lower() == b"warning"]
+    assert raw == expected
+    assert api.get(f"/api/v1/namespaces/{ns}/pods/warned").status_code == 200
+
+
+@pytest.mark.kubectl
+def test_kubectl_prints_a_non_ascii_warning(kube: Running, ns: str, tmp_path: Path) -> None:
+    """Rule: kubectl prints a webhook's UTF-8 warning as written (``Warning: …``) and the
+    create succeeds."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(kube.server.kubeconfig(), encoding="utf-8")
+    plugin = Saying(["booking full… queued ✓"])
+    kube.server.mutating_admission.append(plugin)
+    try:
+        out = Kubectl(config)("create", "-n", ns, "-f", "-", stdin=json.dumps(pod("printed")))
+    finally:
+        kube.server.mutating_admission.remove(plugin)
+    assert "Warning: booking full… queued ✓" in out
+    assert "pod/printed created" in out

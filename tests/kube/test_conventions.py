@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -475,3 +476,69 @@ def test_deleting_a_namespace_removes_its_objects(api: httpx.Client, ns: str) ->
     api.post(CM.format(ns=ns), json=_cm())
     assert api.delete(f"/api/v1/namespaces/{ns}").json()["status"]["phase"] == "Terminating"
     assert api.get(f"{CM.format(ns=ns)}/c").status_code == 404
+
+
+def _big_pod(name: str, size: int) -> dict[str, Any]:
+    container = {
+        "name": "c",
+        "image": "busybox:1.36",
+        "env": [{"name": "BIG", "value": "x" * size}],
+    }
+    return {"metadata": {"name": name}, "spec": {"containers": [container]}}
+
+
+def test_an_object_over_etcds_limit_is_refused_unstored(api: httpx.Client, ns: str) -> None:
+    """Rule: an object whose stored encoding passes etcd's default request limit (1.5 MiB =
+    1572864 bytes) is refused after admission with the apiserver's answer to etcd's error —
+    500, no reason, ``etcdserver: request is too large`` — and nothing is stored; a body of
+    2 MiB is under the 3 MiB request cap, so it is this limit, not the 413, that refuses it."""
+    pods = f"/api/v1/namespaces/{ns}/pods"
+    response = api.post(pods, json=_big_pod("huge", 1600 * 1024))
+    assert response.status_code == 500
+    assert response.json()["message"] == "etcdserver: request is too large"
+    assert "reason" not in response.json()
+    assert api.get(f"{pods}/huge").status_code == 404
+    dry = api.post(pods, params={"dryRun": "All"}, json=_big_pod("huge", 1600 * 1024))
+    assert dry.status_code == 201  # a dry run reaches no etcd
+    assert api.post(pods, json=_big_pod("fits", 1400 * 1024)).status_code == 201
+
+
+def test_an_update_over_etcds_limit_leaves_the_object_as_it_was(api: httpx.Client, ns: str) -> None:
+    """Rule: an update that would pass 1.5 MiB gets the same 500 and changes nothing."""
+    made = api.post(CM.format(ns=ns), json=_cm(small="x")).json()
+    grown = api.patch(
+        f"{CM.format(ns=ns)}/{made['metadata']['name']}",
+        json={"data": {"a": "y" * (800 * 1024), "b": "z" * (800 * 1024)}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert grown.status_code == 500
+    assert grown.json()["message"] == "etcdserver: request is too large"
+    after = api.get(f"{CM.format(ns=ns)}/{made['metadata']['name']}").json()
+    assert after["metadata"]["resourceVersion"] == made["metadata"]["resourceVersion"]
+
+
+def test_a_body_of_exactly_three_mebibytes_is_read(api: httpx.Client, ns: str) -> None:
+    """Rule: the 3 MiB cap is inclusive — 3145728 bytes are read (then refused by the etcd
+    limit), one byte more is the 413."""
+    base = json.dumps(_big_pod("edge", 0)).encode()
+    pad = 3 * 1024 * 1024 - len(base)
+    body = json.dumps(_big_pod("edge", pad)).encode()
+    assert len(body) == 3 * 1024 * 1024
+    headers = {"Content-Type": "application/json"}
+    exact = api.post(f"/api/v1/namespaces/{ns}/pods", content=body, headers=headers)
+    assert exact.status_code == 500
+    over = api.post(f"/api/v1/namespaces/{ns}/pods", content=body + b" ", headers=headers)
+    assert over.status_code == 413
+
+
+def test_a_lone_surrogate_is_stored_as_the_replacement_character(
+    api: httpx.Client, ns: str
+) -> None:
+    """Rule: a ``\\ud800`` escape with no partner decodes to U+FFFD, as Go's JSON decoder
+    reads it: the object is created and answered (no UTF-8 can carry the surrogate itself,
+    so keeping it made the answer a 500 after the object was stored)."""
+    body = b'{"metadata": {"name": "sur"}, "data": {"k": "a\\ud800b"}}'
+    made = api.post(CM.format(ns=ns), content=body, headers={"Content-Type": "application/json"})
+    assert made.status_code == 201
+    assert made.json()["data"]["k"] == "a\ufffdb"
+    assert api.get(f"{CM.format(ns=ns)}/sur").json()["data"]["k"] == "a\ufffdb"

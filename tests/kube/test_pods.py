@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
+from sandbox.kube.admission_api import AdmissionAttributes, AdmissionResult
 from shared import vocab
 from tests.kube.conftest import Running, pod
 
@@ -378,3 +381,62 @@ def test_in_process_read(kube: Running, api: httpx.Client, ns: str) -> None:
     stored = kube.call(lambda: kube.server.get_object(PODS_RESOURCE, "p", ns))
     assert stored is not None
     assert stored["status"]["phase"] == "Pending"
+
+
+class _HoldBindings:
+    """Admission that holds every ``pods/binding`` until two have arrived (a slow webhook
+    on the binding path), then lets both go on."""
+
+    def __init__(self) -> None:
+        self.arrived = 0
+        self.both: asyncio.Event | None = None
+
+    async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
+        if attrs.subresource == "binding":
+            self.both = self.both or asyncio.Event()
+            self.arrived += 1
+            if self.arrived >= 2:
+                self.both.set()
+            await asyncio.wait_for(self.both.wait(), 10)
+        return AdmissionResult(attrs.object, [])
+
+
+def _bind_as_new_client(kube: Running, ns: str, node: str) -> httpx.Response:
+    with kube.client() as client:
+        return _bind(client, ns, "twice", node)
+
+
+def test_two_bindings_in_flight_bind_once(kube: Running, api: httpx.Client, ns: str) -> None:
+    """Rule: a second binding of a pod is a 409 ``pod <n> is already assigned to node
+    "<node>"`` even when both passed admission while the pod was unbound (a slow webhook
+    held both): the decision reads the pod as stored after admission."""
+    _create(api, ns, pod("twice"))
+    plugin = _HoldBindings()
+    kube.server.mutating_admission.append(plugin)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda node: _bind_as_new_client(kube, ns, node), ["n1", "n2"]))
+    finally:
+        kube.server.mutating_admission.remove(plugin)
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [201, 409]
+    refused = next(a for a in answers if a.status_code == 409).json()
+    node = api.get(f"{PODS.format(ns=ns)}/twice").json()["spec"]["nodeName"]
+    assert refused["message"] == (
+        f'Operation cannot be fulfilled on pods/binding "twice": pod twice is already '
+        f'assigned to node "{node}"'
+    )
+
+
+def test_binding_preconditions_are_checked(api: httpx.Client, ns: str) -> None:
+    """Rule: a Binding naming another uid or an old resourceVersion of the pod is a 409."""
+    made = _create(api, ns, pod("pre"))
+    body = {"metadata": {"name": "pre", "uid": "not-the-uid"}, "target": {"name": "n1"}}
+    wrong_uid = api.post(f"{PODS.format(ns=ns)}/pre/binding", json=body)
+    assert (wrong_uid.status_code, wrong_uid.json()["reason"]) == (409, "Conflict")
+    assert "Precondition failed: UID in precondition: not-the-uid" in wrong_uid.json()["message"]
+    body["metadata"] = {"name": "pre", "resourceVersion": "1"}
+    old_rv = api.post(f"{PODS.format(ns=ns)}/pre/binding", json=body)
+    assert (old_rv.status_code, old_rv.json()["reason"]) == (409, "Conflict")
+    body["metadata"] = {"name": "pre", "uid": made["metadata"]["uid"]}
+    assert api.post(f"{PODS.format(ns=ns)}/pre/binding", json=body).status_code == 201
