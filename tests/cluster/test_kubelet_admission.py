@@ -101,7 +101,7 @@ def test_an_untolerated_noexecute_taint_is_refused(
 
 def test_a_node_selector_that_does_not_match_is_node_affinity() -> None:
     """Rule: nodeSelector and required node affinity are checked by the kubelet too."""
-    verdict = _verdict(pod(node_name="r", nodeSelector={"gpu-class": "a100"}), node("r"))
+    verdict = _verdict(pod(node_name="r", nodeSelector={vocab.GPU_CLASS_LABEL: "a100"}), node("r"))
     assert verdict is not None
     assert (verdict.reason, verdict.message) == (
         "NodeAffinity",
