@@ -79,7 +79,6 @@ async def serve(settings: WebhookSettings) -> None:
         Metrics(),
         ledger_deadline_s=settings.ledger_deadline_s,
         zone=settings.common.display_timezone,
-        spares=settings.spares,
     )
     servers = [
         server(mutate_app(admission, serving.max_body_bytes), serving.host, serving.port, tls),
@@ -88,7 +87,6 @@ async def serve(settings: WebhookSettings) -> None:
     try:
         await _run(servers, [cache.run(), tls.watch()])
     finally:
-        await admission.group.close()  # drops the spare holds (else the claim TTL does)
         await gateway.aclose()
 
 

@@ -40,8 +40,8 @@ from webhook.decide import (
     decide_create,
     decide_update,
 )
-from webhook.groupcommit import GroupCommit, SpareRules
-from webhook.metrics import SPARE_EVENTS, Metrics
+from webhook.groupcommit import GroupCommit
+from webhook.metrics import Metrics
 from webhook.patch import diff
 from webhook.review import AdmissionRequest, Malformed, answer, parse
 from webhook.settings import PolicySettings
@@ -68,7 +68,6 @@ class Admission:
         ledger_deadline_s: float = 2.0,
         zone: ZoneInfo | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        spares: SpareRules | None = None,
     ) -> None:
         self.policy = policy
         self.cache = cache
@@ -88,11 +87,7 @@ class Admission:
             grouped=metrics.claim_groups.observe,
             sending=cache.sending,
             monotonic=monotonic,
-            spares=spares,
-            now=clock.now,
-            spare_events=self._count_spares,
         )
-        self._spare_counts = {e: metrics.spare_holds.labels(e) for e in SPARE_EVENTS}
 
     async def review(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON document) for one request body."""
@@ -109,17 +104,6 @@ class Admission:
         self.metrics.latency.observe(elapsed)
         self._log_line(request, verdict, elapsed)
         return 200, doc
-
-    def _count_spares(self, event: str, count: int) -> None:
-        self._spare_counts[event].inc(count)
-
-    def _owned(self, owner: str) -> list[model.GPUReservation]:
-        """The owner's cached reservations as this replica decides on them: its own
-        spare holds counted as free (the next claim takes one of them)."""
-        found = self.cache.of_owner(owner)
-        if not self.group.keeping:
-            return found
-        return [self.group.without_spares(r) for r in found]
 
     def _count(self, outcome: str) -> None:
         """``requests_total{outcome}`` + 1, the labelled child looked up once."""
@@ -193,7 +177,7 @@ class Admission:
         ns, dry_run = request.namespace, request.dry_run
         await self._catch_up(pod, deadline)
         ctx = self._context(now, dry_run=dry_run)
-        verdict = decide_create(pod, ns, self._owned(ns), ctx)
+        verdict = decide_create(pod, ns, self.cache.of_owner(ns), ctx)
         if verdict.outcome in _FINAL:
             return verdict
         if not self.cache.synced:
@@ -206,7 +190,7 @@ class Admission:
             verdict = await self._claim(request, pod, verdict, ctx, deadline, tried)
             if verdict.outcome is Outcome.ADMIT:
                 retry = self._context(now, frozenset(tried), dry_run=dry_run)
-                verdict = decide_create(pod, ns, self._owned(ns), retry)
+                verdict = decide_create(pod, ns, self.cache.of_owner(ns), retry)
         return verdict
 
     async def _claim(

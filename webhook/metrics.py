@@ -11,9 +11,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 PREFIX = "gpu_reservation_webhook"
 #: Why an answer failed open (the pod allowed, not admitted).
 FAIL_OPEN_REASONS = ("cache_not_synced", "ledger_deadline", "ledger_error", "internal_error")
-#: What happens to spare holds (``webhook.groupcommit``): written ahead of demand, given
-#: to a pod, dropped unused.
-SPARE_EVENTS = ("written", "used", "dropped")
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -44,12 +41,6 @@ class Metrics:
             f"{PREFIX}_claim_group_size",
             "Claims decided together by one group commit (one status write when any fits).",
             buckets=_GROUP_BUCKETS,
-            registry=self.registry,
-        )
-        self.spare_holds = Counter(
-            f"{PREFIX}_spare_holds",
-            "Spare ledger holds written ahead of demand, given to pods, dropped unused.",
-            ["event"],
             registry=self.registry,
         )
         self.ledger_retries = Counter(
