@@ -9,7 +9,7 @@ router's matching, ``request_response``'s ``Request`` and exception wrapper), wh
 cost about a fifth of a no-change answer's CPU. Every other request goes through
 Starlette as before (405 for another method on ``/mutate``, 404 elsewhere). The health
 app answers ``/healthz`` (the process is alive), ``/readyz`` (a certificate is loaded
-and the GPUReservation cache has synced — until then the apiserver's ``failurePolicy:
+and the GPUReservation and node caches have synced — until then the apiserver's ``failurePolicy:
 Ignore`` lets pods through unadmitted) and ``/metrics``.
 """
 
@@ -162,6 +162,8 @@ def health_app(admission: Admission, tls_loaded: Callable[[], bool]) -> Starlett
             problems.append("no certificate loaded")
         if not admission.cache.synced:
             problems.append("reservation cache not synced")
+        if admission.nodes is not None and not admission.nodes.synced:
+            problems.append("node cache not synced")
         if problems:
             return PlainTextResponse("; ".join(problems), status_code=503)
         return PlainTextResponse("ready")

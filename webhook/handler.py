@@ -35,13 +35,16 @@ from webhook.decide import (
     Candidate,
     Context,
     Outcome,
+    Pin,
     Verdict,
     admit,
     decide_create,
     decide_update,
+    pinned_denial,
 )
 from webhook.groupcommit import GroupCommit
 from webhook.metrics import Metrics
+from webhook.nodes import NodeCache
 from webhook.patch import diff
 from webhook.review import AdmissionRequest, Malformed, answer, parse
 from webhook.settings import PolicySettings
@@ -52,6 +55,8 @@ MAX_CLAIM_ROUNDS = 4
 #: The canonical line, one per request (flushed in batches: ``shared.logs``).
 ADMISSION_LINE = "webhook.admission"
 _FINAL = frozenset({Outcome.ALREADY_ADMITTED, Outcome.DENIED, Outcome.PASS})
+#: The answers a pod pinned to a reserved node may get (any other becomes a denial).
+_HOLDS_PIN = frozenset({Outcome.ADMITTED, Outcome.ALREADY_ADMITTED, Outcome.DENIED})
 
 
 class Admission:
@@ -68,9 +73,12 @@ class Admission:
         ledger_deadline_s: float = 2.0,
         zone: ZoneInfo | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        nodes: NodeCache | None = None,
     ) -> None:
         self.policy = policy
         self.cache = cache
+        #: Reserved nodes (None: no pod is ever taken as pinned to one).
+        self.nodes = nodes
         self.gateway = gateway
         self.clock = clock
         self.metrics = metrics
@@ -156,9 +164,14 @@ class Admission:
     # --- deciding ---------------------------------------------------------------------
 
     def _context(
-        self, now: datetime, exclude: frozenset[str] = frozenset(), *, dry_run: bool = False
+        self,
+        now: datetime,
+        exclude: frozenset[str] = frozenset(),
+        *,
+        dry_run: bool = False,
+        pinned: Pin | None = None,
     ) -> Context:
-        return Context(self.policy, now, self.zone, exclude, dry_run)
+        return Context(self.policy, now, self.zone, exclude, dry_run, pinned)
 
     async def _decide(self, request: AdmissionRequest, deadline: float) -> Verdict:
         pod, old = request.obj, request.old
@@ -174,9 +187,23 @@ class Admission:
     async def _create(
         self, request: AdmissionRequest, pod: dict[str, Any], now: datetime, deadline: float
     ) -> Verdict:
+        pin = self.nodes.pin(pod) if self.nodes is not None else None
+        verdict = await self._create_as_pinned(request, pod, now, deadline, pin)
+        if pin is None or verdict.outcome in _HOLDS_PIN:
+            return verdict
+        return pinned_denial(pin, verdict.notes)  # queued, not matched, failed open…
+
+    async def _create_as_pinned(
+        self,
+        request: AdmissionRequest,
+        pod: dict[str, Any],
+        now: datetime,
+        deadline: float,
+        pin: Pin | None,
+    ) -> Verdict:
         ns, dry_run = request.namespace, request.dry_run
         await self._catch_up(pod, deadline)
-        ctx = self._context(now, dry_run=dry_run)
+        ctx = self._context(now, dry_run=dry_run, pinned=pin)
         verdict = decide_create(pod, ns, self.cache.of_owner(ns), ctx)
         if verdict.outcome in _FINAL:
             return verdict
@@ -189,7 +216,7 @@ class Admission:
                 return verdict
             verdict = await self._claim(request, pod, verdict, ctx, deadline, tried)
             if verdict.outcome is Outcome.ADMIT:
-                retry = self._context(now, frozenset(tried), dry_run=dry_run)
+                retry = self._context(now, frozenset(tried), dry_run=dry_run, pinned=pin)
                 verdict = decide_create(pod, ns, self.cache.of_owner(ns), retry)
         return verdict
 

@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 
 from shared import vocab
 from shared.logs import fields_of
-from tests.policy.builders import PodBuilder, gpu_pod, reservation
+from tests.policy.builders import NOW, PodBuilder, gpu_pod, reservation
 from tests.webhook.helpers import review, wired
 from webhook.app import health_app, json_response, mutate_app
 from webhook.patch import apply
@@ -386,3 +386,19 @@ async def test_health_readiness_and_metrics() -> None:
         metrics = (await client.get("/metrics")).text
     assert "gpu_reservation_webhook_cache_age_seconds" in metrics
     assert "gpu_reservation_webhook_request_duration_seconds_bucket" in metrics
+
+
+async def test_readiness_waits_for_the_node_cache() -> None:
+    from shared.clock import ManualClock
+    from webhook.nodes import NodeCache
+
+    admission, store = await wired(reservation(1))
+    admission.nodes = NodeCache(store, ManualClock(NOW))  # type: ignore[arg-type]
+    app = health_app(admission, lambda: True)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://h") as client:
+        waiting = await client.get("/readyz")
+        assert waiting.status_code == 503
+        assert "node cache not synced" in waiting.text
+        await admission.nodes.watched.relist()
+        assert (await client.get("/readyz")).status_code == 200
