@@ -51,8 +51,17 @@ def json_response(doc: dict[str, Any], status_code: int = 200) -> Response:
     return JSONResponse(doc, status_code=status_code)
 
 
+#: ``reviews_refused_total``'s reason for a body over the limit.
+TOO_LARGE = "too_large"
+
+
 class TooLarge(Exception):
-    """The request body is over the limit."""
+    """The request body is over the limit: ``size`` is its declared length, else the
+    bytes read when it passed the limit."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 class Gone(Exception):
@@ -72,7 +81,7 @@ async def _read_limited(scope: Scope, receive: Receive, limit: int) -> bytes:
     channel itself; a client gone mid-body raises ``Gone``."""
     declared = _declared_length(scope)
     if declared.isdigit() and int(declared) > limit:
-        raise TooLarge
+        raise TooLarge(int(declared))
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -81,7 +90,7 @@ async def _read_limited(scope: Scope, receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise TooLarge
+            raise TooLarge(size)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -116,8 +125,8 @@ class Mutate:
         admission = self.admission
         try:
             body = await _read_limited(scope, receive, self.max_body_bytes)
-        except TooLarge:
-            admission.metrics.requests.labels("malformed").inc()
+        except TooLarge as exc:
+            admission.refused(TOO_LARGE, exc.size, "request body too large")
             return 400, _TOO_LARGE, _JSON_TYPE
         try:
             status, doc = await admission.review(body)

@@ -103,8 +103,7 @@ class Admission:
         try:
             request = parse(body)
         except Malformed as exc:
-            self.metrics.requests.labels("malformed").inc()
-            log(_log, logging.WARNING, "webhook.malformed_review", error=str(exc))
+            self.refused(exc.reason, len(body), str(exc))
             return 400, {"error": str(exc)}
         verdict, doc = await self._answer(request, started + self.ledger_deadline_s)
         elapsed = self.monotonic() - started
@@ -112,6 +111,15 @@ class Admission:
         self.metrics.latency.observe(elapsed)
         self._log_line(request, verdict, elapsed)
         return 200, doc
+
+    def refused(self, reason: str, size: int, error: str) -> None:
+        """A request to /mutate not read as a review (answered 400): logged with its
+        reason and size, counted (``reviews_refused_total{reason}``; and as a
+        ``malformed`` request). ``failurePolicy: Ignore`` lets its pod through; the
+        reconciler's backstop covers it."""
+        self.metrics.requests.labels("malformed").inc()
+        self.metrics.reviews_refused.labels(reason).inc()
+        log(_log, logging.WARNING, "review.refused", reason=reason, size=size, error=error)
 
     def _count(self, outcome: str) -> None:
         """``requests_total{outcome}`` + 1, the labelled child looked up once."""

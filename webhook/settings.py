@@ -16,6 +16,9 @@ from shared.clock import Clock
 from shared.policy.matching import MatchRules
 from shared.settings import CommonSettings, EnvReader, read_clock, read_common, read_rules
 
+#: WEBHOOK_MAX_BODY_BYTES's default: more than any review the API server sends
+#: (docs/webhook.md, "Review size").
+MAX_BODY_BYTES = 16 * 1024 * 1024
 #: RESERVATION_TOLERATION_POLICY values.
 STRIP = "strip"
 DENY = "deny"
@@ -36,7 +39,8 @@ class ServingSettings:
     key_file: str
     #: TLS_RELOAD_SECONDS: how often the files are looked at.
     tls_reload_s: float
-    #: WEBHOOK_MAX_BODY_BYTES: larger AdmissionReviews are refused with 400.
+    #: WEBHOOK_MAX_BODY_BYTES: larger AdmissionReviews are refused with 400 (logged,
+    #: counted).
     max_body_bytes: int
 
 
@@ -97,7 +101,7 @@ def _serving(reader: EnvReader) -> ServingSettings:
         cert_file=reader.required("TLS_CERT_FILE"),
         key_file=reader.required("TLS_KEY_FILE"),
         tls_reload_s=reader.number("TLS_RELOAD_SECONDS", 10.0, minimum=0.05),
-        max_body_bytes=reader.integer("WEBHOOK_MAX_BODY_BYTES", 3 * 1024 * 1024, 1024),
+        max_body_bytes=reader.integer("WEBHOOK_MAX_BODY_BYTES", MAX_BODY_BYTES, 1024),
     )
 
 

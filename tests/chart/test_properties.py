@@ -655,3 +655,16 @@ def test_rendered_values_use_the_vocabulary() -> None:
     assert render.crds()[0]["spec"]["group"] == vocab.CRD_GROUP
     text = render.notes(CASES["default"])
     assert f"{vocab.RESERVATION_TAINT_KEY}=<class>:{vocab.TAINT_EFFECT_NO_SCHEDULE}" in text
+
+
+def test_large_integers_reach_the_webhook_as_integers() -> None:
+    """YAML numbers are floats to Helm; a large one through ``quote`` alone renders in
+    exponent form ("1.6777216e+07"), which the webhook refuses at start."""
+    from webhook.settings import MAX_BODY_BYTES
+
+    assert env(one(DEFAULT, "Deployment", "webhook"))["WEBHOOK_MAX_BODY_BYTES"] == str(
+        MAX_BODY_BYTES
+    )
+    vals = render.values(webhook={"maxBodyBytes": 33554432})
+    deployment = one(render.render(vals), "Deployment", "webhook")
+    assert env(deployment)["WEBHOOK_MAX_BODY_BYTES"] == "33554432"
