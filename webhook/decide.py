@@ -122,12 +122,8 @@ class Context:
     pinned: Pin | None = None
 
 
-def is_gpu_pod(prof: PodProfile) -> bool:
-    """A pod the reservation system governs: labelled, asking for GPUs, or unreadable."""
-    return _governed(prof.gpu_class, prof.gpus)
-
-
 def _governed(gpu_class: str | None, gpus: GpuRequest) -> bool:
+    """A pod the reservation system routes: labelled, asking for GPUs, or unreadable."""
     return gpu_class is not None or gpus.count > 0 or not gpus.readable
 
 
