@@ -361,7 +361,11 @@ def test_every_component_has_its_own_service_account() -> None:
 
 def test_webhook_cannot_touch_pods_or_secrets() -> None:
     grants = _grants(DEFAULT, "Deployment", "webhook")
-    assert {r for _, _, r in grants} <= {vocab.CRD_PLURAL, f"{vocab.CRD_PLURAL}/status"}
+    assert {r for _, _, r in grants} <= {vocab.CRD_PLURAL, f"{vocab.CRD_PLURAL}/status", "nodes"}
+    assert {(verb, group) for verb, group, r in grants if r == "nodes"} == {
+        ("list", ""),
+        ("watch", ""),
+    }
     assert not {g for g in grants if g[2] in ("pods", "secrets")}
 
 
