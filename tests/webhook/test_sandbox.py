@@ -292,7 +292,8 @@ def test_8_a_pod_pinned_to_a_reserved_node_is_refused_unless_admitted(
 ) -> None:
     """erin, with no booking, creates an 8-GPU pod with ``spec.nodeName`` naming a
     reserved node (no scheduler would ever place it there): refused with a message
-    saying how to create it instead. dave, whose booking is open, pins one: admitted."""
+    saying how to create it instead. Once erin's booking is open, her pinned pod is
+    admitted."""
     from shared.resources import NAMESPACES, NODES
 
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "erin"}}
@@ -321,8 +322,8 @@ def test_8_a_pod_pinned_to_a_reserved_node_is_refused_unless_admitted(
     assert "may not be pinned to reserved node h100-pinned" in outs[0].stderr
     assert "without nodeName" in outs[0].stderr
     now = sandbox.now()
-    booking(sandbox, 108, "dave", 2, now - timedelta(hours=1), now + timedelta(hours=1))
-    allowed = gpu_pod("pinned-ok", "dave").build()
+    booking(sandbox, 108, "erin", 2, now - timedelta(hours=1), now + timedelta(hours=1))
+    allowed = gpu_pod("pinned-ok", "erin").build()
     allowed["spec"]["nodeName"] = "h100-pinned"
     out = sandbox.apply(allowed)
     assert out.returncode == 0, out.stderr
