@@ -13,7 +13,7 @@ store), then end to end, as a user's pod creation meets it:
   and the emulator to the other (where the machine has two);
 - for each ``c``: the baseline, then the webhook's paths — **claim** (a GPU pod of an
   owner whose booking is open with room: a ledger claim per pod), **named** (the same
-  pod with a name of its own: it is never given a spare hold), **no match** (a GPU pod
+  pod with a name of its own), **no match** (a GPU pod
   of a namespace without bookings), **non-GPU** (a plain pod); every pod but the named
   one comes as a controller's do (``generateName``); each figure beside the baseline's
   as a ratio. The claim booking has 256 GPUs, and while each
@@ -230,8 +230,6 @@ class _Written:
     """A group commit whose every claim is written at once (admitted under the
     booking as cached): the request's own work without the ledger write."""
 
-    keeping = False  # no spare holds
-
     def __init__(self, adm: Admission) -> None:
         self.adm = adm
 
@@ -400,9 +398,6 @@ CELL_SAMPLES = (
     "claim_group_size_sum",
     "ledger_conflicts_total",
     'requests_total{outcome="queued"}',
-    'spare_holds_total{event="written"}',
-    'spare_holds_total{event="used"}',
-    'spare_holds_total{event="dropped"}',
 )
 
 
@@ -441,7 +436,7 @@ def cpu_per_request(
 
 def emulator(cpu_s: float, answers: RequestTimes) -> dict[str, Any]:
     """The kube emulator's side of a cell: its thread's CPU per ledger write (every
-    PATCH and PUT it answered: the webhook's group commits and spare holds, the upkeep
+    PATCH and PUT it answered: the webhook's group commits, the upkeep
     stand-in's writes; the reads and watch events around them included) and its own
     answer times by method (``sandbox.kube.timing``)."""
     writes = sum(len(answers.by_method.get(method, ())) for method in ("PATCH", "PUT"))
@@ -542,7 +537,7 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 cpu_after = thread_cpu_s(server_pid)
                 upkeep_writes = await asyncio.to_thread(trimmer.stop)
                 after = counted(replica.health_url, *CELL_SAMPLES)
-                answered, fails, groups, grouped, conflicts, queued, *spares = (
+                answered, fails, groups, grouped, conflicts, queued = (
                     int(a - b) for a, b in zip(after, before, strict=True)
                 )
                 cells.append(cell(c, path, out, None if path == "baseline" else fails))
@@ -553,7 +548,6 @@ async def end_to_end(state: Path, run: Mode) -> dict[str, Any]:
                 cells[-1]["claim_groups"] = {"groups": groups, "claims": grouped}
                 cells[-1]["ledger_conflicts"] = conflicts
                 cells[-1]["queued"] = queued
-                cells[-1]["spares"] = dict(zip(("written", "used", "dropped"), spares, strict=True))
                 cells[-1]["upkeep_writes"] = upkeep_writes
                 cells[-1]["emulator"] = emulator(emulator_cpu, answers)
         fails_before = fail_opens(replica.health_url)
@@ -608,8 +602,7 @@ def table(found: dict[str, Any]) -> list[str]:
             mean = (
                 f"; {groups['claims'] / groups['groups']:.1f} claims per group commit, "
                 f"{c['ledger_conflicts']} 409s, {c['upkeep_writes']} upkeep writes "
-                f"({c['unfed']} admissions unfed), {c['queued']} queued, spare holds "
-                + "/".join(f"{n} {k}" for k, n in c["spares"].items())
+                f"({c['unfed']} admissions unfed), {c['queued']} queued"
                 if groups["groups"]
                 else ""
             )

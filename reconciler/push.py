@@ -17,7 +17,6 @@ reacts to.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +25,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from reconciler.mirror import facts_from, installed_first
 from reconciler.sync import Syncer
-from shared import model
+from shared import jsontext, model
 from shared.appclient import Reservation
 from shared.logs import log
 from shared.settings import SecretStr
@@ -55,9 +54,9 @@ def authorised(header: str | None, token: SecretStr) -> bool:
 def parse_body(raw: bytes) -> list[Reservation]:
     """Every entry, or ``BadPush`` naming the first problem (nothing half-read)."""
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadPush("body is not JSON") from exc
+        body = jsontext.loads(raw)
+    except jsontext.BadJson as exc:
+        raise BadPush(f"body is {exc}") from exc
     if not isinstance(body, dict) or "reservations" not in body:
         raise BadPush('body must be an object with a "reservations" list')
     if not isinstance(body["reservations"], list):

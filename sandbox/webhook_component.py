@@ -52,7 +52,7 @@ from sandbox.install import (
 )
 from sandbox.kube.admission.install import install as install_dispatch
 from sandbox.ports import free_port
-from sandbox.reconciler_component import ROOT, SANDBOX_ENV
+from sandbox.reconciler_component import ROOT
 from sandbox.runner import SandboxContext, clock_env, gate_env
 from shared.clock import SystemClock
 from shared.gateway import Gateway
@@ -235,8 +235,6 @@ class WebhookComponent:
             "TLS_CERT_FILE": str(self.mount.cert_file),
             "TLS_KEY_FILE": str(self.mount.key_file),
             "TLS_RELOAD_SECONDS": "0.2",
-            # The reconciler's claim TTL: spare holds stay well inside it.
-            "LEDGER_CLAIM_TTL_SECONDS": SANDBOX_ENV["LEDGER_CLAIM_TTL_SECONDS"],
             **gate_env(ctx),
             **self.extra_env,
             **clock_env(ctx.clock),

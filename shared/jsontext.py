@@ -1,4 +1,15 @@
-"""Compact JSON text for what we send and log, made by orjson with ``json`` behind it.
+"""JSON in and out: one bounded-depth reader for every body we are sent, and compact
+JSON text for what we send and log.
+
+``loads`` reads a request body (an AdmissionReview, a push of reservations) with
+pydantic-core's parser (``jiter``), which refuses nesting deeper than ``MAX_DEPTH``
+levels as it parses, without recursing in Python: a body nested 100,000 deep is a
+``BadJson`` (answered 4xx), never a ``RecursionError``, and every value it gives is
+shallow enough for anything after it to walk or encode recursively (Python's own
+limit is 1,000 frames). It parses a review faster than ``json.loads``; a separate
+depth scan to a lower bound cost more than the parse itself (docs/webhook.md).
+
+The writer:
 
 orjson encodes a claim's JSON Patch or a log line about ten times faster than ``json``
 (docs/performance.md). Both encoders here give the same text for the same value:
@@ -18,6 +29,32 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pydantic_core
+
+#: Deepest nesting ``loads`` reads (the parser's own bound: ``jiter``'s recursion limit).
+MAX_DEPTH = 200
+
+
+class BadJson(ValueError):
+    """A body that is not JSON, or nests deeper than ``MAX_DEPTH``."""
+
+    def __init__(self, message: str, *, too_deep: bool = False) -> None:
+        super().__init__(message)
+        #: The body nests too deep (otherwise it is not JSON at all).
+        self.too_deep = too_deep
+
+
+def loads(body: bytes | str) -> Any:
+    """The JSON value of ``body``; raises ``BadJson`` (not JSON, not UTF-8, or nested
+    deeper than ``MAX_DEPTH``). Like ``json.loads`` it accepts ``NaN`` and ``Infinity``
+    and keeps the last of repeated keys."""
+    try:
+        return pydantic_core.from_json(body, cache_strings="keys")
+    except ValueError as exc:
+        if "recursion limit" in str(exc):
+            raise BadJson(f"nested deeper than {MAX_DEPTH} levels", too_deep=True) from None
+        raise BadJson("not JSON") from None
+
 
 _OPTIONS = (
     orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS

@@ -501,7 +501,6 @@ async def claim_group(
     pipelined: bool = False,
     echo: bool = True,
     sending: Callable[[QuietWrite], None] | None = None,
-    claim_ids: Sequence[str] | None = None,
 ) -> list[ClaimResult]:
     """Claim every ask that fits, in order, with one ``/status`` write; one result each.
 
@@ -530,18 +529,12 @@ async def claim_group(
     each such write (every attempt) as it is sent, so the watch's event of it can be
     recognised even before its answer. A write without a token to test (the first on
     a tokenless ledger) reads its answer as with ``echo``.
-
-    ``claim_ids``: the claim id of each ask, when the caller must know them before the
-    write is sent (``webhook.groupcommit``'s spare holds); fresh ones otherwise.
     """
     conflicts = 0
     raw = cached
     parsed = cached_parsed if cached is not None else None
     last: GPUReservation | None = None
-    if claim_ids is None:
-        claim_ids = new_claim_ids(len(asks))
-    elif len(claim_ids) != len(asks):
-        raise ValueError("claim_group: one claim id per ask")
+    claim_ids = new_claim_ids(len(asks))
     try:
         for _ in range(MAX_ATTEMPTS):
             raw = (

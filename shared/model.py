@@ -133,21 +133,6 @@ class GPUReservation:
         """GPUs claimed by every hold (summed once per value: the holds never change)."""
         return sum(h.gpus for h in self.holds)
 
-    @cached_property
-    def claims(self) -> frozenset[str]:
-        """The claim ids of the holds (made once per value)."""
-        return frozenset(h.claim for h in self.holds)
-
-
-def seen_as_using(res: GPUReservation, used: int) -> GPUReservation:
-    """``res`` as a decision sees it when some of its holds count as free: the same
-    object but for ``used_gpus`` (a webhook replica leaves out its own spare holds,
-    which the pod being decided is about to take). For deciding only — never written:
-    its holds still sum to more."""
-    view = GPUReservation(res.facts, res.holds, res.resource_version, res.status_extra, res.token)
-    view.__dict__["used_gpus"] = used  # the cached property's slot, set ahead
-    return view
-
 
 def reference(reservation_id: int) -> str:
     """``res-<id>``: the booking reference and the object name."""

@@ -24,6 +24,13 @@ from typing import TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from shared.clock import Clock, ScaledClock, SystemClock, parse_utc
+from shared.policy.gpus import (
+    DEFAULT_GPU_PREFIXES,
+    DEFAULT_GPU_WEIGHTS,
+    GpuResources,
+    parse_prefixes,
+    parse_weights,
+)
 from shared.policy.matching import MatchRules
 
 T = TypeVar("T")
@@ -77,6 +84,11 @@ class EnvReader:
         if value is None or not value.strip():
             return None
         return value.strip()
+
+    def text(self, name: str) -> str | None:
+        """The trimmed value, ``None`` only when unset (empty stays empty)."""
+        value = self._env.get(name)
+        return None if value is None else value.strip()
 
     def check(self) -> None:
         """Raise ``SettingsError`` if any strict field was invalid."""
@@ -255,9 +267,29 @@ def read_common(reader: EnvReader) -> CommonSettings:
     )
 
 
+def read_gpu_resources(reader: EnvReader) -> GpuResources:
+    """GPU_RESOURCE_WEIGHTS and GPU_RESOURCE_PREFIXES (both processes; strict)."""
+    weights, prefixes = DEFAULT_GPU_WEIGHTS, DEFAULT_GPU_PREFIXES
+    text = reader.raw("GPU_RESOURCE_WEIGHTS")
+    if text is not None:
+        try:
+            weights = parse_weights(text)
+        except ValueError as exc:
+            reader.problems.append(f"GPU_RESOURCE_WEIGHTS={text!r}: {exc}")
+    text = reader.text("GPU_RESOURCE_PREFIXES")  # set but empty: no prefix
+    if text is not None:
+        try:
+            prefixes = parse_prefixes(text)
+        except ValueError as exc:
+            reader.problems.append(f"GPU_RESOURCE_PREFIXES={text!r}: {exc}")
+    return GpuResources(weights, prefixes)
+
+
 def read_rules(reader: EnvReader) -> MatchRules:
-    """The seed's matching variables, with the seed's lenient parsing (both processes)."""
+    """The seed's matching variables, with the seed's lenient parsing (both processes),
+    and the GPU resources (strict)."""
     return MatchRules(
+        gpu_resources=read_gpu_resources(reader),
         required_group_label=reader.string("REQUIRED_GROUP_LABEL"),
         default_usage_group=reader.string("DEFAULT_USAGE_GROUP"),
         horizon=timedelta(minutes=reader.integer("ONDEMAND_HORIZON_MINUTES", 30, 0, strict=False)),

@@ -29,6 +29,7 @@ from webhook.app import health_app, mutate_app
 from webhook.cache import ReservationCache
 from webhook.handler import ADMISSION_LINE, Admission
 from webhook.metrics import Metrics
+from webhook.nodes import NodeCache
 from webhook.settings import WebhookSettings
 
 _log = logging.getLogger("webhook")
@@ -67,6 +68,7 @@ async def serve(settings: WebhookSettings) -> None:
     # worker threads: docs/architecture.md, "The Kubernetes gateway".
     gateway = LoopGateway.from_kubeconfig(settings.common.kubeconfig, timeout_s=5.0)
     cache = ReservationCache(gateway, settings.policy.namespace, settings.clock)
+    nodes = NodeCache(gateway, settings.clock)
     serving = settings.serving
     tls = ReloadingTLS(
         serving.cert_file,
@@ -83,16 +85,15 @@ async def serve(settings: WebhookSettings) -> None:
         Metrics(),
         ledger_deadline_s=settings.ledger_deadline_s,
         zone=settings.common.display_timezone,
-        spares=settings.spares,
+        nodes=nodes,
     )
     servers = [
         server(mutate_app(admission, serving.max_body_bytes), serving.host, serving.port, tls),
         server(health_app(admission, lambda: tls.loaded), serving.host, serving.health_port, None),
     ]
     try:
-        await _run(servers, [cache.run(), tls.watch()])
+        await _run(servers, [cache.run(), nodes.run(), tls.watch()])
     finally:
-        await admission.group.close()  # drops the spare holds (else the claim TTL does)
         await gateway.aclose()
 
 

@@ -9,7 +9,7 @@ router's matching, ``request_response``'s ``Request`` and exception wrapper), wh
 cost about a fifth of a no-change answer's CPU. Every other request goes through
 Starlette as before (405 for another method on ``/mutate``, 404 elsewhere). The health
 app answers ``/healthz`` (the process is alive), ``/readyz`` (a certificate is loaded
-and the GPUReservation cache has synced — until then the apiserver's ``failurePolicy:
+and the GPUReservation and node caches have synced — until then the apiserver's ``failurePolicy:
 Ignore`` lets pods through unadmitted) and ``/metrics``.
 """
 
@@ -51,8 +51,17 @@ def json_response(doc: dict[str, Any], status_code: int = 200) -> Response:
     return JSONResponse(doc, status_code=status_code)
 
 
+#: ``reviews_refused_total``'s reason for a body over the limit.
+TOO_LARGE = "too_large"
+
+
 class TooLarge(Exception):
-    """The request body is over the limit."""
+    """The request body is over the limit: ``size`` is its declared length, else the
+    bytes read when it passed the limit."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 class Gone(Exception):
@@ -72,7 +81,7 @@ async def _read_limited(scope: Scope, receive: Receive, limit: int) -> bytes:
     channel itself; a client gone mid-body raises ``Gone``."""
     declared = _declared_length(scope)
     if declared.isdigit() and int(declared) > limit:
-        raise TooLarge
+        raise TooLarge(int(declared))
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -81,7 +90,7 @@ async def _read_limited(scope: Scope, receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise TooLarge
+            raise TooLarge(size)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -116,8 +125,8 @@ class Mutate:
         admission = self.admission
         try:
             body = await _read_limited(scope, receive, self.max_body_bytes)
-        except TooLarge:
-            admission.metrics.requests.labels("malformed").inc()
+        except TooLarge as exc:
+            admission.refused(TOO_LARGE, exc.size, "request body too large")
             return 400, _TOO_LARGE, _JSON_TYPE
         try:
             status, doc = await admission.review(body)
@@ -162,6 +171,8 @@ def health_app(admission: Admission, tls_loaded: Callable[[], bool]) -> Starlett
             problems.append("no certificate loaded")
         if not admission.cache.synced:
             problems.append("reservation cache not synced")
+        if admission.nodes is not None and not admission.nodes.synced:
+            problems.append("node cache not synced")
         if problems:
             return PlainTextResponse("; ".join(problems), status_code=503)
         return PlainTextResponse("ready")

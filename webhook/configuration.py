@@ -11,8 +11,12 @@ webhook.configuration`` prints this one as YAML). Settings and why (DESIGN §4):
 - ``timeoutSeconds: 3`` — the ledger deadline (2 s by default) fits inside it.
 - ``reinvocationPolicy: IfNeeded`` — a later webhook's change is looked at again;
   our answer to an already admitted pod is an empty patch.
-- ``matchConditions`` — only pods with a ``gpu-class`` label or an ``nvidia.com/gpu``
-  request or limit in any container are sent.
+- ``matchConditions`` — every pod that could reach a reserved node or spend a booking
+  is sent (``match_expression``): a ``gpu-class`` label, a request or limit of a GPU
+  resource (listed in ``GPU_RESOURCE_WEIGHTS`` or under a ``GPU_RESOURCE_PREFIXES``
+  domain), a toleration of the reservation taint's key (or an ``Exists`` toleration
+  with no key), a ``spec.nodeName``, or any ``galends/`` annotation; on UPDATE the old
+  pod counts too, so removing such a trait is seen.
 - ``namespaceSelector`` — never ``kube-system`` nor the controller's own namespace.
 """
 
@@ -25,6 +29,7 @@ from typing import Any
 import yaml
 
 from shared import vocab
+from shared.policy.gpus import DEFAULT_GPU_RESOURCES, GpuResources
 
 #: The webhook's name (three or more DNS labels, kubernetes-facts §1.6); the chart's
 #: ``gpu-reservation.webhook.hookName``.
@@ -38,24 +43,45 @@ PATH = "/mutate"
 TIMEOUT_SECONDS = 3
 
 
-def _asks() -> str:
-    """CEL: container ``c`` requests or limits GPUs."""
-    gpu = vocab.GPU_RESOURCE
+def _is_gpu(var: str, resources: GpuResources) -> str:
+    """CEL: resource name ``var`` is a GPU resource, listed or under a GPU prefix."""
+    names = ", ".join(f"'{name}'" for name in resources.names)
+    tests = [f"{var} in [{names}]", *(f"{var}.startsWith('{p}')" for p in resources.prefixes)]
+    return " || ".join(tests)
+
+
+def _asks(resources: GpuResources) -> str:
+    """CEL: container ``c`` requests or limits a GPU resource."""
+    gpu = _is_gpu("r", resources)
     return (
-        f"has(c.resources) && ((has(c.resources.requests) && '{gpu}' in c.resources.requests)"
-        f" || (has(c.resources.limits) && '{gpu}' in c.resources.limits))"
+        f"has(c.resources) && ((has(c.resources.requests) && c.resources.requests.exists(r, {gpu}))"
+        f" || (has(c.resources.limits) && c.resources.limits.exists(r, {gpu})))"
     )
 
 
-def match_expression() -> str:
-    """CEL: the pod carries a ``gpu-class`` label or asks for GPUs (the chart's text;
-    ``containers`` is required by the Pod schema, ``initContainers`` is not)."""
-    labelled = (
-        f"(has(object.metadata.labels) && '{vocab.GPU_CLASS_LABEL}' in object.metadata.labels)"
+def _traits(obj: str, resources: GpuResources) -> str:
+    """CEL: pod ``obj`` has a trait that brings it to the webhook (module docstring;
+    ``containers`` is required by the Pod schema, the rest is not)."""
+    asks = _asks(resources)
+    taint = vocab.RESERVATION_TAINT_KEY
+    traits = (
+        f"(has({obj}.metadata.labels) && '{vocab.GPU_CLASS_LABEL}' in {obj}.metadata.labels)",
+        f"(has({obj}.metadata.annotations) && {obj}.metadata.annotations.exists(k,"
+        f" k.startsWith('{vocab.ANNOTATION_PREFIX}')))",
+        f"(has({obj}.spec.nodeName) && {obj}.spec.nodeName != '')",
+        f"(has({obj}.spec.tolerations) && {obj}.spec.tolerations.exists(t,"
+        f" (has(t.key) && t.key == '{taint}')"
+        " || ((!has(t.key) || t.key == '') && has(t.operator) && t.operator == 'Exists')))",
+        f"{obj}.spec.containers.exists(c, {asks})",
+        f"(has({obj}.spec.initContainers) && {obj}.spec.initContainers.exists(c, {asks}))",
     )
-    containers = f"object.spec.containers.exists(c, {_asks()})"
-    init = f"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, {_asks()}))"
-    return " || ".join((labelled, containers, init))
+    return "(" + " || ".join(traits) + ")"
+
+
+def match_expression(resources: GpuResources = DEFAULT_GPU_RESOURCES) -> str:
+    """CEL: the new pod has a trait, or (UPDATE) the old one had (the chart's text)."""
+    new, old = _traits("object", resources), _traits("oldObject", resources)
+    return f"{new} || (request.operation == 'UPDATE' && {old})"
 
 
 def webhook(

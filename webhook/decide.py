@@ -5,22 +5,32 @@
 verdict is ``ADMIT``, then calls ``admit`` to stamp the pod — only after the claim
 succeeded. DESIGN §4 is the table implemented here:
 
-CREATE, for a GPU pod (one with a ``gpu-class`` label or a GPU request):
+CREATE, for every pod:
+- a request of a GPU resource that is not listed (``GPU_RESOURCE_WEIGHTS``) but lies
+  under a GPU vendor's prefix is denied;
 - forged controller-owned annotations are removed, self-declared reservation
   tolerations stripped (or the create denied, ``RESERVATION_TOLERATION_POLICY=deny``);
+- a pod naming a reserved node in ``spec.nodeName`` (``Context.pinned``) is denied
+  unless it is admitted now under an open booking of that node's class.
+
+Then, for a GPU pod (one with a ``gpu-class`` label or a GPU request):
 - a pod this webhook already admitted (reinvocation) is left exactly as it is;
-- then the route (``shared.policy.routing``): ADMIT under an open booking, QUEUED
+- a pod that asks for no GPU is never admitted (NO_MATCH, saying so);
+- otherwise the route (``shared.policy.routing``): ADMIT under an open booking, QUEUED
   (gated when a gate name is set, except for a booking too small to ever admit it),
   JIT, or NO_MATCH with reasons.
 
 UPDATE by anyone but the controller's service accounts: denied when it adds a
-reservation toleration to a GPU pod or changes a controller-owned annotation.
+reservation toleration to any pod, changes a controller-owned annotation, or changes or
+removes the ``gpu-class`` label (and the usage-group label when ``REQUIRED_GROUP_LABEL``
+is set) of a pod that is admitted (it carries a booking reference) or queued (it
+carries the scheduling gate).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -88,6 +98,15 @@ class Verdict:
 
 
 @dataclass(frozen=True, slots=True)
+class Pin:
+    """The reserved node a pod names in ``spec.nodeName``, and the classes of its
+    reservation taints."""
+
+    node: str
+    classes: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Context:
     """Everything ``decide`` reads besides the pod."""
 
@@ -98,14 +117,13 @@ class Context:
     exclude: Set[str] = field(default_factory=frozenset)
     #: The request is a dry run (no hold is written, none can be found).
     dry_run: bool = False
-
-
-def is_gpu_pod(prof: PodProfile) -> bool:
-    """A pod the reservation system governs: labelled, asking for GPUs, or unreadable."""
-    return _governed(prof.gpu_class, prof.gpus)
+    #: The pod names a reserved node in ``spec.nodeName`` (None: it names none, or a
+    #: node that carries no reservation taint or that the node cache does not know).
+    pinned: Pin | None = None
 
 
 def _governed(gpu_class: str | None, gpus: GpuRequest) -> bool:
+    """A pod the reservation system routes: labelled, asking for GPUs, or unreadable."""
     return gpu_class is not None or gpus.count > 0 or not gpus.readable
 
 
@@ -172,16 +190,21 @@ def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-def _sanitise(
-    pod: dict[str, Any], gpu_pod: bool, ctx: Context
-) -> tuple[dict[str, Any], list[str], str | None]:
+def node_name(pod: Mapping[str, Any]) -> str | None:
+    """The pod's ``spec.nodeName`` when it names a node."""
+    spec = pod.get("spec")
+    name = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _sanitise(pod: dict[str, Any], ctx: Context) -> tuple[dict[str, Any], list[str], str | None]:
     """(pod as edited, warnings, denial message): forged state removed or refused.
 
     The pod comes back as it was — the caller's own object, which nobody may edit in
     place — when there is nothing to remove (most pods); otherwise a copy of the maps
     and lists on the way to what was removed (``webhook.patch.shallow``)."""
     forged = _forged(pod)
-    declared = tol.reservation_tolerations(pod) if gpu_pod else []
+    declared = tol.reservation_tolerations(pod)
     if not forged and not declared:
         return pod, [], None
     edited, warnings = dict(pod), []
@@ -274,20 +297,51 @@ def decide_create(
     A plain pod (no ``gpu-class`` label, no GPU request) is told apart first, from
     its label and GPU count alone: it is never our admission and is never routed, so
     the rest of its profile is not read."""
-    gpus, labels = pod_gpus(pod), labels_of(pod)
+    gpus, labels = pod_gpus(pod, ctx.policy.rules.gpu_resources), labels_of(pod)
+    if gpus.unlisted:
+        return Verdict(Outcome.DENIED, message=wording.unlisted_resources(gpus.unlisted))
     if not _governed(labels.get(vocab.GPU_CLASS_LABEL) or None, gpus):
-        edited, warnings, _ = _sanitise(pod, False, ctx)  # a plain pod is never refused
-        return Verdict(Outcome.PASS, edited, tuple(warnings), notes=tuple(warnings))
+        edited, warnings, denial = _sanitise(pod, ctx)
+        if denial is not None:
+            return Verdict(Outcome.DENIED, None, tuple(warnings), message=denial)
+        plain = Verdict(Outcome.PASS, edited, tuple(warnings), notes=tuple(warnings))
+        return _pinned(plain, ctx)
     prof = profile(pod, ctx.policy.rules, namespace or None, gpus=gpus, labels=labels)
     pool = list(reservations)
     mine = own_admission(pod, prof, pool, ctx.now, ctx.dry_run)
     if mine is not None:
+        if ctx.pinned is not None and mine.facts.gpu_class not in ctx.pinned.classes:
+            return _pinned(Verdict(Outcome.NO_MATCH), ctx)
         text = wording.admitted(mine, _until(mine, pool, ctx), ctx.zone)
         return Verdict(Outcome.ALREADY_ADMITTED, None, (text,), reservation=mine.name)
-    edited, warnings, denial = _sanitise(pod, True, ctx)
+    edited, warnings, denial = _sanitise(pod, ctx)
     if denial is not None:
         return Verdict(Outcome.DENIED, None, tuple(warnings), message=denial)
-    return _routed(prof, pool, edited, tuple(warnings), ctx)
+    notes = tuple(warnings)
+    if gpus.readable and gpus.count == 0:
+        verdict = Verdict(Outcome.NO_MATCH, edited, (*notes, wording.no_gpus()), notes=notes)
+    else:
+        verdict = _routed(prof, pool, edited, notes, ctx)
+    return _pinned(verdict, ctx)
+
+
+def _pinned(verdict: Verdict, ctx: Context) -> Verdict:
+    """``verdict`` for a pod naming a reserved node (``ctx.pinned``): kept when it is an
+    admission under a booking of the node's class (only such candidates are kept) or a
+    denial; any other answer becomes a denial."""
+    pin = ctx.pinned
+    if pin is None or verdict.outcome in (Outcome.DENIED, Outcome.ALREADY_ADMITTED):
+        return verdict
+    if verdict.outcome is Outcome.ADMIT:
+        kept = tuple(c for c in verdict.candidates if c.reservation.facts.gpu_class in pin.classes)
+        if kept:
+            return replace(verdict, candidates=kept)
+    return pinned_denial(pin, verdict.notes)
+
+
+def pinned_denial(pin: Pin, notes: tuple[str, ...] = ()) -> Verdict:
+    """The denial of a create that names reserved node ``pin.node`` without admission."""
+    return Verdict(Outcome.DENIED, None, notes, message=wording.pinned_denied(pin.node))
 
 
 def _until(res: GPUReservation, pool: list[GPUReservation], ctx: Context) -> datetime:
@@ -339,14 +393,40 @@ def changed_owned(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in keys if before.get(k) != after.get(k))
 
 
+def _held(old: Mapping[str, Any], ctx: Context) -> str | None:
+    """``admitted`` or ``queued`` when the pod before the update was either; else None."""
+    if annotations_of(old).get(vocab.BOOKING_REFERENCE):
+        return "admitted"
+    gate = ctx.policy.gate_name
+    spec = old.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    if (
+        gate
+        and isinstance(gates, list)
+        and any(isinstance(g, Mapping) and g.get("name") == gate for g in gates)
+    ):
+        return "queued"
+    return None
+
+
 def decide_update(new: dict[str, Any], old: dict[str, Any], username: str, ctx: Context) -> Verdict:
-    """The UPDATE verdict: deny forging admission after the fact; no side effects."""
+    """The UPDATE verdict: deny forging admission after the fact, and moving an
+    admitted or queued pod out of its class or group; no side effects."""
     if ctx.policy.is_controller(username):
         return Verdict(Outcome.PASS)
     changed = changed_owned(old, new)
     if changed:
         return Verdict(Outcome.DENIED, message=wording.annotation_change_denied(changed))
-    prof = profile(new, ctx.policy.rules)
-    if is_gpu_pod(prof) and tol.added_reservation_tolerations(old, new):
+    if tol.added_reservation_tolerations(old, new):
         return Verdict(Outcome.DENIED, message=wording.toleration_denied())
+    held = _held(old, ctx)
+    if held is not None:
+        before, after = labels_of(old), labels_of(new)
+        keys = [vocab.GPU_CLASS_LABEL]
+        group = ctx.policy.rules.required_group_label
+        if group is not None:
+            keys.append(group)
+        for key in keys:
+            if before.get(key) != after.get(key):
+                return Verdict(Outcome.DENIED, message=wording.label_change_denied(key, held))
     return Verdict(Outcome.PASS)

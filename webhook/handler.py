@@ -35,13 +35,16 @@ from webhook.decide import (
     Candidate,
     Context,
     Outcome,
+    Pin,
     Verdict,
     admit,
     decide_create,
     decide_update,
+    pinned_denial,
 )
-from webhook.groupcommit import GroupCommit, SpareRules
-from webhook.metrics import SPARE_EVENTS, Metrics
+from webhook.groupcommit import GroupCommit
+from webhook.metrics import Metrics
+from webhook.nodes import NodeCache
 from webhook.patch import diff
 from webhook.review import AdmissionRequest, Malformed, answer, parse
 from webhook.settings import PolicySettings
@@ -52,6 +55,8 @@ MAX_CLAIM_ROUNDS = 4
 #: The canonical line, one per request (flushed in batches: ``shared.logs``).
 ADMISSION_LINE = "webhook.admission"
 _FINAL = frozenset({Outcome.ALREADY_ADMITTED, Outcome.DENIED, Outcome.PASS})
+#: The answers a pod pinned to a reserved node may get (any other becomes a denial).
+_HOLDS_PIN = frozenset({Outcome.ADMITTED, Outcome.ALREADY_ADMITTED, Outcome.DENIED})
 
 
 class Admission:
@@ -68,10 +73,12 @@ class Admission:
         ledger_deadline_s: float = 2.0,
         zone: ZoneInfo | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        spares: SpareRules | None = None,
+        nodes: NodeCache | None = None,
     ) -> None:
         self.policy = policy
         self.cache = cache
+        #: Reserved nodes (None: no pod is ever taken as pinned to one).
+        self.nodes = nodes
         self.gateway = gateway
         self.clock = clock
         self.metrics = metrics
@@ -88,11 +95,7 @@ class Admission:
             grouped=metrics.claim_groups.observe,
             sending=cache.sending,
             monotonic=monotonic,
-            spares=spares,
-            now=clock.now,
-            spare_events=self._count_spares,
         )
-        self._spare_counts = {e: metrics.spare_holds.labels(e) for e in SPARE_EVENTS}
 
     async def review(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON document) for one request body."""
@@ -100,8 +103,7 @@ class Admission:
         try:
             request = parse(body)
         except Malformed as exc:
-            self.metrics.requests.labels("malformed").inc()
-            log(_log, logging.WARNING, "webhook.malformed_review", error=str(exc))
+            self.refused(exc.reason, len(body), str(exc))
             return 400, {"error": str(exc)}
         verdict, doc = await self._answer(request, started + self.ledger_deadline_s)
         elapsed = self.monotonic() - started
@@ -110,16 +112,14 @@ class Admission:
         self._log_line(request, verdict, elapsed)
         return 200, doc
 
-    def _count_spares(self, event: str, count: int) -> None:
-        self._spare_counts[event].inc(count)
-
-    def _owned(self, owner: str) -> list[model.GPUReservation]:
-        """The owner's cached reservations as this replica decides on them: its own
-        spare holds counted as free (the next claim takes one of them)."""
-        found = self.cache.of_owner(owner)
-        if not self.group.keeping:
-            return found
-        return [self.group.without_spares(r) for r in found]
+    def refused(self, reason: str, size: int, error: str) -> None:
+        """A request to /mutate not read as a review (answered 400): logged with its
+        reason and size, counted (``reviews_refused_total{reason}``; and as a
+        ``malformed`` request). ``failurePolicy: Ignore`` lets its pod through; the
+        reconciler's backstop covers it."""
+        self.metrics.requests.labels("malformed").inc()
+        self.metrics.reviews_refused.labels(reason).inc()
+        log(_log, logging.WARNING, "review.refused", reason=reason, size=size, error=error)
 
     def _count(self, outcome: str) -> None:
         """``requests_total{outcome}`` + 1, the labelled child looked up once."""
@@ -172,9 +172,14 @@ class Admission:
     # --- deciding ---------------------------------------------------------------------
 
     def _context(
-        self, now: datetime, exclude: frozenset[str] = frozenset(), *, dry_run: bool = False
+        self,
+        now: datetime,
+        exclude: frozenset[str] = frozenset(),
+        *,
+        dry_run: bool = False,
+        pinned: Pin | None = None,
     ) -> Context:
-        return Context(self.policy, now, self.zone, exclude, dry_run)
+        return Context(self.policy, now, self.zone, exclude, dry_run, pinned)
 
     async def _decide(self, request: AdmissionRequest, deadline: float) -> Verdict:
         pod, old = request.obj, request.old
@@ -190,10 +195,24 @@ class Admission:
     async def _create(
         self, request: AdmissionRequest, pod: dict[str, Any], now: datetime, deadline: float
     ) -> Verdict:
+        pin = self.nodes.pin(pod) if self.nodes is not None else None
+        verdict = await self._create_as_pinned(request, pod, now, deadline, pin)
+        if pin is None or verdict.outcome in _HOLDS_PIN:
+            return verdict
+        return pinned_denial(pin, verdict.notes)  # queued, not matched, failed open…
+
+    async def _create_as_pinned(
+        self,
+        request: AdmissionRequest,
+        pod: dict[str, Any],
+        now: datetime,
+        deadline: float,
+        pin: Pin | None,
+    ) -> Verdict:
         ns, dry_run = request.namespace, request.dry_run
         await self._catch_up(pod, deadline)
-        ctx = self._context(now, dry_run=dry_run)
-        verdict = decide_create(pod, ns, self._owned(ns), ctx)
+        ctx = self._context(now, dry_run=dry_run, pinned=pin)
+        verdict = decide_create(pod, ns, self.cache.of_owner(ns), ctx)
         if verdict.outcome in _FINAL:
             return verdict
         if not self.cache.synced:
@@ -205,8 +224,8 @@ class Admission:
                 return verdict
             verdict = await self._claim(request, pod, verdict, ctx, deadline, tried)
             if verdict.outcome is Outcome.ADMIT:
-                retry = self._context(now, frozenset(tried), dry_run=dry_run)
-                verdict = decide_create(pod, ns, self._owned(ns), retry)
+                retry = self._context(now, frozenset(tried), dry_run=dry_run, pinned=pin)
+                verdict = decide_create(pod, ns, self.cache.of_owner(ns), retry)
         return verdict
 
     async def _claim(

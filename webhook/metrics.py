@@ -11,9 +11,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 PREFIX = "gpu_reservation_webhook"
 #: Why an answer failed open (the pod allowed, not admitted).
 FAIL_OPEN_REASONS = ("cache_not_synced", "ledger_deadline", "ledger_error", "internal_error")
-#: What happens to spare holds (``webhook.groupcommit``): written ahead of demand, given
-#: to a pod, dropped unused.
-SPARE_EVENTS = ("written", "used", "dropped")
+#: Why a review was not read (answered 400): ``webhook.review``'s reasons and
+#: ``webhook.app``'s ``too_large``.
+REFUSED_REASONS = ("too_large", "not_json", "too_deep", "not_a_review")
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -46,12 +46,14 @@ class Metrics:
             buckets=_GROUP_BUCKETS,
             registry=self.registry,
         )
-        self.spare_holds = Counter(
-            f"{PREFIX}_spare_holds",
-            "Spare ledger holds written ahead of demand, given to pods, dropped unused.",
-            ["event"],
+        self.reviews_refused = Counter(
+            f"{PREFIX}_reviews_refused",
+            "Requests to /mutate not read as an AdmissionReview (answered 400), by reason.",
+            ["reason"],
             registry=self.registry,
         )
+        for reason in REFUSED_REASONS:
+            self.reviews_refused.labels(reason)
         self.ledger_retries = Counter(
             f"{PREFIX}_ledger_retries",
             "Claims retried on another open reservation after a refusal.",

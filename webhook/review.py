@@ -17,6 +17,8 @@ from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any
 
+from shared import jsontext
+
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 #: kubectl prints each warning; longer ones may be cut by the apiserver.
@@ -26,8 +28,19 @@ MAX_WARNINGS = 4
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 
 
+#: ``Malformed.reason`` values (the ``reason`` label of ``reviews_refused_total``, with
+#: ``webhook.app``'s ``too_large``).
+NOT_JSON = "not_json"
+TOO_DEEP = "too_deep"
+NOT_A_REVIEW = "not_a_review"
+
+
 class Malformed(ValueError):
     """The body is not an AdmissionReview v1 request (HTTP 400)."""
+
+    def __init__(self, message: str, reason: str = NOT_A_REVIEW) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -77,9 +90,11 @@ def _is_pod(request: Mapping[str, Any]) -> bool:
 
 def _envelope(body: bytes) -> Mapping[str, Any]:
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Malformed("the body is not JSON") from exc
+        doc = jsontext.loads(body)
+    except jsontext.BadJson as exc:
+        if exc.too_deep:
+            raise Malformed(f"the body is {exc}", TOO_DEEP) from exc
+        raise Malformed("the body is not JSON", NOT_JSON) from exc
     if not isinstance(doc, dict):
         raise Malformed("the body is not a JSON object")
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:

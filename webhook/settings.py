@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from shared.clock import Clock
 from shared.policy.matching import MatchRules
 from shared.settings import CommonSettings, EnvReader, read_clock, read_common, read_rules
-from webhook.groupcommit import SpareRules
 
-#: The oldest a spare hold may be when given to a pod (``webhook.groupcommit``).
-SPARE_MAX_AGE_S = 10.0
+#: WEBHOOK_MAX_BODY_BYTES's default: more than any review the API server sends
+#: (docs/webhook.md, "Review size").
+MAX_BODY_BYTES = 16 * 1024 * 1024
 #: RESERVATION_TOLERATION_POLICY values.
 STRIP = "strip"
 DENY = "deny"
@@ -39,7 +39,8 @@ class ServingSettings:
     key_file: str
     #: TLS_RELOAD_SECONDS: how often the files are looked at.
     tls_reload_s: float
-    #: WEBHOOK_MAX_BODY_BYTES: larger AdmissionReviews are refused with 400.
+    #: WEBHOOK_MAX_BODY_BYTES: larger AdmissionReviews are refused with 400 (logged,
+    #: counted).
     max_body_bytes: int
     #: WEBHOOK_CLIENT_CA_FILE: when set, the TLS port requires a client certificate
     #: chaining to a CA of this PEM file (the API server's; docs/certificates.md).
@@ -78,9 +79,6 @@ class WebhookSettings:
     #: WEBHOOK_LEDGER_DEADLINE_MS: budget for the ledger claim inside one request.
     ledger_deadline_s: float
     clock: Clock
-    #: WEBHOOK_CLAIM_SPARES, WEBHOOK_SPARE_IDLE_MS and LEDGER_CLAIM_TTL_SECONDS: the
-    #: spare holds kept per reservation under a burst (docs/webhook.md "Spare holds").
-    spares: SpareRules
 
 
 def load(env: Mapping[str, str] | None = None) -> tuple[WebhookSettings, EnvReader]:
@@ -93,7 +91,6 @@ def load(env: Mapping[str, str] | None = None) -> tuple[WebhookSettings, EnvRead
         policy=_policy(reader, common.namespace),
         ledger_deadline_s=reader.integer("WEBHOOK_LEDGER_DEADLINE_MS", 2000, 50, 29000) / 1000,
         clock=read_clock(reader).build(),
-        spares=_spares(reader),
     )
     reader.check()
     return settings, reader
@@ -107,21 +104,8 @@ def _serving(reader: EnvReader) -> ServingSettings:
         cert_file=reader.required("TLS_CERT_FILE"),
         key_file=reader.required("TLS_KEY_FILE"),
         tls_reload_s=reader.number("TLS_RELOAD_SECONDS", 10.0, minimum=0.05),
-        max_body_bytes=reader.integer("WEBHOOK_MAX_BODY_BYTES", 3 * 1024 * 1024, 1024),
+        max_body_bytes=reader.integer("WEBHOOK_MAX_BODY_BYTES", MAX_BODY_BYTES, 1024),
         client_ca_file=reader.string("WEBHOOK_CLIENT_CA_FILE"),
-    )
-
-
-def _spares(reader: EnvReader) -> SpareRules:
-    """Spare holds: at most ``WEBHOOK_CLAIM_SPARES`` per reservation, dropped after
-    ``WEBHOOK_SPARE_IDLE_MS`` unused, never given out older than a quarter of the
-    reconciler's claim TTL (``LEDGER_CLAIM_TTL_SECONDS``, the same variable and default
-    as the reconciler's) nor than ``SPARE_MAX_AGE_S``."""
-    ttl_s = reader.integer("LEDGER_CLAIM_TTL_SECONDS", 120, 1, 86400)
-    return SpareRules(
-        most=reader.integer("WEBHOOK_CLAIM_SPARES", 32, 0, 128),
-        idle_s=reader.integer("WEBHOOK_SPARE_IDLE_MS", 1000, 10, 60000) / 1000,
-        max_age_s=min(SPARE_MAX_AGE_S, ttl_s / 4),
     )
 
 

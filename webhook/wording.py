@@ -87,3 +87,29 @@ def annotation_change_denied(keys: Sequence[str]) -> str:
 
 def not_admitted(why: str) -> str:
     return f"not admitted now ({why}); the reservation controller will retry"
+
+
+def no_gpus() -> str:
+    return (
+        "not admitted: the pod asks for no GPU; reservations admit GPU pods only "
+        "(request a GPU resource)"
+    )
+
+
+def unlisted_resources(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:2]) + (" …" if len(names) > 2 else "")
+    return (
+        f"{shown} is a GPU resource this cluster does not count (GPU_RESOURCE_WEIGHTS); "
+        "request a listed GPU resource or ask the operator to list it"
+    )
+
+
+def pinned_denied(node: str) -> str:
+    return (
+        f"pods may not be pinned to reserved node {node} with spec.nodeName; create it "
+        "without nodeName and it will be admitted or queued as usual"
+    )
+
+
+def label_change_denied(key: str, why: str) -> str:
+    return f"the {key} label of a {why} pod cannot be changed or removed; delete and recreate it"

@@ -1,6 +1,6 @@
 """How many GPUs a pod asks for, computed the way Kubernetes computes it.
 
-The scheduler charges a pod its *effective request* of ``nvidia.com/gpu``:
+The scheduler charges a pod its *effective request* of each extended resource:
 
 - the sum over regular containers, plus every restartable init container ("sidecar",
   ``restartPolicy: Always``), because they all run together;
@@ -12,6 +12,13 @@ For an extended resource a limit without a request implies the request (the apis
 defaults it), so a container's GPUs are its request, else its limit. Quantities must be
 whole, non-negative numbers; anything else makes the count *unreadable* — an outcome,
 never an exception — so callers can answer safely instead of crashing on user input.
+
+Which resources are GPUs (``GpuResources``, the setting ``GPU_RESOURCE_WEIGHTS``, default
+``nvidia.com/gpu=1``): a pod's charged GPUs are the sum, over the listed resources, of
+its effective request × the resource's weight (e.g. ``nvidia.com/mig-1g.10gb=1``
+charges a whole GPU per MIG slice). A resource under a GPU vendor's prefix
+(``GPU_RESOURCE_PREFIXES``, default ``nvidia.com/,amd.com/,gpu.intel.com/``) that is
+not listed is *unlisted*: it is not counted, and the webhook refuses the pod.
 """
 
 from __future__ import annotations
@@ -49,6 +56,68 @@ _QUANTITY = re.compile(
 MAX_GPUS = 1_000_000
 
 
+#: GPU_RESOURCE_WEIGHTS's default: only the whole-GPU resource, one GPU each.
+DEFAULT_GPU_WEIGHTS: tuple[tuple[str, int], ...] = ((vocab.GPU_RESOURCE, 1),)
+#: GPU_RESOURCE_PREFIXES's default: the device plugins' resource domains of NVIDIA, AMD
+#: and Intel GPUs.
+DEFAULT_GPU_PREFIXES: tuple[str, ...] = ("nvidia.com/", "amd.com/", "gpu.intel.com/")
+#: Largest weight a listed resource may have.
+MAX_WEIGHT = 1024
+_RESOURCE_NAME = re.compile(
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuResources:
+    """The resources that are GPUs: the listed ones with their weights, and the vendor
+    prefixes under which an unlisted resource is refused."""
+
+    weights: tuple[tuple[str, int], ...] = DEFAULT_GPU_WEIGHTS
+    prefixes: tuple[str, ...] = DEFAULT_GPU_PREFIXES
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The listed resources, in the setting's order."""
+        return tuple(name for name, _ in self.weights)
+
+    def is_unlisted(self, name: str) -> bool:
+        """A resource under a GPU prefix that is not listed (refused at admission)."""
+        return name.startswith(self.prefixes) and name not in self.names
+
+
+DEFAULT_GPU_RESOURCES = GpuResources()
+
+
+def parse_weights(text: str) -> tuple[tuple[str, int], ...]:
+    """``name=weight`` pairs, comma-separated (GPU_RESOURCE_WEIGHTS); raises
+    ``ValueError`` saying what is wrong. Each name is an extended resource
+    (``domain/name``) listed once, each weight a whole number from 1 to ``MAX_WEIGHT``."""
+    found: dict[str, int] = {}
+    for item in text.split(","):
+        name, sep, weight = item.strip().partition("=")
+        name, weight = name.strip(), weight.strip()
+        if not sep or not _RESOURCE_NAME.match(name):
+            raise ValueError(f"{item.strip()!r} is not <domain>/<resource>=<weight>")
+        if not (weight.isascii() and weight.isdigit()) or not 1 <= int(weight) <= MAX_WEIGHT:
+            raise ValueError(f"the weight of {name} is not a whole number from 1 to {MAX_WEIGHT}")
+        if name in found:
+            raise ValueError(f"{name} is listed twice")
+        found[name] = int(weight)
+    return tuple(found.items())
+
+
+def parse_prefixes(text: str) -> tuple[str, ...]:
+    """Comma-separated resource domains ending in ``/`` (GPU_RESOURCE_PREFIXES); an
+    empty text is none. Raises ``ValueError``."""
+    found = [p.strip() for p in text.split(",") if p.strip()]
+    for prefix in found:
+        if not _PREFIX.match(prefix):
+            raise ValueError(f"{prefix!r} is not a resource domain ending in '/'")
+    return tuple(dict.fromkeys(found))
+
+
 class Unreadable(ValueError):
     """A GPU quantity or container list that is not what the API allows."""
 
@@ -63,6 +132,8 @@ class GpuRequest:
 
     count: int
     problem: str | None = None
+    #: GPU resources the pod asks for that are not listed (``GpuResources.is_unlisted``).
+    unlisted: tuple[str, ...] = ()
 
     @property
     def readable(self) -> bool:
@@ -111,8 +182,9 @@ def _bounded(count: int, original: Any) -> int:
     return count
 
 
-def container_gpus(container: Any) -> int:
-    """GPUs of one container: its request, else its limit (limits imply requests)."""
+def container_gpus(container: Any, resource: str = vocab.GPU_RESOURCE) -> int:
+    """``resource`` of one container: its request, else its limit (limits imply
+    requests)."""
     if not isinstance(container, MAP):
         raise Unreadable("a container is not an object")
     resources = container.get("resources") or {}
@@ -122,8 +194,8 @@ def container_gpus(container: Any) -> int:
         values = resources.get(section) or {}
         if not isinstance(values, MAP):
             raise Unreadable(f"container resources.{section} is not an object")
-        if vocab.GPU_RESOURCE in values:
-            return parse_quantity(values[vocab.GPU_RESOURCE])
+        if resource in values:
+            return parse_quantity(values[resource])
     return 0
 
 
@@ -134,11 +206,11 @@ def _containers(spec: Mapping[str, Any], key: str) -> list[Any]:
     return value
 
 
-def _init_phase(init_containers: list[Any]) -> tuple[int, int]:
-    """(peak GPUs while initialising, GPUs of the sidecars that keep running)."""
+def _init_phase(init_containers: list[Any], resource: str) -> tuple[int, int]:
+    """(peak of ``resource`` while initialising, that of the sidecars that keep running)."""
     peak = sidecars = 0
     for container in init_containers:
-        gpus = container_gpus(container)
+        gpus = container_gpus(container, resource)
         if container.get("restartPolicy") == "Always":
             sidecars += gpus
             peak = max(peak, sidecars)
@@ -147,26 +219,50 @@ def _init_phase(init_containers: list[Any]) -> tuple[int, int]:
     return peak, sidecars
 
 
-def _overhead(spec: Mapping[str, Any]) -> int:
+def _overhead(spec: Mapping[str, Any], resource: str) -> int:
     overhead = spec.get("overhead") or {}
     if not isinstance(overhead, MAP):
         raise Unreadable("spec.overhead is not an object")
-    return parse_quantity(overhead[vocab.GPU_RESOURCE]) if vocab.GPU_RESOURCE in overhead else 0
+    return parse_quantity(overhead[resource]) if resource in overhead else 0
 
 
-def effective_gpus(spec: Mapping[str, Any]) -> int:
-    """The effective GPU request of a pod spec; raises ``Unreadable``."""
-    peak, sidecars = _init_phase(_containers(spec, "initContainers"))
-    running = sum(container_gpus(c) for c in _containers(spec, "containers")) + sidecars
-    return max(running, peak) + _overhead(spec)
+def effective_gpus(spec: Mapping[str, Any], resource: str = vocab.GPU_RESOURCE) -> int:
+    """The effective request of ``resource`` of a pod spec; raises ``Unreadable``."""
+    peak, sidecars = _init_phase(_containers(spec, "initContainers"), resource)
+    running = sum(container_gpus(c, resource) for c in _containers(spec, "containers"))
+    return max(running + sidecars, peak) + _overhead(spec, resource)
 
 
-def pod_gpus(pod: Any) -> GpuRequest:
-    """The pod's effective GPU request; a malformed pod gives an unreadable result."""
+def charged_gpus(spec: Mapping[str, Any], resources: GpuResources = DEFAULT_GPU_RESOURCES) -> int:
+    """GPUs a pod spec is charged: each listed resource's effective request × its
+    weight, summed; raises ``Unreadable``."""
+    total = sum(weight * effective_gpus(spec, name) for name, weight in resources.weights)
+    return _bounded(total, total)
+
+
+def unlisted_resources(spec: Mapping[str, Any], resources: GpuResources) -> tuple[str, ...]:
+    """Resources under a GPU prefix that are not listed, requested or limited by any
+    container or init container of a readable spec (sorted, each once)."""
+    found: set[str] = set()
+    for key in ("initContainers", "containers"):
+        for container in _containers(spec, key):
+            box = (container.get("resources") or {}) if isinstance(container, MAP) else {}
+            for section in ("requests", "limits"):
+                values = (box.get(section) or {}) if isinstance(box, MAP) else {}
+                if isinstance(values, MAP):
+                    found.update(k for k in values if isinstance(k, str))
+    return tuple(sorted(k for k in found if resources.is_unlisted(k)))
+
+
+def pod_gpus(pod: Any, resources: GpuResources = DEFAULT_GPU_RESOURCES) -> GpuRequest:
+    """The pod's charged GPUs (``charged_gpus``) and the unlisted GPU resources it asks
+    for; a malformed pod gives an unreadable result."""
     spec = pod.get("spec") if isinstance(pod, MAP) else None
     if not isinstance(spec, MAP):
         return GpuRequest(0, "the pod has no spec")
     try:
-        return GpuRequest(effective_gpus(spec))
+        count = charged_gpus(spec, resources)
+        unlisted = unlisted_resources(spec, resources) if resources.prefixes else ()
     except Unreadable as exc:
         return GpuRequest(0, str(exc))
+    return GpuRequest(count, unlisted=unlisted)

@@ -24,7 +24,7 @@ from typing import Any
 from shared import vocab
 from shared.model import Kind, ReservationFacts, State
 from shared.policy import MAP
-from shared.policy.gpus import GpuRequest, pod_gpus
+from shared.policy.gpus import DEFAULT_GPU_RESOURCES, GpuRequest, GpuResources, pod_gpus
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class MatchRules:
     best_effort_enabled: bool = False
     #: DEFAULT_MINIMUM_RUNTIME_SECONDS (0: no fallback).
     default_minimum_runtime_s: int = 0
+    #: GPU_RESOURCE_WEIGHTS / GPU_RESOURCE_PREFIXES: which resources are GPUs.
+    gpu_resources: GpuResources = DEFAULT_GPU_RESOURCES
 
     @property
     def use_group(self) -> bool:
@@ -161,7 +163,7 @@ def profile(
         owner=namespace or (own_ns if isinstance(own_ns, str) else ""),
         gpu_class=labels.get(vocab.GPU_CLASS_LABEL) or None,
         group=pod_group(labels, rules),
-        gpus=pod_gpus(pod) if gpus is None else gpus,
+        gpus=pod_gpus(pod, rules.gpu_resources) if gpus is None else gpus,
         usage_group=usage_group(labels, notes, rules),
         minimum_runtime_s=minimum_runtime(notes, rules),
         best_effort=best_effort,

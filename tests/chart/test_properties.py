@@ -15,6 +15,7 @@ from tests.chart import render
 from tests.chart.cases import CASES
 from tests.chart.objects import container, env, named, of_kind, one, pod_spec, workloads
 from tests.chart.rbac_walk import bound_roles, granted, service_account_of
+from webhook.configuration import match_expression
 
 NS = render.NAMESPACE
 DEFAULT = render.render(CASES["default"])
@@ -29,20 +30,8 @@ def _webhook(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _gpu_condition() -> str:
-    def asks(var: str) -> str:
-        g = vocab.GPU_RESOURCE
-        return (
-            f"has({var}.resources) && ((has({var}.resources.requests) && '{g}' in "
-            f"{var}.resources.requests) || (has({var}.resources.limits) && '{g}' in "
-            f"{var}.resources.limits))"
-        )
-
-    return (
-        f"(has(object.metadata.labels) && '{vocab.GPU_CLASS_LABEL}' in object.metadata.labels)"
-        f" || object.spec.containers.exists(c, {asks('c')})"
-        " || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, "
-        f"{asks('c')}))"
-    )
+    """The webhook's one definition (``tests/chart`` pins what it selects below)."""
+    return match_expression()
 
 
 EXPECTED_WEBHOOK: dict[str, Any] = {
@@ -92,36 +81,125 @@ def test_the_object_selector_fallback_replaces_match_conditions() -> None:
     assert hook == expected
 
 
-def test_the_match_condition_selects_exactly_gpu_pods() -> None:
-    cel = pytest.importorskip("sandbox.kube.admission.cel")
-    condition = cel.compile_condition(
-        "gpu-pod", _webhook(DEFAULT)["matchConditions"][0]["expression"]
-    )
-
-    def pod(labels: dict[str, str] | None = None, **resources: Any) -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": "p"}
-        if labels is not None:
-            meta["labels"] = labels
-        box = {"name": "c", "image": "x", **({"resources": resources} if resources else {})}
-        return {"metadata": meta, "spec": {"containers": [box]}}
-
-    gpu = {vocab.GPU_RESOURCE: "1"}
-    cases = {
-        "labelled": (pod({vocab.GPU_CLASS_LABEL: "h100"}), True),
-        "gpu limit": (pod(limits=gpu), True),
-        "gpu request": (pod(requests=gpu), True),
-        "cpu only": (pod({"app": "web"}, requests={"cpu": "1"}), False),
-        "bare": (pod(), False),
-        "gpu init container": (_with_init(pod(), gpu), True),
-    }
-    for name, (obj, wanted) in cases.items():
-        variables = cel.activation(obj, None, {"operation": "CREATE"})
-        assert cel.evaluate(condition, variables) is wanted, name
+def _pod(
+    labels: dict[str, str] | None = None,
+    notes: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+    **resources: Any,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p"}
+    if labels is not None:
+        meta["labels"] = labels
+    if notes is not None:
+        meta["annotations"] = notes
+    box = {"name": "c", "image": "x", **({"resources": resources} if resources else {})}
+    return {"metadata": meta, "spec": {"containers": [box], **(spec or {})}}
 
 
 def _with_init(obj: dict[str, Any], gpu: dict[str, str]) -> dict[str, Any]:
     init = {"name": "i", "image": "x", "resources": {"limits": gpu}}
     return {**obj, "spec": {**obj["spec"], "initContainers": [init]}}
+
+
+_GPU = {vocab.GPU_RESOURCE: "1"}
+_TAINT = vocab.RESERVATION_TAINT_KEY
+#: (new pod, old pod or None for a CREATE, whether the webhook is called).
+MATCH_CASES: dict[str, tuple[dict[str, Any], dict[str, Any] | None, bool]] = {
+    "labelled": (_pod({vocab.GPU_CLASS_LABEL: "h100"}), None, True),
+    "gpu limit": (_pod(limits=_GPU), None, True),
+    "gpu request": (_pod(requests=_GPU), None, True),
+    "gpu request of 0": (_pod(requests={vocab.GPU_RESOURCE: "0"}), None, True),
+    "mig slice": (_pod(limits={"nvidia.com/mig-1g.10gb": "1"}), None, True),
+    "amd gpu": (_pod(limits={"amd.com/gpu": "1"}), None, True),
+    "intel gpu": (_pod(requests={"gpu.intel.com/i915": "1"}), None, True),
+    "other extended resource": (_pod(limits={"example.com/fpga": "1"}), None, False),
+    "cpu only": (_pod({"app": "web"}, requests={"cpu": "1"}), None, False),
+    "bare": (_pod(), None, False),
+    "gpu init container": (_with_init(_pod(), _GPU), None, True),
+    "node name": (_pod(spec={"nodeName": "a100-r1"}), None, True),
+    "empty node name": (_pod(spec={"nodeName": ""}), None, False),
+    "reservation toleration": (
+        _pod(spec={"tolerations": [{"key": _TAINT, "operator": "Exists"}]}),
+        None,
+        True,
+    ),
+    "exists toleration without key": (
+        _pod(spec={"tolerations": [{"operator": "Exists"}]}),
+        None,
+        True,
+    ),
+    "exists toleration with empty key": (
+        _pod(
+            spec={
+                "tolerations": [
+                    {"key": "", "operator": "Exists", "effect": vocab.TAINT_EFFECT_NO_SCHEDULE}
+                ]
+            }
+        ),
+        None,
+        True,
+    ),
+    "other toleration": (
+        _pod(spec={"tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
+        None,
+        False,
+    ),
+    "galends annotation": (_pod(notes={vocab.BOOKING_REFERENCE: "res-1"}), None, True),
+    "user galends annotation": (_pod(notes={vocab.USAGE_GROUP: "ml"}), None, True),
+    "other annotation": (_pod(notes={"team": "ml"}), None, False),
+    "update removing the label": (_pod(), _pod({vocab.GPU_CLASS_LABEL: "h100"}), True),
+    "update removing a toleration": (
+        _pod(),
+        _pod(spec={"tolerations": [{"operator": "Exists"}]}),
+        True,
+    ),
+    "update adding a toleration": (
+        _pod(spec={"tolerations": [{"key": _TAINT, "value": "h100"}]}),
+        _pod(),
+        True,
+    ),
+    "update of a plain pod": (_pod({"app": "web"}), _pod(), False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MATCH_CASES))
+def test_the_match_condition_selects_every_pod_that_could_reach_a_reserved_node(
+    case: str,
+) -> None:
+    cel = pytest.importorskip("sandbox.kube.admission.cel")
+    condition = cel.compile_condition(
+        "gpu-pod", _webhook(DEFAULT)["matchConditions"][0]["expression"]
+    )
+    obj, old, wanted = MATCH_CASES[case]
+    operation = "CREATE" if old is None else "UPDATE"
+    variables = cel.activation(obj, old, {"operation": operation})
+    assert cel.evaluate(condition, variables) is wanted
+
+
+def test_the_match_condition_follows_the_gpu_resource_values() -> None:
+    """Listed resources outside the prefixes are selected; with no prefixes, an
+    unlisted vendor resource is not; the chart renders what the webhook's module
+    builds from the same setting."""
+    from shared.policy.gpus import GpuResources
+
+    cel = pytest.importorskip("sandbox.kube.admission.cel")
+    vals = render.values(
+        webhook={
+            "gpuResourceWeights": " example.com/gpu=2 , nvidia.com/gpu=1",
+            "gpuResourcePrefixes": "",
+        }
+    )
+    expression = _webhook(render.render(vals))["matchConditions"][0]["expression"]
+    resources = GpuResources((("example.com/gpu", 2), (vocab.GPU_RESOURCE, 1)), ())
+    assert expression == match_expression(resources)
+    condition = cel.compile_condition("gpu-pod", expression)
+
+    def called(obj: dict[str, Any]) -> bool:
+        return bool(cel.evaluate(condition, cel.activation(obj, None, {"operation": "CREATE"})))
+
+    assert called(_pod(limits={"example.com/gpu": "1"}))
+    assert called(_pod(limits=_GPU))
+    assert not called(_pod(limits={"amd.com/gpu": "1"}))
 
 
 def test_excluded_namespaces_always_include_the_release_namespace() -> None:
@@ -283,7 +361,11 @@ def test_every_component_has_its_own_service_account() -> None:
 
 def test_webhook_cannot_touch_pods_or_secrets() -> None:
     grants = _grants(DEFAULT, "Deployment", "webhook")
-    assert {r for _, _, r in grants} <= {vocab.CRD_PLURAL, f"{vocab.CRD_PLURAL}/status"}
+    assert {r for _, _, r in grants} <= {vocab.CRD_PLURAL, f"{vocab.CRD_PLURAL}/status", "nodes"}
+    assert {(verb, group) for verb, group, r in grants if r == "nodes"} == {
+        ("list", ""),
+        ("watch", ""),
+    }
     assert not {g for g in grants if g[2] in ("pods", "secrets")}
 
 
@@ -436,9 +518,14 @@ SETTINGS: list[tuple[str, str, str, Any, str]] = [
     ("webhook.tlsReloadSeconds", "webhook", "TLS_RELOAD_SECONDS", 5, "5"),
     ("webhook.maxBodyBytes", "webhook", "WEBHOOK_MAX_BODY_BYTES", 65536, "65536"),
     ("webhook.ledgerDeadlineMs", "webhook", "WEBHOOK_LEDGER_DEADLINE_MS", 1500, "1500"),
-    ("webhook.claimSpares", "webhook", "WEBHOOK_CLAIM_SPARES", 4, "4"),
-    ("webhook.spareIdleMs", "webhook", "WEBHOOK_SPARE_IDLE_MS", 500, "500"),
-    ("reconciler.ledgerClaimTtlSeconds", "webhook", "LEDGER_CLAIM_TTL_SECONDS", 60, "60"),
+    (
+        "webhook.gpuResourceWeights",
+        "webhook",
+        "GPU_RESOURCE_WEIGHTS",
+        "nvidia.com/gpu=1,nvidia.com/mig-1g.10gb=1",
+        "nvidia.com/gpu=1,nvidia.com/mig-1g.10gb=1",
+    ),
+    ("webhook.gpuResourcePrefixes", "webhook", "GPU_RESOURCE_PREFIXES", "amd.com/", "amd.com/"),
     ("webhook.tolerationPolicy", "webhook", "RESERVATION_TOLERATION_POLICY", "deny", "deny"),
     ("reconciler.httpPort", "reconciler", "HTTP_PORT", 9000, "9000"),
     ("reconciler.ledgerClaimTtlSeconds", "reconciler", "LEDGER_CLAIM_TTL_SECONDS", 60, "60"),
@@ -572,3 +659,16 @@ def test_rendered_values_use_the_vocabulary() -> None:
     assert render.crds()[0]["spec"]["group"] == vocab.CRD_GROUP
     text = render.notes(CASES["default"])
     assert f"{vocab.RESERVATION_TAINT_KEY}=<class>:{vocab.TAINT_EFFECT_NO_SCHEDULE}" in text
+
+
+def test_large_integers_reach_the_webhook_as_integers() -> None:
+    """YAML numbers are floats to Helm; a large one through ``quote`` alone renders in
+    exponent form ("1.6777216e+07"), which the webhook refuses at start."""
+    from webhook.settings import MAX_BODY_BYTES
+
+    assert env(one(DEFAULT, "Deployment", "webhook"))["WEBHOOK_MAX_BODY_BYTES"] == str(
+        MAX_BODY_BYTES
+    )
+    vals = render.values(webhook={"maxBodyBytes": 33554432})
+    deployment = one(render.render(vals), "Deployment", "webhook")
+    assert env(deployment)["WEBHOOK_MAX_BODY_BYTES"] == "33554432"

@@ -172,3 +172,58 @@ def test_malformed_pods_are_unreadable_not_errors(pod: Any) -> None:
 def test_any_garbage_gives_an_outcome_never_an_exception(pod: Any) -> None:
     result = pod_gpus(pod)
     assert result.count >= 0
+
+
+# --- weighted GPU resources ---------------------------------------------------------
+
+MIG = "nvidia.com/mig-1g.10gb"
+
+
+def _pod(*boxes: dict[str, Any], init: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": list(boxes)}
+    if init:
+        spec["initContainers"] = list(init)
+    return {"spec": spec}
+
+
+def test_each_listed_resource_counts_by_its_weight_with_the_init_rule() -> None:
+    from shared.policy.gpus import GpuResources, pod_gpus
+
+    resources = GpuResources(((vocab.GPU_RESOURCE, 1), (MIG, 3)))
+    pod = _pod(
+        {"name": "a", "resources": {"limits": {MIG: "1", vocab.GPU_RESOURCE: "2"}}},
+        {"name": "b", "resources": {"requests": {MIG: "1"}}},
+        init=({"name": "i", "resources": {"limits": {MIG: "4"}}},),
+    )
+    # running: 2 GPUs + 2 MIG; init peak: 4 MIG -> max per resource: 2 and 4
+    assert pod_gpus(pod, resources).count == 2 * 1 + 4 * 3
+    assert pod_gpus(pod, resources).unlisted == ()
+
+
+def test_unlisted_resources_under_a_prefix_are_reported_not_counted() -> None:
+    from shared.policy.gpus import pod_gpus
+
+    pod = _pod(
+        {"name": "a", "resources": {"limits": {MIG: "1", "amd.com/gpu": "1"}}},
+        init=({"name": "i", "resources": {"requests": {"gpu.intel.com/xe": "1"}}},),
+    )
+    found = pod_gpus(pod)
+    assert found.count == 0
+    assert found.readable
+    assert found.unlisted == ("amd.com/gpu", "gpu.intel.com/xe", MIG)
+
+
+def test_the_default_counts_exactly_as_before() -> None:
+    from shared.policy.gpus import pod_gpus
+
+    pod = _pod({"name": "a", "resources": {"limits": {vocab.GPU_RESOURCE: "2", "cpu": "1"}}})
+    assert pod_gpus(pod).count == 2
+    assert pod_gpus(pod).unlisted == ()
+
+
+def test_a_malformed_listed_quantity_is_unreadable() -> None:
+    from shared.policy.gpus import GpuResources, pod_gpus
+
+    resources = GpuResources(((vocab.GPU_RESOURCE, 1), (MIG, 1)))
+    found = pod_gpus(_pod({"name": "a", "resources": {"limits": {MIG: "0.5"}}}), resources)
+    assert not found.readable

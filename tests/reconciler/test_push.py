@@ -83,6 +83,13 @@ def test_scheme_word_is_case_insensitive() -> None:
     ("body", "raw", "says"),
     [
         pytest.param(None, b"{not json", "not JSON", id="not-json"),
+        pytest.param(None, b"[" * 100_000 + b"]" * 100_000, "nested deeper than", id="100000-deep"),
+        pytest.param(
+            None,
+            b'{"reservations": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+            "nested deeper than",
+            id="deep-inside-the-list",
+        ),
         pytest.param([row(1)], None, "reservations", id="bare-list"),
         pytest.param({"reservations": {"id": 1}}, None, "list", id="not-a-list"),
         pytest.param({"items": []}, None, "reservations", id="wrong-key"),

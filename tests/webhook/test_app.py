@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 
 from shared import vocab
 from shared.logs import fields_of
-from tests.policy.builders import PodBuilder, gpu_pod, reservation
+from tests.policy.builders import NOW, PodBuilder, gpu_pod, reservation
 from tests.webhook.helpers import review, wired
 from webhook.app import health_app, json_response, mutate_app
 from webhook.patch import apply
@@ -386,3 +386,81 @@ async def test_health_readiness_and_metrics() -> None:
         metrics = (await client.get("/metrics")).text
     assert "gpu_reservation_webhook_cache_age_seconds" in metrics
     assert "gpu_reservation_webhook_request_duration_seconds_bucket" in metrics
+
+
+async def test_readiness_waits_for_the_node_cache() -> None:
+    from shared.clock import ManualClock
+    from webhook.nodes import NodeCache
+
+    admission, store = await wired(reservation(1))
+    admission.nodes = NodeCache(store, ManualClock(NOW))  # type: ignore[arg-type]
+    app = health_app(admission, lambda: True)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://h") as client:
+        waiting = await client.get("/readyz")
+        assert waiting.status_code == 503
+        assert "node cache not synced" in waiting.text
+        await admission.nodes.watched.relist()
+        assert (await client.get("/readyz")).status_code == 200
+
+
+# --- reviews the webhook cannot read, and reviews it must read ------------------------
+
+
+MIB = 1024 * 1024
+
+
+def refused(admission: Any, reason: str) -> float:
+    value = admission.metrics.registry.get_sample_value(
+        "gpu_reservation_webhook_reviews_refused_total", {"reason": reason}
+    )
+    return value or 0.0
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        pytest.param(b"[" * 100_000 + b"]" * 100_000, "too_deep", id="100000-deep"),
+        pytest.param(
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":'
+            + b"[" * 5000
+            + b"]" * 5000
+            + b"}",
+            "too_deep",
+            id="deep-inside-the-review",
+        ),
+        pytest.param(b"not json", "not_json", id="not-json"),
+        pytest.param(b"[1]", "not_a_review", id="not-a-review"),
+        pytest.param(b"x" * (MIB + 1), "too_large", id="too-large"),
+    ],
+)
+async def test_a_review_not_read_is_400_logged_and_counted(
+    body: bytes, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from shared.logs import fields_of
+
+    admission, _ = await wired(reservation(1))
+    with caplog.at_level(logging.WARNING):
+        response = await post(mutate_app(admission, MIB), body)
+    assert response.status_code == 400
+    assert refused(admission, reason) == 1
+    lines = [fields_of(r) for r in caplog.records if r.getMessage() == "review.refused"]
+    assert lines
+    assert lines[-1]["reason"] == reason
+    assert lines[-1]["size"] == len(body)
+
+
+async def test_an_update_review_of_two_large_pods_is_read_under_the_default_limit() -> None:
+    """The API server's request limit (3 MiB) and object limit (1.5 MiB): an UPDATE
+    review carrying a 3 MiB pod and its 1.5 MiB old self is read and answered."""
+    from webhook.settings import MAX_BODY_BYTES
+
+    admission, _ = await wired(reservation(1))
+    old = gpu_pod(1).annotate("blob", "x" * (3 * 1024 * 1024 // 2)).build()
+    new = gpu_pod(1).annotate("blob", "y" * (3 * 1024 * 1024)).build()
+    new["spec"]["tolerations"] = [{"operator": "Exists"}]
+    body = json.dumps(review(new, operation="UPDATE", old=old)).encode()
+    assert len(body) > 4.5 * 1024 * 1024
+    response = await post(mutate_app(admission, MAX_BODY_BYTES), body)
+    assert response.status_code == 200
+    assert response.json()["response"]["allowed"] is False

@@ -135,13 +135,53 @@ def test_deny_policy_refuses_instead() -> None:
     assert vocab.RESERVATION_TAINT_KEY in verdict.message
 
 
-def test_a_non_gpu_pod_keeps_its_tolerations_but_loses_forged_annotations() -> None:
-    pod = PodBuilder().tolerate(operator="Exists").annotate(vocab.BOOKING_REFERENCE, "res-1")
+def test_a_non_gpu_pod_loses_reservation_tolerations_and_forged_annotations() -> None:
+    pod = (
+        PodBuilder()
+        .tolerate(operator="Exists")
+        .tolerate(key="dedicated", operator="Exists")
+        .reservation_toleration()
+        .annotate(vocab.BOOKING_REFERENCE, "res-1")
+    )
     verdict = create(pod)
     assert verdict.outcome is Outcome.PASS
     assert verdict.edited
-    assert verdict.edited["spec"]["tolerations"] == [{"operator": "Exists"}]
+    assert verdict.edited["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
     assert verdict.edited["metadata"]["annotations"] == {}
+    assert any("toleration removed" in w for w in verdict.warnings)
+
+
+def test_a_non_gpu_pod_declaring_the_toleration_is_denied_under_the_deny_policy() -> None:
+    verdict = create(PodBuilder().reservation_toleration(), toleration_policy=DENY)
+    assert verdict.outcome is Outcome.DENIED
+    assert vocab.RESERVATION_TAINT_KEY in verdict.message
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        pytest.param(PodBuilder().cls("h100"), id="labelled-no-request"),
+        pytest.param(PodBuilder().cls("h100").gpus("0"), id="labelled-zero"),
+        pytest.param(PodBuilder().cls("h100").gpus(0, "requests"), id="labelled-zero-int"),
+    ],
+)
+def test_a_pod_asking_for_no_gpu_is_never_admitted_even_by_a_booking_owner(
+    pod: PodBuilder,
+) -> None:
+    open_with_room = reservation(1)
+    full = reservation(2, gpus=2, holds=(1, 1))
+    for booking in (open_with_room, full):
+        verdict = create(pod, booking)
+        assert verdict.outcome is Outcome.NO_MATCH
+        assert not verdict.candidates
+        assert "asks for no GPU" in verdict.warnings[-1]
+
+
+def test_a_pod_asking_for_no_gpu_still_loses_a_declared_toleration() -> None:
+    verdict = create(PodBuilder().cls("h100").gpus("0").reservation_toleration(), reservation(1))
+    assert verdict.outcome is Outcome.NO_MATCH
+    assert verdict.edited is not None
+    assert verdict.edited["spec"].get("tolerations") == []
 
 
 def test_forged_controller_annotations_are_removed_and_the_pod_still_routed() -> None:
@@ -269,7 +309,10 @@ def test_ordinary_updates_pass() -> None:
         .annotate("a", "b")
     )
     assert update(new, old).outcome is Outcome.PASS
-    assert update(PodBuilder().tolerate(operator="Exists"), PodBuilder()).outcome is Outcome.PASS
+    other = PodBuilder().tolerate(key="dedicated", operator="Exists")
+    assert update(other, PodBuilder()).outcome is Outcome.PASS
+    relabelled = PodBuilder().cls("a100")
+    assert update(relabelled, PodBuilder().cls("h100")).outcome is Outcome.PASS  # not held
 
 
 def test_a_booking_declared_a_no_show_admits_no_new_pod_and_chains_nothing() -> None:
@@ -329,3 +372,147 @@ def test_deciding_and_stamping_a_random_pod_never_edits_it(
     if edited is not None:
         patched = apply(pod, diff(pod, edited))
         assert json.dumps(patched, sort_keys=True) == json.dumps(edited, sort_keys=True)
+
+
+# --- adding the toleration, changing the class of a held pod ------------------------
+
+
+@pytest.mark.parametrize(
+    "toleration",
+    [
+        pytest.param({"operator": "Exists"}, id="exists-no-key"),
+        pytest.param({"key": vocab.RESERVATION_TAINT_KEY, "operator": "Exists"}, id="our-key"),
+    ],
+)
+def test_adding_a_reservation_toleration_to_any_pod_is_denied(toleration: dict[str, Any]) -> None:
+    verdict = update(PodBuilder().tolerate(**toleration), PodBuilder())
+    assert verdict.outcome is Outcome.DENIED
+    assert vocab.RESERVATION_TAINT_KEY in verdict.message
+
+
+def _admitted_old() -> PodBuilder:
+    return gpu_pod().reservation_toleration().annotate(vocab.BOOKING_REFERENCE, "res-1")
+
+
+@pytest.mark.parametrize(
+    ("new_class", "held"),
+    [
+        pytest.param("a100", "admitted", id="changed"),
+        pytest.param(None, "admitted", id="removed"),
+    ],
+)
+def test_the_class_label_of_an_admitted_pod_cannot_change(new_class: str | None, held: str) -> None:
+    new = _admitted_old()
+    del new.obj["metadata"]["labels"][vocab.GPU_CLASS_LABEL]
+    if new_class is not None:
+        new.cls(new_class)
+    verdict = update(new, _admitted_old())
+    assert verdict.outcome is Outcome.DENIED
+    assert vocab.GPU_CLASS_LABEL in verdict.message
+    assert held in verdict.message
+
+
+def test_the_class_label_of_a_queued_pod_cannot_change_even_with_the_gate_removed() -> None:
+    old = gpu_pod().gate(GATE)
+    new = gpu_pod(cls="a100")
+    verdict = update(new, old, gate_name=GATE)
+    assert verdict.outcome is Outcome.DENIED
+    assert "queued" in verdict.message
+    assert update(gpu_pod().gate(GATE), old, gate_name=GATE).outcome is Outcome.PASS
+
+
+def test_the_group_label_is_held_only_when_groups_are_required() -> None:
+    from shared.policy.matching import MatchRules
+
+    old = _admitted_old().label("team", "ml")
+    new = _admitted_old().label("team", "vision")
+    assert update(new, old).outcome is Outcome.PASS
+    grouped = update(new, old, rules=MatchRules(required_group_label="team"))
+    assert grouped.outcome is Outcome.DENIED
+    assert "team" in grouped.message
+
+
+def test_the_controller_may_change_the_class_label() -> None:
+    new = _admitted_old()
+    new.cls("a100")
+    assert update(new, _admitted_old(), user=CONTROLLER_SA).outcome is Outcome.PASS
+
+
+# --- other GPU resources ------------------------------------------------------------
+
+
+def _with(resources: dict[str, str], labelled: bool = True) -> PodBuilder:
+    pod = PodBuilder().cls("h100") if labelled else PodBuilder()
+    pod.obj["spec"]["containers"][0]["resources"] = {"limits": resources}
+    return pod
+
+
+def test_an_unlisted_gpu_resource_is_denied_naming_it_and_the_setting() -> None:
+    for labelled in (True, False):
+        verdict = create(_with({"nvidia.com/mig-1g.10gb": "1"}, labelled), reservation(1))
+        assert verdict.outcome is Outcome.DENIED
+        assert "nvidia.com/mig-1g.10gb" in verdict.message
+        assert "GPU_RESOURCE_WEIGHTS" in verdict.message
+
+
+def test_a_listed_resource_is_charged_by_its_weight() -> None:
+    from shared.policy.gpus import GpuResources
+    from shared.policy.matching import MatchRules
+
+    weights = ((vocab.GPU_RESOURCE, 1), ("nvidia.com/mig-1g.10gb", 2))
+    rules = MatchRules(gpu_resources=GpuResources(weights))
+    pod = _with({"nvidia.com/mig-1g.10gb": "2", vocab.GPU_RESOURCE: "1"})
+    verdict = create(pod, reservation(1, gpus=8), rules=rules)
+    assert verdict.outcome is Outcome.ADMIT
+    assert verdict.gpus == 5
+
+
+def test_a_resource_outside_every_prefix_is_not_a_gpu() -> None:
+    verdict = create(_with({"example.com/fpga": "1"}, labelled=False))
+    assert verdict.outcome is Outcome.PASS
+
+
+# --- pods pinned to a node ----------------------------------------------------------
+
+
+def pinned(node: str = "a100-r1", classes: frozenset[str] = frozenset({"h100"})) -> Any:
+    from webhook.decide import Pin
+
+    return Pin(node, classes)
+
+
+def create_pinned(pod: PodBuilder, *res: GPUReservation, pin: Any = None) -> Any:
+    context = Context(policy(), NOW, pinned=pin if pin is not None else pinned())
+    return decide_create(pod.on("a100-r1").build(), "alice", res, context)
+
+
+def test_a_pod_pinned_to_a_reserved_node_without_admission_is_denied() -> None:
+    for pod in (PodBuilder(), gpu_pod(8), gpu_pod(1).gpus("0")):
+        verdict = create_pinned(pod)
+        assert verdict.outcome is Outcome.DENIED
+        assert "may not be pinned to reserved node a100-r1" in verdict.message
+        assert "without nodeName" in verdict.message
+
+
+def test_a_pinned_pod_under_a_full_or_future_booking_is_denied_not_queued() -> None:
+    full = reservation(1, gpus=2, holds=(1, 1))
+    later = reservation(2, start=NOW + HOUR, end=NOW + 2 * HOUR)
+    for booking in (full, later):
+        assert create_pinned(gpu_pod(1), booking).outcome is Outcome.DENIED
+
+
+def test_a_pinned_pod_admitted_now_under_a_booking_of_the_nodes_class_is_admitted() -> None:
+    verdict = create_pinned(gpu_pod(1), reservation(1))
+    assert verdict.outcome is Outcome.ADMIT
+    assert [c.reservation.name for c in verdict.candidates] == ["res-1"]
+
+
+def test_a_pinned_pod_of_another_class_is_denied() -> None:
+    verdict = create_pinned(gpu_pod(1), reservation(1), pin=pinned(classes=frozenset({"a100"})))
+    assert verdict.outcome is Outcome.DENIED
+
+
+def test_an_unpinned_pod_on_an_ordinary_node_is_routed_as_usual() -> None:
+    pod = gpu_pod(1).on("cpu-1")
+    verdict = decide_create(pod.build(), "alice", [reservation(1)], ctx())
+    assert verdict.outcome is Outcome.ADMIT

@@ -241,3 +241,84 @@ async def test_one_canonical_line_per_request_with_its_fields(
         },
     ]
     assert all(isinstance(d, float) and d >= 0 for d in durations)
+
+
+# --- pods pinned to a reserved node (spec.nodeName) ----------------------------------
+
+
+def _node(name: str, *classes: str) -> dict[str, Any]:
+    taints = [
+        {"key": vocab.RESERVATION_TAINT_KEY, "value": c, "effect": vocab.TAINT_EFFECT_NO_SCHEDULE}
+        for c in classes
+    ]
+    return {"metadata": {"name": name}, "spec": {"taints": taints}}
+
+
+async def _with_nodes(admission: Any, store: Any, *nodes: dict[str, Any]) -> Any:
+    from shared.clock import ManualClock
+    from shared.resources import NODES
+    from webhook.nodes import NodeCache
+
+    for node in nodes:
+        store.add(NODES, node)
+    admission.nodes = NodeCache(store, ManualClock(NOW))
+    await admission.nodes.watched.relist()
+    return admission
+
+
+async def test_a_pod_pinned_to_a_reserved_node_without_a_booking_is_denied() -> None:
+    admission, store = await wired()
+    await _with_nodes(admission, store, _node("a100-r1", "h100"), {"metadata": {"name": "cpu-1"}})
+    carol = gpu_pod(8, namespace="carol").on("a100-r1").build()
+    doc = await call(admission, review(carol))
+    assert doc["response"]["allowed"] is False
+    assert doc["response"]["status"]["code"] == 403
+    assert "may not be pinned to reserved node a100-r1" in doc["response"]["status"]["message"]
+    plain = gpu_pod(1, namespace="carol").on("cpu-1").build()
+    assert (await call(admission, review(plain)))["response"]["allowed"] is True
+    unknown = gpu_pod(1, namespace="carol").on("new-node").build()
+    assert (await call(admission, review(unknown)))["response"]["allowed"] is True
+
+
+async def test_a_pinned_pod_is_admitted_under_an_open_booking_of_the_nodes_class() -> None:
+    admission, store = await wired(reservation(1, gpus=2))
+    await _with_nodes(admission, store, _node("a100-r1", "h100"))
+    pod = gpu_pod(1).on("a100-r1").build()
+    doc = await call(admission, review(pod))
+    assert patched(pod, doc)["metadata"]["annotations"][vocab.BOOKING_REFERENCE] == "res-1"
+    assert [h.pod for h in store.reservation("res-1").holds] == ["p"]
+
+
+async def test_a_pinned_pod_whose_booking_is_full_is_denied_and_claims_nothing() -> None:
+    admission, store = await wired(reservation(1, gpus=1, holds=(1,)))
+    await _with_nodes(admission, store, _node("a100-r1", "h100"))
+    doc = await call(admission, review(gpu_pod(1).on("a100-r1").build()))
+    assert doc["response"]["allowed"] is False
+    assert store.writes == 0
+
+
+async def test_a_pinned_pod_is_denied_when_the_ledger_fails() -> None:
+    admission, store = await wired(reservation(1))
+    await _with_nodes(admission, store, _node("a100-r1", "h100"))
+    store.fail_next = [server_error()]
+    doc = await call(admission, review(gpu_pod(1).on("a100-r1").build()))
+    assert doc["response"]["allowed"] is False
+
+
+async def test_a_pinned_pod_is_denied_while_the_reservations_are_not_loaded() -> None:
+    admission, store = await wired(reservation(1), synced=False)
+    await _with_nodes(admission, store, _node("a100-r1", "h100"))
+    doc = await call(admission, review(gpu_pod(1).on("a100-r1").build()))
+    assert doc["response"]["allowed"] is False
+
+
+def test_reservation_classes_of_malformed_nodes_read_as_absent() -> None:
+    from webhook.nodes import reservation_classes
+
+    assert reservation_classes({}) is None
+    assert reservation_classes({"spec": []}) is None
+    assert reservation_classes({"spec": {"taints": "x"}}) is None
+    assert reservation_classes({"spec": {"taints": [1, {"key": "other"}]}}) is None
+    odd = {"spec": {"taints": [{"key": vocab.RESERVATION_TAINT_KEY, "value": 3}]}}
+    assert reservation_classes(odd) == frozenset({""})
+    assert reservation_classes(_node("n", "h100", "a100")) == frozenset({"h100", "a100"})

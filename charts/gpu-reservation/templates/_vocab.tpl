@@ -11,4 +11,5 @@ compares them, so a rename there fails the chart tests until it is made here too
 {{- define "gpu-reservation.vocab.GPU_RESOURCE" -}}nvidia.com/gpu{{- end }}
 {{- define "gpu-reservation.vocab.RESERVATION_TAINT_KEY" -}}gpu-class-reservation{{- end }}
 {{- define "gpu-reservation.vocab.TAINT_EFFECT_NO_SCHEDULE" -}}NoSchedule{{- end }}
+{{- define "gpu-reservation.vocab.ANNOTATION_PREFIX" -}}galends/{{- end }}
 {{- define "gpu-reservation.vocab.NAMESPACE_NAME_LABEL" -}}kubernetes.io/metadata.name{{- end }}
