@@ -529,6 +529,7 @@ SETTINGS: list[tuple[str, str, str, Any, str]] = [
     ("webhook.tolerationPolicy", "webhook", "RESERVATION_TOLERATION_POLICY", "deny", "deny"),
     ("reconciler.httpPort", "reconciler", "HTTP_PORT", 9000, "9000"),
     ("reconciler.ledgerClaimTtlSeconds", "reconciler", "LEDGER_CLAIM_TTL_SECONDS", 60, "60"),
+    ("reconciler.ledgerUnseenHoldSeconds", "reconciler", "LEDGER_UNSEEN_HOLD_SECONDS", 5, "5"),
     (
         "reconciler.leaderElection.leaseSeconds",
         "reconciler",
