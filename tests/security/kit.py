@@ -31,6 +31,7 @@ from shared import model, vocab
 from shared.clock import Clock
 from shared.errors import NotFound
 from shared.resources import GPU_RESERVATIONS, PODS
+from tests.policy.builders import PodBuilder
 from tests.reconciler.test_integration import World, world
 from tests.security.users import user_kubeconfig
 
@@ -243,25 +244,24 @@ def pod(
     node: str | None = None,
     node_selector: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A pod manifest as a user writes it (namespace from ``kubectl -n``); it runs for
-    an hour in the emulated kubelet."""
-    meta: dict[str, Any] = {
-        "name": name,
-        "annotations": {vocab.SANDBOX_RUN_SECONDS: "3600", **(annotations or {})},
-    }
+    """A pod manifest as a user writes it (``PodBuilder``; the namespace comes from
+    ``kubectl -n``); it runs for an hour in the emulated kubelet."""
+    built = PodBuilder(name).notes({vocab.SANDBOX_RUN_SECONDS: "3600", **(annotations or {})})
     if gpu_class is not None:
-        meta["labels"] = {vocab.GPU_CLASS_LABEL: gpu_class}
-    container: dict[str, Any] = {"name": "c", "image": "busybox"}
+        built.cls(gpu_class)
+    for toleration in tolerations or []:
+        built.tolerate(**toleration)
+    body = built.build()
+    body["metadata"].pop("namespace")
+    spec = body["spec"]
+    spec["terminationGracePeriodSeconds"] = 0
     if limits is not None:
-        container["resources"] = {"limits": dict(limits)}
-    spec: dict[str, Any] = {"terminationGracePeriodSeconds": 0, "containers": [container]}
-    if tolerations:
-        spec["tolerations"] = list(tolerations)
+        spec["containers"][0]["resources"] = {"limits": dict(limits)}
     if node is not None:
-        spec["nodeName"] = node
+        spec["nodeName"] = node  # as written: not ``PodBuilder.on``, which adds a status
     if node_selector is not None:
         spec["nodeSelector"] = dict(node_selector)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    return body
 
 
 def gpus(count: int | str) -> dict[str, str]:
