@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +21,9 @@ import httpx
 import pytest
 
 from shared import model, vocab
+from shared.policy.tolerations import granted_toleration
 from shared.resources import GPU_RESERVATIONS, PODS
+from tests.policy.builders import PodBuilder
 from tests.reconciler.test_integration import kubectl_sandbox_marks
 from tests.security.kit import (
     Stage,
@@ -45,6 +48,8 @@ BIG_POD_BYTES = 1_677_722
 #: etcd's default object limit, which a real API server enforces on what it stores.
 STORED_LIMIT_BYTES = 1_572_864
 DEEP = 100_000
+#: Pairs of an admitted pod and a copy of its claim (issue 25: 2 to 4 in 10 got through).
+COPY_TRIALS = 2
 
 
 @pytest.fixture(scope="module")
@@ -286,48 +291,81 @@ def test_case_6_the_gpu_class_of_an_admitted_pod_cannot_be_changed(stage: Stage)
     assert not breaches, "; ".join(breaches)
 
 
-def test_case_8_a_copied_claim_keeps_exactly_one_pod(stage: Stage) -> None:
-    """Case 8: with the webhook up, bob creates a 2-GPU a100 pod under his 2-GPU booking
-    and, right after (his own client, milliseconds later), a second pod carrying a copy
-    of the first's booking annotations. Exactly one of the two survives, and the ledger
-    is never over budget."""
+def test_case_8_a_copied_claim_admits_one_pod(stage: Stage) -> None:
+    """Case 8: with the webhook up, bob creates a 1-GPU a100 pod under his booking with
+    ``generateName`` (as a Job's pods are made) and, right after (his own client, no
+    kubectl start-up in between), a second ``generateName`` pod carrying the first's
+    booking reference and claim and the toleration it was granted — two such pairs,
+    while the reconciler is paused (so no hold is bound to its pod yet). A copy may be
+    queued, refused, or admitted and then evicted; once the reconciler runs, no claim is
+    carried by two live admitted pods, and neither the ledger nor the live admitted
+    pods ever go over the booking's budget."""
 
     async def scenario() -> None:
-        rid = await stage.book("bob", 2, "a100")
+        rid = await stage.book("bob", 2 * COPY_TRIALS, "a100")  # room for a copy each
+        ref = model.reference(rid)
         try:
-            async with stage.client("bob") as http:
-                path = "/api/v1/namespaces/bob/pods"
-                first = await http.post(path, json=pod("orig", gpu_class="a100", limits=gpus(2)))
-                assert first.status_code == 201, first.text
-                copied = {
-                    k: v
-                    for k, v in notes(first.json()).items()
-                    if k.startswith(vocab.ANNOTATION_PREFIX)
-                }
-                body = pod("copy", gpu_class="a100", limits=gpus(2), annotations=copied)
-                second = await http.post(path, json=body)
-            assert vocab.ADMISSION_CLAIM in copied, first.json()
-            print(f"the copy's create: {second.status_code}")
-            over: list[int] = []
+            # The reconciler binds a hold to its pod within tens of milliseconds; the
+            # copy must come before that (2 to 4 in 10 made it in the issue). Paused,
+            # as during a leader handover or a restart, it binds none: every copy
+            # comes in time.
+            stage.reconciler.signal(signal.SIGSTOP)
+            try:
+                async with stage.client("bob") as http:
+                    for i in range(COPY_TRIALS):
+                        await copy_pair(http, i)
+            finally:
+                stage.reconciler.signal(signal.SIGCONT)
+            over: list[str] = []
 
-            async def one_left() -> bool:
+            async def settled() -> bool:
+                listed = (await stage.world.gateway.list_all(PODS, "bob")).items
+                mine = [
+                    p
+                    for p in listed
+                    if not p["metadata"].get("deletionTimestamp")
+                    and notes(p).get(vocab.BOOKING_REFERENCE) == ref
+                ]
                 res = await stage.reservation(rid)
-                if res is not None and res.used_gpus > res.facts.gpu_count:
-                    over.append(res.used_gpus)
-                alive = [n for n in ("orig", "copy") if not await stage.gone("bob", n)]
-                return len(alive) == 1
+                assert res is not None
+                if res.used_gpus > res.facts.gpu_count:
+                    over.append(f"ledger {res.used_gpus}")
+                if len(mine) > res.facts.gpu_count:  # one GPU each
+                    over.append(f"{len(mine)} live admitted pods")
+                claims = [notes(p).get(vocab.ADMISSION_CLAIM) for p in mine]
+                return len(claims) == len(set(claims))
 
-            await waits(one_left, 2)
+            first = await settled()
+            print(f"right after the creates, every claim on one live pod: {first}")
+            await waits(settled, 2)
             began = time.monotonic()
             while time.monotonic() - began < 3:  # and it stays so
-                assert await one_left(), "both pods live again"
+                assert await settled(), "a claim is carried by two live pods again"
                 await asyncio.sleep(0.2)
-            assert over == [], f"ledger over budget: {over} of 2"
+            assert over == [], f"over the budget of {2 * COPY_TRIALS}: {sorted(set(over))}"
         finally:
             await stage.cancel(rid)
             await stage.clear("bob")
 
     stage.run(scenario())
+
+
+async def copy_pair(http: httpx.AsyncClient, i: int) -> None:
+    """A ``generateName`` pod, then at once a second one carrying its reference, claim
+    and granted toleration."""
+    path = "/api/v1/namespaces/bob/pods"
+    made = PodBuilder(namespace="bob").generate_name(f"orig-{i}-").cls("a100").gpus("1")
+    made.annotate(vocab.SANDBOX_RUN_SECONDS, "3600")
+    first = await http.post(path, json=made.build())
+    assert first.status_code == 201, first.text
+    found = notes(first.json())
+    assert vocab.ADMISSION_CLAIM in found, found
+    copy = PodBuilder(namespace="bob").generate_name(f"copy-{i}-").cls("a100").gpus("1")
+    copy.annotate(vocab.SANDBOX_RUN_SECONDS, "3600")
+    copy.notes({k: found[k] for k in (vocab.BOOKING_REFERENCE, vocab.ADMISSION_CLAIM)})
+    copy.tolerate(**granted_toleration("a100"))
+    second = await http.post(path, json=copy.build())
+    print(f"copy-{i}: {second.status_code}")
 
 
 def test_case_9_forged_keys_on_a_no_gpu_pod_and_deep_bodies(stage: Stage) -> None:
