@@ -237,7 +237,7 @@ def test_case_5_no_gpu_and_mig_pods_are_not_admitted(stage: Stage) -> None:
             assert done.code == 0, done.err
             assert admitted(await stage.pod("alice", "fill"))
             for made in (
-                pod("none", gpu_class="h100"),
+                pod("no-request", gpu_class="h100"),
                 pod("zero", gpu_class="h100", limits=gpus(0)),
             ):
                 name = made["metadata"]["name"]
