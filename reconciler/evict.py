@@ -66,15 +66,28 @@ class Eviction:
 
 
 def eviction_reason(pod: PodView, res: GPUReservation, now: datetime) -> str | None:
-    """R27/R28 for one admitted pod under ``res``; None when it stays."""
+    """R27/R28 for one admitted pod under ``res``; None when it stays.
+
+    Only a pod ``res``'s ledger holds (a hold bound to its uid, or one of its claim) ran
+    under the booking: any other pod naming it never did, and is the backstop's
+    (``UnadmittedToleration``) — told nothing of a booking that is not its own."""
     facts = res.facts
     if pod.finished or pod.deleting or not facts.start <= now < facts.end:
+        return None
+    if not held_by(pod, res):
         return None
     if facts.state is State.CANCELLED:
         return vocab.REASON_RESERVATION_CANCELLED
     if pod.namespace != facts.owner:
         return vocab.REASON_RESERVATION_REASSIGNED
     return None
+
+
+def held_by(pod: PodView, res: GPUReservation) -> bool:
+    """``res``'s ledger holds ``pod``: a hold bound to its uid, or — for a pod of the
+    booking's owner, whose hold upkeep binds by claim — one of its claim."""
+    mine = pod.namespace == res.facts.owner and pod.claim is not None
+    return any(h.pod_uid == pod.uid or (mine and h.claim == pod.claim) for h in res.holds)
 
 
 def evictions(

@@ -266,8 +266,10 @@ def expected(
             continue
         f = res.facts
         in_window = f.start <= NOW < f.end
-        if in_window and (f.state is model.State.CANCELLED or p.namespace != f.owner):
-            continue  # the evictor's
+        mine = p.namespace == f.owner and p.claim is not None
+        ran_under = any(h.pod_uid == p.uid or (mine and h.claim == p.claim) for h in res.holds)
+        if in_window and ran_under and (f.state is model.State.CANCELLED or p.namespace != f.owner):
+            continue  # the evictor's: it ran under the booking
         if p.namespace != f.owner:
             out[p.key] = Breach.NOT_OWNER
         elif (f.gpu_class not in place) if place else any(c != f.gpu_class for c in tolerated):

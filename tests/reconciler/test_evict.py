@@ -88,8 +88,8 @@ def test_cancelled_before_or_after_the_window_evicts_nothing() -> None:
 def test_an_owner_change_mid_window_evicts_the_previous_owners_pods() -> None:
     w = World(NOW)
     w.book(facts(1, owner="bob"))
-    w.add_pod(raw_pod("old", "res-1", ns="alice"))
-    w.add_pod(raw_pod("new", "res-1", ns="bob"))
+    w.add_pod(raw_pod("old", "res-1", ns="alice"), hold_on="res-1")  # ran under it
+    w.add_pod(raw_pod("new", "res-1", ns="bob"), hold_on="res-1")
     assert run(w.evictor.once()) == 1
     assert not w.exists("old")
     assert w.exists("new", "bob")
@@ -102,7 +102,7 @@ def test_a_reassigned_pod_is_never_adopted_and_a_name_reused_is_never_hit() -> N
     w = World(NOW)
     w.book(facts(1, owner="bob"))
     w.book(facts(2))  # alice's other open booking: reassignment does not re-link
-    w.add_pod(raw_pod("old", "res-1"))
+    w.add_pod(raw_pod("old", "res-1"), hold_on="res-1")
     views = w.pods()
     w.kube.objects[("pods", "alice", "old")]["metadata"]["uid"] = "uid-reborn"
     ev = evictions(views.values(), w.reservations(), NOW)[0]
@@ -167,3 +167,15 @@ def test_a_burst_of_pod_events_costs_one_pass() -> None:
         await asyncio.gather(task, return_exceptions=True)
 
     run(scenario())
+
+
+def test_a_pod_that_never_ran_under_a_booking_is_not_told_it_was_reassigned() -> None:
+    """Issue 27, case 3: dave's pod naming alice's open booking (no hold of its own in
+    its ledger) is not the evictor's — it is not told "reassigned", nor the booking's
+    window; the backstop evicts it as unadmitted."""
+    w = World(NOW)
+    w.book(facts(1))  # alice's
+    w.add_pod(raw_pod("forged2", "res-1", ns="dave"))
+    assert evictions(w.pods().values(), w.reservations(), NOW) == []
+    assert run(w.evictor.once()) == 0
+    assert w.emit.sent == []

@@ -8,6 +8,8 @@ reconciler seeing the pod) and fails only after the suite's patience.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from tests.security.kit import (
     Stage,
     class_toleration,
     gpus,
+    kubectl,
     pod,
     reservation_toleration,
     survivors,
@@ -181,3 +184,48 @@ async def where(stage: Stage, key: str) -> str | None:
     ns, name = key.split("/")
     got = await stage.pod(ns, name)
     return None if got is None else got["spec"].get("nodeName")
+
+
+def test_a_pod_naming_another_users_booking_is_unadmitted_and_learns_nothing(
+    stage: Stage,
+) -> None:
+    """Issue 27, case 3, webhook down: dave's pod names alice's open booking in
+    ``galends/booking-reference`` and tolerates its reservation taint. It never ran
+    under that booking, so it is evicted as unadmitted (``UnadmittedToleration``), not
+    told the booking "was reassigned", and no Event shows dave alice's booking times."""
+
+    async def scenario() -> None:
+        alice = await stage.book("alice", 1, "a100")
+        facts = (await stage.reservation(alice)).facts  # type: ignore[union-attr]
+        forged = pod(
+            "forged2",
+            gpu_class="a100",
+            limits=gpus(1),
+            tolerations=[reservation_toleration("a100"), class_toleration("a100")],
+            annotations={vocab.BOOKING_REFERENCE: model.reference(alice)},
+        )
+        try:
+            async with WebhookDown(stage):
+                done = await stage.create("dave", forged)
+                assert done.code == 0, done.err
+            await waits(lambda: stage.gone("dave", "forged2"), 2)
+            told = await events_of(stage, "dave", "forged2")
+            reasons = [e["reason"] for e in told]
+            assert vocab.REASON_UNADMITTED_TOLERATION in reasons, reasons
+            assert vocab.REASON_RESERVATION_REASSIGNED not in reasons, reasons
+            for event in told:
+                for instant in (facts.start, facts.end):
+                    assert instant.strftime("%H:%M") not in event["message"], event["message"]
+                assert "alice" not in event["message"], event["message"]
+        finally:
+            await stage.cancel(alice)
+            await stage.clear("dave")
+
+    stage.run(scenario())
+
+
+async def events_of(stage: Stage, ns: str, name: str) -> list[dict[str, Any]]:
+    """The Events about pod ``name``, as ``kubectl get events`` lists them."""
+    done = await asyncio.to_thread(kubectl, stage.admin, "get", "events", "-n", ns, "-o", "json")
+    items: list[dict[str, Any]] = json.loads(done.out)["items"] if done.out else []
+    return [e for e in items if e["involvedObject"].get("name") == name]
