@@ -35,6 +35,8 @@ from shared.policy import MAP
 #: Decimal and binary suffixes of a Kubernetes quantity, as powers.
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
     "m": Decimal("0.001"),
     "k": Decimal(10) ** 3,
     "M": Decimal(10) ** 6,
@@ -50,7 +52,7 @@ _SUFFIXES: dict[str, Decimal] = {
     "Ei": Decimal(2) ** 60,
 }
 _QUANTITY = re.compile(
-    r"^(?P<num>[+-]?(\d+\.?\d*|\.\d+))(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[mkMGTPE])|[eE](?P<exp>[+-]?\d{1,3}))?$"
+    r"^(?P<num>[+-]?(\d+\.?\d*|\.\d+))(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?\d{1,3}))?$"
 )
 #: A GPU count beyond this is not a real request (and keeps arithmetic small).
 MAX_GPUS = 1_000_000

@@ -22,6 +22,8 @@ G = vocab.GPU_RESOURCE
         pytest.param("2", 2, id="a plain string"),
         pytest.param("0", 0, id="zero"),
         pytest.param("2000m", 2, id="milli units that add up to whole GPUs"),
+        pytest.param("1000000000n", 1, id="nano units the API server accepts as one GPU"),
+        pytest.param("3000000u", 3, id="micro units"),
         pytest.param("1k", 1000, id="a decimal suffix"),
         pytest.param("2e0", 2, id="an exponent"),
         pytest.param(" 3 ", 3, id="surrounding blanks"),
@@ -41,6 +43,7 @@ def test_quantities_that_are_whole_gpu_counts(value: Any, expected: int) -> None
     [
         pytest.param("1.5", id="a fraction"),
         pytest.param("500m", id="half a GPU in milli units"),
+        pytest.param("1n", id="a nano unit"),
         pytest.param("-1", id="a negative count"),
         pytest.param("two", id="a word"),
         pytest.param("", id="an empty string"),

@@ -35,7 +35,7 @@ pytest.importorskip("sandbox.kube.component")
 pytestmark = kubectl_sandbox_marks(240)
 HOST = "kubernetes.io/hostname"
 #: One GPU, written in nano-units: a quantity the API server accepts (``n`` is a
-#: decimal SI suffix, and the value is whole) that a narrower parser cannot read.
+#: decimal SI suffix, and the value is whole); the webhook and the reconciler read it as 1.
 ODD = "1000000000n"
 
 
