@@ -159,6 +159,11 @@ class PodUse:
     created_at: datetime | None = None
     resource_version: str = ""
 
+    def __post_init__(self) -> None:
+        # ``claim`` is the ledger's key of the pod's claim id, as holds keep it.
+        if self.claim is not None and not self.claim.startswith(model.CLAIM_KEY_PREFIX):
+            object.__setattr__(self, "claim", model.claim_key(self.claim))
+
 
 def persisted(pod: PodUse) -> tuple[bool, datetime, bool, int, str]:
     """The sort key of "persisted first": creation time (one-second resolution), then
@@ -392,7 +397,8 @@ def decide_group(
     Each ask is judged by ``verdict`` against the ledger holding the asks admitted
     before it, so the group never holds more than the budget — exactly as the same asks
     made one after another would. Returns the ledger with the new holds, each ask's
-    reason, and the new holds (ask ``i`` gets claim id ``claim_ids[i]``), each made at
+    reason, and the new holds (ask ``i``'s hold keeps ``model.claim_key(claim_ids[i])``:
+    the claim id itself goes only onto the pod), each made at
     its ask's instant as stored (``model.stored_instant``: the ledger a write leaves is
     the one its answer would show). ``token``: the ledger token the write sets, given
     to the ledger returned when it holds new holds (one copy of the ledger, not two).
@@ -405,7 +411,8 @@ def decide_group(
         reasons.append(reason)
         if reason == "admitted":
             at = model.stored_instant(ask.now)
-            new.append(Hold(claim_id, ask.gpus, at, pod=ask.pod, announced=ask.announced))
+            key = model.claim_key(claim_id)
+            new.append(Hold(key, ask.gpus, at, pod=ask.pod, announced=ask.announced))
             taken += ask.gpus
     if new:
         changed: dict[str, Any] = {"holds": (*res.holds, *new)}
@@ -481,9 +488,10 @@ async def claim(
     except _Stop as stop:
         _log_stop("ledger.claim_failed", name, stop.reason, 0)
         return ClaimResult(False, None, None, stop.reason, 0)
-    updated, reasons, new = decide_group(last, [ask], new_claim_ids(1))
+    claim_ids = new_claim_ids(1)
+    updated, reasons, new = decide_group(last, [ask], claim_ids)
     if new:
-        return ClaimResult(True, new[0].claim, updated, "admitted", 0)
+        return ClaimResult(True, claim_ids[0], updated, "admitted", 0)
     return ClaimResult(False, None, last, reasons[0], 0)
 
 
