@@ -471,7 +471,13 @@ class Admitter:
             if landed is None:
                 # The answer was lost and the patch may still land: keep the hold; upkeep
                 # binds it if it does, and expires it after the claim TTL if not.
-                log(_log, logging.WARNING, "queue.patch_unknown", pod=pod.key, claim=claim)
+                log(
+                    _log,
+                    logging.WARNING,
+                    "queue.patch_unknown",
+                    pod=pod.key,
+                    claim=claim_key(claim),
+                )
                 return Failed.UNKNOWN
             if not landed:
                 await ledger.amend(

@@ -20,7 +20,7 @@ Because every write that could take room is conditional on what its decision rea
 the sum of the holds never exceeds the budget, however many writers race.
 
 Terms:
-- *hold*: one entry of ``status.holds`` (``shared.model.Hold``): a claim id, GPUs, when
+- *hold*: one entry of ``status.holds`` (``shared.model.Hold``): a claim key, GPUs, when
   it was made, and the pod once known (*bound* once the pod's uid is recorded).
 - *used*: the sum of every hold's GPUs.
 
@@ -105,25 +105,27 @@ def add_hold(res: GPUReservation, hold: Hold) -> GPUReservation:
 
 
 def drop(res: GPUReservation, claims: Collection[str]) -> GPUReservation:
-    """``res`` without the holds whose claim id is in ``claims``."""
-    return replace(res, holds=tuple(h for h in res.holds if h.claim not in claims))
+    """``res`` without the holds of ``claims`` (claim ids or their keys)."""
+    keys = {model.as_claim_key(c) for c in claims}
+    return replace(res, holds=tuple(h for h in res.holds if h.claim not in keys))
 
 
 def bind(res: GPUReservation, claim_id: str, pod: str, pod_uid: str) -> GPUReservation:
-    """``res`` with the hold ``claim_id`` tied to the pod (name and uid)."""
-    holds = tuple(
-        replace(h, pod=pod, pod_uid=pod_uid) if h.claim == claim_id else h for h in res.holds
-    )
+    """``res`` with the hold of ``claim_id`` (a claim id or its key) tied to the pod
+    (name and uid)."""
+    key = model.as_claim_key(claim_id)
+    holds = tuple(replace(h, pod=pod, pod_uid=pod_uid) if h.claim == key else h for h in res.holds)
     return replace(res, holds=holds)
 
 
 def announce_all(res: GPUReservation, pods: Mapping[str, tuple[str, str]]) -> GPUReservation:
     """``res`` with each hold whose claim id is in ``pods`` (claim → pod name, uid) tied
     to that pod and marked announced (the ``RuntimeGuaranteed`` Event was sent), for
-    many claims in one walk over the holds."""
+    many claims in one walk over the holds. Claims are claim ids or their keys."""
+    by_key = {model.as_claim_key(c): pod for c, pod in pods.items()}
     holds = tuple(
-        replace(h, pod=pods[h.claim][0], pod_uid=pods[h.claim][1], announced=True)
-        if h.claim in pods
+        replace(h, pod=by_key[h.claim][0], pod_uid=by_key[h.claim][1], announced=True)
+        if h.claim in by_key
         else h
         for h in res.holds
     )
@@ -131,7 +133,7 @@ def announce_all(res: GPUReservation, pods: Mapping[str, tuple[str, str]]) -> GP
 
 
 def stale_claims(res: GPUReservation, now: datetime, ttl_s: float) -> list[str]:
-    """Claim ids of unbound holds made more than ``ttl_s`` seconds before ``now``."""
+    """Claim keys of unbound holds made more than ``ttl_s`` seconds before ``now``."""
     cutoff = now - timedelta(seconds=ttl_s)
     return [h.claim for h in res.holds if not h.bound and h.at < cutoff]
 
@@ -161,8 +163,8 @@ class PodUse:
 
     def __post_init__(self) -> None:
         # ``claim`` is the ledger's key of the pod's claim id, as holds keep it.
-        if self.claim is not None and not self.claim.startswith(model.CLAIM_KEY_PREFIX):
-            object.__setattr__(self, "claim", model.claim_key(self.claim))
+        if self.claim is not None:
+            object.__setattr__(self, "claim", model.as_claim_key(self.claim))
 
 
 def persisted(pod: PodUse) -> tuple[bool, datetime, bool, int, str]:
@@ -257,7 +259,7 @@ def rebuild(
     room = res.facts.gpu_count - sum(h.gpus for h in (*pending, *kept))
     if open_for_claims(res.facts, now):
         for pod in orphans:
-            claim_id = pod.claim or f"pod-{pod.uid}"
+            claim_id = pod.claim or model.claim_key(f"pod-{pod.uid}")
             if pod.namespace not in (None, owner) or pod.gpus <= 0 or claim_id in taken:
                 continue
             if pod.gpus > room:

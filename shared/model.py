@@ -108,8 +108,7 @@ class Hold:
         # ``claim`` is always a key (``claim_key``): a claim id given here — one a
         # ledger written before holds kept keys holds — is turned into its key, so its
         # pod still matches it.
-        if not self.claim.startswith(CLAIM_KEY_PREFIX):
-            object.__setattr__(self, "claim", claim_key(self.claim))
+        object.__setattr__(self, "claim", as_claim_key(self.claim))
 
     @property
     def bound(self) -> bool:
@@ -225,6 +224,14 @@ def claim_key(claim: str) -> str:
     so copying a key from the ledger matches nothing."""
     digest = hashlib.sha256(claim.encode("utf-8", "surrogatepass")).hexdigest()
     return CLAIM_KEY_PREFIX + digest[:32]
+
+
+def as_claim_key(claim: str) -> str:
+    """``claim`` as the ledger keeps it: a key unchanged, a claim id (one a ledger
+    written before holds kept keys holds, or one just made) turned into its key.
+    Only for values the product itself wrote; a pod's annotation is always hashed
+    (``claim_key``), never passed here."""
+    return claim if claim.startswith(CLAIM_KEY_PREFIX) else claim_key(claim)
 
 
 def stored_instant(at: datetime) -> datetime:

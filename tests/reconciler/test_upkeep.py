@@ -13,7 +13,7 @@ from reconciler.upkeep import Keeper, stale, uses_by_reservation
 from shared import ledger, model, vocab
 from shared.clock import ManualClock
 from shared.ledger import PodUse
-from shared.model import Hold
+from shared.model import Hold, claim_key
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS
 from tests.fakekube import FakeKube
@@ -103,7 +103,7 @@ def test_binds_a_webhook_hold_to_its_pod_by_claim() -> None:
     w.pods = [gpu_pod("p1", "res-1", "c1", gpus=2)]
     assert run(w.keeper.once()) == ["res-1"]
     (hold,) = w.holds()
-    assert (hold.claim, hold.pod, hold.pod_uid, hold.gpus) == ("c1", "p1", "uid-p1", 2)
+    assert (hold.claim, hold.pod, hold.pod_uid, hold.gpus) == (claim_key("c1"), "p1", "uid-p1", 2)
     assert run(w.keeper.once()) == []  # nothing more to do: no write
 
 
@@ -119,7 +119,7 @@ def test_expires_unbound_holds_only_after_the_ttl() -> None:
         (Hold("young", 1, NOW - timedelta(seconds=30)), Hold("old", 1, NOW - timedelta(seconds=61)))
     )
     run(w.keeper.once())
-    assert [h.claim for h in w.holds()] == ["young"]
+    assert [h.claim for h in w.holds()] == [claim_key("young")]
 
 
 def test_adds_a_hold_for_an_admitted_pod_without_one() -> None:
@@ -127,7 +127,7 @@ def test_adds_a_hold_for_an_admitted_pod_without_one() -> None:
     w.pods = [gpu_pod("p1", "res-1", None, gpus=3)]
     run(w.keeper.once())
     (hold,) = w.holds()
-    assert (hold.claim, hold.gpus, hold.pod_uid) == ("pod-uid-p1", 3, "uid-p1")
+    assert (hold.claim, hold.gpus, hold.pod_uid) == (claim_key("pod-uid-p1"), 3, "uid-p1")
 
 
 def test_never_leaks_for_long_a_hold_without_pod_goes_within_ttl_plus_one_tick() -> None:
@@ -135,7 +135,7 @@ def test_never_leaks_for_long_a_hold_without_pod_goes_within_ttl_plus_one_tick()
         w = World((Hold("orphan", 2, NOW, None),))
         task = asyncio.create_task(w.keeper.run(tick_s=10))
         await tick(w.clock, 10, times=int(TTL / 10))  # up to the TTL: kept
-        assert [h.claim for h in w.holds()] == ["orphan"]
+        assert [h.claim for h in w.holds()] == [claim_key("orphan")]
         await tick(w.clock, 10)  # TTL + one tick: gone
         assert w.holds() == ()
         task.cancel()
@@ -229,7 +229,7 @@ def test_an_unbound_hold_goes_when_it_expires_not_at_the_next_tick() -> None:
         w = World((Hold("orphan", 1, NOW - timedelta(seconds=TTL - 20)),))
         task = asyncio.create_task(w.keeper.run(3600.0))
         await settle()
-        assert [h.claim for h in w.holds()] == ["orphan"]
+        assert [h.claim for h in w.holds()] == [claim_key("orphan")]
         await tick(w.clock, 21)
         assert w.holds() == ()
         task.cancel()
@@ -254,7 +254,7 @@ def test_a_hold_bound_during_the_pass_is_not_dropped_as_gone() -> None:
 
     w.kube.before["get"] = admitted_meanwhile
     run(w.keeper.once())
-    assert sorted((h.claim, h.pod_uid) for h in w.holds()) == [
-        ("c1", "uid-p1"),
-        ("c5", "uid-p5"),
-    ]
+    assert {(h.claim, h.pod_uid) for h in w.holds()} == {
+        (claim_key("c1"), "uid-p1"),
+        (claim_key("c5"), "uid-p5"),
+    }
