@@ -232,7 +232,10 @@ def rebuild(
     ordered = sorted(pods, key=persisted)
     owner = res.facts.owner
     live = {p.uid for p in ordered}
-    by_uid = {h.pod_uid: h for h in res.holds if h.pod_uid}
+    by_uid: dict[str, Hold] = {}
+    for h in res.holds:
+        if h.pod_uid:
+            by_uid.setdefault(h.pod_uid, h)  # two holds bound to one pod: the first counts
     by_claim = {h.claim: h for h in res.holds}
     kept: list[Hold] = []
     taken: set[str] = set()

@@ -127,3 +127,15 @@ def test_a_malformed_resource_version_sorts_after_readable_ones_never_raises(rv:
         assert order[0].name == ("fine" if int(rv) > 12 else "odd")
     else:
         assert order == [fine, odd]
+
+
+def test_of_two_holds_bound_to_one_live_pod_the_first_keeps_it() -> None:
+    """A pod keeps the first hold bound to its uid; a pod carrying the other hold's
+    claim gets nothing from the pod's holds (the backstop counts it a copy)."""
+    r = res(
+        model.Hold("c0", 1, NOW, None, "uid-p"),
+        model.Hold("c2", 1, NOW, None, "uid-p"),
+        gpus=1,
+    )
+    rebuilt = ledger.rebuild(r, [pod("p", None, "1"), pod("copy", "c0", "2")], NOW, 120)
+    assert holders(rebuilt) == {claim_key("c0"): "uid-p"}
