@@ -107,6 +107,33 @@ def test_binds_a_webhook_hold_to_its_pod_by_claim() -> None:
     assert run(w.keeper.once()) == []  # nothing more to do: no write
 
 
+def test_a_pod_carrying_a_key_copied_from_the_ledger_takes_no_hold() -> None:
+    """The ledger shows keys; a pod whose annotation is one (copied from a
+    GPUReservation anyone may read) matches no hold: its annotation is hashed again."""
+    w = World((Hold("c1", 2, NOW, None),))
+    w.pods = [gpu_pod("copy", "res-1", claim_key("c1"), gpus=2)]
+    run(w.keeper.once())
+    held = {h.claim: h.pod_uid for h in w.holds()}
+    assert held[claim_key("c1")] is None  # the webhook's hold waits for its own pod
+    assert held.get(claim_key(claim_key("c1"))) == "uid-copy"  # adopted as any pod is
+
+
+def test_a_ledger_written_with_claim_ids_still_binds_the_pod_carrying_one() -> None:
+    """A status written before holds kept keys has the claim id itself: it is read as
+    its key, so the pod carrying that id is bound, and the write stores the key."""
+    w = World()
+    obj = w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]
+    legacy = model.hold_to_status(Hold("c1", 2, NOW, None))
+    legacy["claim"] = "3f1c2a9e-legacy-claim-id"
+    obj["status"]["holds"] = [legacy]
+    w.pods = [gpu_pod("p1", "res-1", "3f1c2a9e-legacy-claim-id", gpus=2)]
+    assert run(w.keeper.once()) == ["res-1"]
+    (hold,) = w.holds()
+    assert (hold.claim, hold.pod_uid) == (claim_key("3f1c2a9e-legacy-claim-id"), "uid-p1")
+    stored = w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]["status"]["holds"]
+    assert [h["claim"] for h in stored] == [claim_key("3f1c2a9e-legacy-claim-id")]
+
+
 def test_drops_holds_of_finished_and_deleted_pods() -> None:
     w = World((Hold("c1", 1, NOW, "p1", "uid-p1"), Hold("c2", 1, NOW, "p2", "uid-p2")))
     w.pods = [gpu_pod("p1", "res-1", "c1", phase="Succeeded")]  # p2 deleted
