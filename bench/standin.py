@@ -53,15 +53,16 @@ def upkeep_pass(
     res: model.GPUReservation, fed: Collection[str], now: datetime, ttl_s: float = CLAIM_TTL_S
 ) -> model.GPUReservation:
     """What one reconciler upkeep pass does to the booking's ledger while pods stream in
-    (pure; no side effects). An unbound hold whose claim was ``fed`` (its pod exists)
-    is bound to a made-up pod named after the claim; of the bound holds, the newest
-    ``KEEP_HOLDS`` (last in the ledger, which appends claims) stay and the older are
-    dropped; an unbound hold not fed stays while it is not older than ``ttl_s`` at
-    ``now`` (its pod may still be being created). Fed ids that name no hold change
-    nothing; order is kept."""
+    (pure; no side effects). An unbound hold whose claim id was ``fed`` (its pod
+    exists; the hold keeps the id's key) is bound to a made-up pod named after the
+    id; of the bound holds, the newest ``KEEP_HOLDS`` (last in the ledger, which
+    appends claims) stay and the older are dropped; an unbound hold not fed stays
+    while it is not older than ``ttl_s`` at ``now`` (its pod may still be being
+    created). Fed ids that name no hold change nothing; order is kept."""
+    ids = fed_keys(fed)
     holds = [
-        replace(h, pod=h.pod or h.claim, pod_uid=f"uid-{h.claim}")
-        if not h.bound and h.claim in fed
+        replace(h, pod=h.pod or ids[h.claim], pod_uid=f"uid-{ids[h.claim]}")
+        if not h.bound and h.claim in ids
         else h
         for h in res.holds
     ]
@@ -70,6 +71,11 @@ def upkeep_pass(
     cutoff = now - timedelta(seconds=ttl_s)
     kept = tuple(h for i, h in enumerate(holds) if (i in newest if h.bound else h.at >= cutoff))
     return replace(res, holds=kept)
+
+
+def fed_keys(fed: Collection[str]) -> dict[str, str]:
+    """The ledger key of each fed claim id → that id (holds keep keys, pods carry ids)."""
+    return {model.claim_key(c): c for c in fed}
 
 
 def claims(datagram: bytes) -> list[str]:
@@ -152,7 +158,8 @@ async def one_pass(
         nonlocal changed, seen
         updated = upkeep_pass(res, fed, now)
         changed = updated.holds != res.holds
-        seen = {h.claim for h in res.holds} & fed
+        ids = fed_keys(fed)
+        seen = {ids[h.claim] for h in res.holds if h.claim in ids}
         return updated
 
     deadline = time.monotonic() + 2

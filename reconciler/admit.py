@@ -55,7 +55,7 @@ from shared.clock import Clock
 from shared.concurrency import bounded
 from shared.errors import KubeError, NotFound, ServerError
 from shared.logs import log
-from shared.model import GPUReservation
+from shared.model import GPUReservation, claim_key
 from shared.policy import noshow
 from shared.policy.routing import Path, Pool, Route, Wait, route_in
 from shared.policy.statuses import Status
@@ -471,14 +471,20 @@ class Admitter:
             if landed is None:
                 # The answer was lost and the patch may still land: keep the hold; upkeep
                 # binds it if it does, and expires it after the claim TTL if not.
-                log(_log, logging.WARNING, "queue.patch_unknown", pod=pod.key, claim=claim)
+                log(
+                    _log,
+                    logging.WARNING,
+                    "queue.patch_unknown",
+                    pod=pod.key,
+                    claim=claim_key(claim),
+                )
                 return Failed.UNKNOWN
             if not landed:
                 await ledger.amend(
                     self._gateway,
                     self._ns,
                     res.name,
-                    lambda cur: ledger.drop(cur, {claim}),
+                    lambda cur: ledger.drop(cur, {claim_key(claim)}),
                     now=now,
                     deadline=time.monotonic() + ADMIT_DEADLINE_S,
                 )
@@ -494,10 +500,10 @@ class Admitter:
             namespace=pod.namespace,
             pod=pod.name,
             reservation=res.name,
-            claim=claim,
+            claim=claim_key(claim),
             since_open_s=round(lag, 3),
         )
-        return Admitted(pod, res, claim)
+        return Admitted(pod, res, claim_key(claim))
 
     async def _landed(self, pod: PodView, claim: str) -> bool | None:
         """After a patch whose answer was lost: whether it was applied (the pod carries

@@ -22,6 +22,7 @@ from typing import Any
 from shared import vocab
 from shared.clock import parse_utc
 from shared.ledger import PodUse
+from shared.model import claim_key
 from shared.policy.affinity import NodeConstraint, constraint_of
 from shared.policy.matching import MatchRules, PodProfile, annotations_of, profile
 from shared.policy.tolerations import EQUAL, is_granted, tolerates_reservation, tolerations_of
@@ -99,7 +100,10 @@ class PodView:
 
     @cached_property
     def claim(self) -> str | None:
-        return self.note(vocab.ADMISSION_CLAIM)
+        """The ledger key of the claim id the pod carries (``model.claim_key``): what
+        its hold keeps."""
+        carried = self.note(vocab.ADMISSION_CLAIM)
+        return claim_key(carried) if carried else None
 
     @property
     def admitted(self) -> bool:

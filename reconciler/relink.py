@@ -48,7 +48,7 @@ from shared import ledger, vocab
 from shared.clock import Clock
 from shared.errors import KubeError, ServerError
 from shared.logs import log
-from shared.model import GPUReservation, Kind, State
+from shared.model import GPUReservation, Kind, State, claim_key
 from shared.policy.annotations import admission_annotations
 from shared.policy.matching import MatchRules, mismatch
 from shared.policy.windows import guarantee_end
@@ -313,7 +313,8 @@ class Relinker:
         if patched is None:
             return False  # may still land: the new hold stays (upkeep binds or expires it)
         if not patched:
-            await self._release(goal.name, lambda h: h.claim == claim_id, now)
+            key = claim_key(claim_id)
+            await self._release(goal.name, lambda h: h.claim == key, now)
             return False
         await self._release(old, lambda h: h.pod_uid == pod.uid or h.claim == pod.claim, now)
         self.moved += 1

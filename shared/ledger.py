@@ -20,7 +20,7 @@ Because every write that could take room is conditional on what its decision rea
 the sum of the holds never exceeds the budget, however many writers race.
 
 Terms:
-- *hold*: one entry of ``status.holds`` (``shared.model.Hold``): a claim id, GPUs, when
+- *hold*: one entry of ``status.holds`` (``shared.model.Hold``): a claim key, GPUs, when
   it was made, and the pod once known (*bound* once the pod's uid is recorded).
 - *used*: the sum of every hold's GPUs.
 
@@ -105,25 +105,27 @@ def add_hold(res: GPUReservation, hold: Hold) -> GPUReservation:
 
 
 def drop(res: GPUReservation, claims: Collection[str]) -> GPUReservation:
-    """``res`` without the holds whose claim id is in ``claims``."""
-    return replace(res, holds=tuple(h for h in res.holds if h.claim not in claims))
+    """``res`` without the holds of ``claims`` (claim ids or their keys)."""
+    keys = {model.as_claim_key(c) for c in claims}
+    return replace(res, holds=tuple(h for h in res.holds if h.claim not in keys))
 
 
 def bind(res: GPUReservation, claim_id: str, pod: str, pod_uid: str) -> GPUReservation:
-    """``res`` with the hold ``claim_id`` tied to the pod (name and uid)."""
-    holds = tuple(
-        replace(h, pod=pod, pod_uid=pod_uid) if h.claim == claim_id else h for h in res.holds
-    )
+    """``res`` with the hold of ``claim_id`` (a claim id or its key) tied to the pod
+    (name and uid)."""
+    key = model.as_claim_key(claim_id)
+    holds = tuple(replace(h, pod=pod, pod_uid=pod_uid) if h.claim == key else h for h in res.holds)
     return replace(res, holds=holds)
 
 
 def announce_all(res: GPUReservation, pods: Mapping[str, tuple[str, str]]) -> GPUReservation:
     """``res`` with each hold whose claim id is in ``pods`` (claim → pod name, uid) tied
     to that pod and marked announced (the ``RuntimeGuaranteed`` Event was sent), for
-    many claims in one walk over the holds."""
+    many claims in one walk over the holds. Claims are claim ids or their keys."""
+    by_key = {model.as_claim_key(c): pod for c, pod in pods.items()}
     holds = tuple(
-        replace(h, pod=pods[h.claim][0], pod_uid=pods[h.claim][1], announced=True)
-        if h.claim in pods
+        replace(h, pod=by_key[h.claim][0], pod_uid=by_key[h.claim][1], announced=True)
+        if h.claim in by_key
         else h
         for h in res.holds
     )
@@ -131,7 +133,7 @@ def announce_all(res: GPUReservation, pods: Mapping[str, tuple[str, str]]) -> GP
 
 
 def stale_claims(res: GPUReservation, now: datetime, ttl_s: float) -> list[str]:
-    """Claim ids of unbound holds made more than ``ttl_s`` seconds before ``now``."""
+    """Claim keys of unbound holds made more than ``ttl_s`` seconds before ``now``."""
     cutoff = now - timedelta(seconds=ttl_s)
     return [h.claim for h in res.holds if not h.bound and h.at < cutoff]
 
@@ -158,6 +160,11 @@ class PodUse:
     #: ``metadata.resourceVersion``: the order pods were persisted in (``persisted``).
     created_at: datetime | None = None
     resource_version: str = ""
+
+    def __post_init__(self) -> None:
+        # ``claim`` is the ledger's key of the pod's claim id, as holds keep it.
+        if self.claim is not None:
+            object.__setattr__(self, "claim", model.as_claim_key(self.claim))
 
 
 def persisted(pod: PodUse) -> tuple[bool, datetime, bool, int, str]:
@@ -225,7 +232,10 @@ def rebuild(
     ordered = sorted(pods, key=persisted)
     owner = res.facts.owner
     live = {p.uid for p in ordered}
-    by_uid = {h.pod_uid: h for h in res.holds if h.pod_uid}
+    by_uid: dict[str, Hold] = {}
+    for h in res.holds:
+        if h.pod_uid:
+            by_uid.setdefault(h.pod_uid, h)  # two holds bound to one pod: the first counts
     by_claim = {h.claim: h for h in res.holds}
     kept: list[Hold] = []
     taken: set[str] = set()
@@ -252,7 +262,7 @@ def rebuild(
     room = res.facts.gpu_count - sum(h.gpus for h in (*pending, *kept))
     if open_for_claims(res.facts, now):
         for pod in orphans:
-            claim_id = pod.claim or f"pod-{pod.uid}"
+            claim_id = pod.claim or model.claim_key(f"pod-{pod.uid}")
             if pod.namespace not in (None, owner) or pod.gpus <= 0 or claim_id in taken:
                 continue
             if pod.gpus > room:
@@ -392,7 +402,8 @@ def decide_group(
     Each ask is judged by ``verdict`` against the ledger holding the asks admitted
     before it, so the group never holds more than the budget — exactly as the same asks
     made one after another would. Returns the ledger with the new holds, each ask's
-    reason, and the new holds (ask ``i`` gets claim id ``claim_ids[i]``), each made at
+    reason, and the new holds (ask ``i``'s hold keeps ``model.claim_key(claim_ids[i])``:
+    the claim id itself goes only onto the pod), each made at
     its ask's instant as stored (``model.stored_instant``: the ledger a write leaves is
     the one its answer would show). ``token``: the ledger token the write sets, given
     to the ledger returned when it holds new holds (one copy of the ledger, not two).
@@ -405,7 +416,8 @@ def decide_group(
         reasons.append(reason)
         if reason == "admitted":
             at = model.stored_instant(ask.now)
-            new.append(Hold(claim_id, ask.gpus, at, pod=ask.pod, announced=ask.announced))
+            key = model.claim_key(claim_id)
+            new.append(Hold(key, ask.gpus, at, pod=ask.pod, announced=ask.announced))
             taken += ask.gpus
     if new:
         changed: dict[str, Any] = {"holds": (*res.holds, *new)}
@@ -481,9 +493,10 @@ async def claim(
     except _Stop as stop:
         _log_stop("ledger.claim_failed", name, stop.reason, 0)
         return ClaimResult(False, None, None, stop.reason, 0)
-    updated, reasons, new = decide_group(last, [ask], new_claim_ids(1))
+    claim_ids = new_claim_ids(1)
+    updated, reasons, new = decide_group(last, [ask], claim_ids)
     if new:
-        return ClaimResult(True, new[0].claim, updated, "admitted", 0)
+        return ClaimResult(True, claim_ids[0], updated, "admitted", 0)
     return ClaimResult(False, None, last, reasons[0], 0)
 
 

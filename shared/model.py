@@ -13,6 +13,7 @@ log, never half-read.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -102,6 +103,12 @@ class Hold:
     pod_uid: str | None = None
     #: True once the RuntimeGuaranteed Event for this admission was sent.
     announced: bool = False
+
+    def __post_init__(self) -> None:
+        # ``claim`` is always a key (``claim_key``): a claim id given here — one a
+        # ledger written before holds kept keys holds — is turned into its key, so its
+        # pod still matches it.
+        object.__setattr__(self, "claim", as_claim_key(self.claim))
 
     @property
     def bound(self) -> bool:
@@ -204,6 +211,27 @@ def hold_to_status(hold: Hold) -> dict[str, Any]:
     if hold.announced:
         entry["announced"] = True
     return entry
+
+
+#: Starts a ledger hold's claim: the digest of the claim id its pod carries.
+CLAIM_KEY_PREFIX = "sha256:"
+
+
+def claim_key(claim: str) -> str:
+    """The ledger's key of a claim id: a digest of the ``galends/admission-claim`` a pod
+    carries. Holds keep only keys, so anyone who may read GPUReservations learns no
+    claim id to copy onto a pod of their own; a pod's annotation is always hashed,
+    so copying a key from the ledger matches nothing."""
+    digest = hashlib.sha256(claim.encode("utf-8", "surrogatepass")).hexdigest()
+    return CLAIM_KEY_PREFIX + digest[:32]
+
+
+def as_claim_key(claim: str) -> str:
+    """``claim`` as the ledger keeps it: a key unchanged, a claim id (one a ledger
+    written before holds kept keys holds, or one just made) turned into its key.
+    Only for values the product itself wrote; a pod's annotation is always hashed
+    (``claim_key``), never passed here."""
+    return claim if claim.startswith(CLAIM_KEY_PREFIX) else claim_key(claim)
 
 
 def stored_instant(at: datetime) -> datetime:

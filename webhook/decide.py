@@ -37,7 +37,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from shared import vocab
-from shared.model import GPUReservation, Hold, parse_reference
+from shared.model import GPUReservation, Hold, claim_key, parse_reference
 from shared.policy import tolerations as tol
 from shared.policy.annotations import admission_annotations
 from shared.policy.gpus import GpuRequest, pod_gpus
@@ -182,7 +182,7 @@ def _is_own(hold: Hold, claim: str, gpus: int, name: str | None, now: datetime) 
     none (the name is generated after admission, so the reinvoked round has none
     either). A copy of a created pod carries its generated name and fails this."""
     fresh = not hold.bound and now - hold.at <= REINVOCATION_WINDOW
-    return fresh and hold.claim == claim and hold.gpus == gpus and hold.pod == name
+    return fresh and hold.claim == claim_key(claim) and hold.gpus == gpus and hold.pod == name
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:

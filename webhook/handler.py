@@ -329,7 +329,8 @@ class Admission:
         if not ref or not claim or model.parse_reference(ref) is None:
             return
         entry = self.cache.entry(ref)
-        if entry is not None and any(h.claim == claim for h in entry.reservation.holds):
+        key = model.claim_key(claim)
+        if entry is not None and any(h.claim == key for h in entry.reservation.holds):
             return
         timeout = deadline - self.monotonic()
         call = self.gateway.get(GPU_RESERVATIONS, ref, self.policy.namespace)

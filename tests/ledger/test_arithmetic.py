@@ -8,6 +8,7 @@ import pytest
 
 from shared import ledger, model
 from shared.clock import utc
+from shared.model import claim_key
 from tests.ledger.fakes import NOW, WINDOW_END, WINDOW_START, facts
 
 
@@ -23,6 +24,11 @@ def test_used_and_free_sum_the_holds() -> None:
     res = reservation(hold("a", 3), hold("b", 2))
     assert ledger.used(res) == 5
     assert ledger.free(res) == 3
+
+
+def keys(*claim_ids: str) -> list[str]:
+    """The ledger keys of ``claim_ids``, in order (holds keep keys)."""
+    return [claim_key(c) for c in claim_ids]
 
 
 @pytest.mark.parametrize(
@@ -65,14 +71,14 @@ def test_verdict(res: model.GPUReservation, gpus: int, at, expected: str) -> Non
 
 def test_add_hold_refuses_what_does_not_fit() -> None:
     res = ledger.add_hold(reservation(gpus=4), hold("a", 3))
-    assert [h.claim for h in res.holds] == ["a"]
+    assert [h.claim for h in res.holds] == [claim_key("a")]
     with pytest.raises(ledger.LedgerFull):
         ledger.add_hold(res, hold("b", 2))
 
 
 def test_drop_and_bind() -> None:
     res = reservation(hold("a", 1), hold("b", 2))
-    assert [h.claim for h in ledger.drop(res, {"a"}).holds] == ["b"]
+    assert [h.claim for h in ledger.drop(res, {"a"}).holds] == [claim_key("b")]
     bound = ledger.bind(res, "b", "pod-b", "uid-b")
     assert bound.holds[1] == replace(res.holds[1], pod="pod-b", pod_uid="uid-b")
     assert bound.holds[0] == res.holds[0]
@@ -87,7 +93,7 @@ def test_expire_drops_only_unbound_holds_older_than_the_ttl() -> None:
         hold("at-cutoff", 1, at=utc(2026, 1, 5, 9, 59)),
     )
     kept = ledger.expire(res, NOW, ttl_s=60)
-    assert [h.claim for h in kept.holds] == ["old-bound", "young", "at-cutoff"]
+    assert [h.claim for h in kept.holds] == keys("old-bound", "young", "at-cutoff")
 
 
 def test_rebuild_binds_keeps_adds_and_drops() -> None:
@@ -105,11 +111,13 @@ def test_rebuild_binds_keeps_adds_and_drops() -> None:
     ]
     rebuilt = ledger.rebuild(res, pods, NOW, ttl_s=60)
     by_claim = {h.claim: h for h in rebuilt.holds}
-    assert set(by_claim) == {"c-live", "c-pending", "c-kept", "pod-uid-l"}
-    assert by_claim["c-live"].pod_uid == "uid-a"
-    assert by_claim["c-kept"].announced is True
+    assert set(by_claim) == set(keys("c-live", "c-pending", "c-kept", "pod-uid-l"))
+    assert by_claim[claim_key("c-live")].pod_uid == "uid-a"
+    assert by_claim[claim_key("c-kept")].announced is True
     # No readable admitted-at: presumed announced (a wiped status never re-announces).
-    assert by_claim["pod-uid-l"] == model.Hold("pod-uid-l", 3, NOW, "legacy", "uid-l", True)
+    assert by_claim[claim_key("pod-uid-l")] == model.Hold(
+        "pod-uid-l", 3, NOW, "legacy", "uid-l", True
+    )
 
 
 def test_rebuild_drops_a_young_hold_its_pod_was_admitted_past() -> None:
@@ -129,13 +137,9 @@ def test_rebuild_drops_a_young_hold_its_pod_was_admitted_past() -> None:
         ledger.PodUse("x", "uid-x", 1),
     ]
     rebuilt = ledger.rebuild(res, pods, NOW, ttl_s=60)
-    assert {h.claim for h in rebuilt.holds} == {
-        "reused",
-        "in-flight",
-        "again",
-        "older",
-        "pod-uid-x",
-    }
+    assert {h.claim for h in rebuilt.holds} == set(
+        keys("reused", "in-flight", "again", "older", "pod-uid-x")
+    )
 
 
 def test_rebuild_from_nothing_is_the_same_ledger() -> None:

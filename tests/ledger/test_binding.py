@@ -11,6 +11,7 @@ import pytest
 
 from shared import ledger, model
 from shared.ledger import PodUse
+from shared.model import claim_key
 from tests.ledger.fakes import NOW, WINDOW_END, facts
 
 SAME_SECOND = NOW - timedelta(seconds=3)
@@ -39,19 +40,19 @@ def holders(r: model.GPUReservation) -> dict[str, str | None]:
 def test_two_pods_of_one_claim_in_the_same_second_the_first_persisted_takes_the_hold() -> None:
     r = res(model.Hold("c1", 1, NOW))
     rebuilt = ledger.rebuild(r, [pod("copy", "c1", "120"), pod("orig", "c1", "99")], NOW, 120)
-    assert holders(rebuilt) == {"c1": "uid-orig"}  # 99 < 120 as integers, not as text
+    assert holders(rebuilt) == {claim_key("c1"): "uid-orig"}  # 99 < 120 as integers, not as text
 
 
 def test_a_hold_bound_to_a_live_pod_stays_with_it_and_the_copy_gets_nothing() -> None:
     r = res(model.Hold("c1", 1, NOW, "late", "uid-late"))
     rebuilt = ledger.rebuild(r, [pod("early", "c1", "1"), pod("late", "c1", "2")], NOW, 120)
-    assert [(h.claim, h.pod_uid) for h in rebuilt.holds] == [("c1", "uid-late")]
+    assert [(h.claim, h.pod_uid) for h in rebuilt.holds] == [(claim_key("c1"), "uid-late")]
 
 
 def test_a_hold_bound_to_a_pod_that_is_gone_passes_to_the_pod_carrying_its_claim() -> None:
     r = res(model.Hold("c1", 1, NOW, "gone", "uid-gone"))
     rebuilt = ledger.rebuild(r, [pod("again", "c1", "5")], NOW, 120)
-    assert holders(rebuilt) == {"c1": "uid-again"}
+    assert holders(rebuilt) == {claim_key("c1"): "uid-again"}
 
 
 def test_without_a_readable_version_creation_time_then_uid_decide() -> None:
@@ -89,13 +90,15 @@ def test_no_adoption_for_another_namespace_a_zero_gpu_pod_or_a_closed_window() -
 def test_an_unbound_hold_is_not_taken_by_claim_from_another_namespace() -> None:
     r = res(model.Hold("c1", 1, NOW))
     rebuilt = ledger.rebuild(r, [pod("bobs", "c1", "1", ns="bob")], NOW, 120, 10)
-    assert [(h.claim, h.pod_uid) for h in rebuilt.holds] == [("c1", None)]
+    assert [(h.claim, h.pod_uid) for h in rebuilt.holds] == [(claim_key("c1"), None)]
 
 
 def test_a_bound_hold_is_kept_after_the_window_ends() -> None:
     r = res(model.Hold("c1", 1, NOW, "p", "uid-p"))
     later = WINDOW_END + timedelta(hours=5)
-    assert holders(ledger.rebuild(r, [pod("p", "c1", "1")], later, 120)) == {"c1": "uid-p"}
+    assert holders(ledger.rebuild(r, [pod("p", "c1", "1")], later, 120)) == {
+        claim_key("c1"): "uid-p"
+    }
 
 
 def test_unseen_holds_go_after_the_unseen_limit_and_are_counted() -> None:
@@ -105,13 +108,13 @@ def test_unseen_holds_go_after_the_unseen_limit_and_are_counted() -> None:
         model.Hold("bound", 1, NOW - timedelta(seconds=60), "p", "uid-p"),
     )
     rebuilt = ledger.rebuild(r, [pod("p", "bound", "1")], NOW, 120, unseen_s=10)
-    assert set(holders(rebuilt)) == {"fresh", "bound"}
+    assert set(holders(rebuilt)) == {claim_key("fresh"), claim_key("bound")}
     assert ledger.unseen(r, rebuilt, NOW, 10) == 1
     # Without the limit the claim TTL alone applies (both kept).
     assert set(holders(ledger.rebuild(r, [pod("p", "bound", "1")], NOW, 120))) == {
-        "fresh",
-        "unseen",
-        "bound",
+        claim_key("fresh"),
+        claim_key("unseen"),
+        claim_key("bound"),
     }
 
 
@@ -124,3 +127,15 @@ def test_a_malformed_resource_version_sorts_after_readable_ones_never_raises(rv:
         assert order[0].name == ("fine" if int(rv) > 12 else "odd")
     else:
         assert order == [fine, odd]
+
+
+def test_of_two_holds_bound_to_one_live_pod_the_first_keeps_it() -> None:
+    """A pod keeps the first hold bound to its uid; a pod carrying the other hold's
+    claim gets nothing from the pod's holds (the backstop counts it a copy)."""
+    r = res(
+        model.Hold("c0", 1, NOW, None, "uid-p"),
+        model.Hold("c2", 1, NOW, None, "uid-p"),
+        gpus=1,
+    )
+    rebuilt = ledger.rebuild(r, [pod("p", None, "1"), pod("copy", "c0", "2")], NOW, 120)
+    assert holders(rebuilt) == {claim_key("c0"): "uid-p"}

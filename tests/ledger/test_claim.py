@@ -7,6 +7,7 @@ import itertools
 
 from shared import ledger, model
 from shared.errors import Conflict
+from shared.model import claim_key
 from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, server_error
 
 FAR = 1e12
@@ -31,7 +32,12 @@ def test_admitted_claim_writes_a_hold_to_status() -> None:
     assert result.reason == "admitted"
     assert result.conflicts == 0
     (held,) = store.reservation("res-1").holds
-    assert (held.claim, held.gpus, held.pod, held.at) == (result.claim, 3, "train-0", NOW)
+    assert (held.claim, held.gpus, held.pod, held.at) == (
+        claim_key(result.claim or ""),
+        3,
+        "train-0",
+        NOW,
+    )
     assert store.stored("res-1")["status"]["usedGpus"] == 3
     assert result.reservation is not None
     assert (
@@ -144,7 +150,7 @@ def test_amend_applies_a_pure_change_by_cas() -> None:
         )
     )
     assert written is not None
-    assert [h.claim for h in store.reservation("res-1").holds] == ["b"]
+    assert [h.claim for h in store.reservation("res-1").holds] == [claim_key("b")]
 
 
 def test_amend_writes_nothing_when_unchanged() -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from shared import ledger, model
 from shared.errors import Conflict
+from shared.model import claim_key
 from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, server_error
 
 FAR = 1e12
@@ -40,7 +41,7 @@ def test_decide_group_admits_in_order_while_the_budget_lasts() -> None:
     res = model.GPUReservation(facts(gpus=5))
     updated, reasons, new = ledger.decide_group(res, asks(2, 9, 2, 2, 1), list("abcde"))
     assert reasons == ["admitted", "too_small", "admitted", "full", "admitted"]
-    assert [h.claim for h in new] == ["a", "c", "e"]
+    assert [h.claim for h in new] == [claim_key(c) for c in "ace"]
     assert ledger.used(updated) == 5
 
 
@@ -50,7 +51,9 @@ def test_one_write_carries_every_admitted_ask() -> None:
     assert store.writes == 1
     assert [r.reason for r in results] == ["admitted"] * 3
     holds = store.reservation("res-1").holds
-    assert [h.claim for h in holds] == ["old", *(r.claim for r in results)]
+    assert [h.claim for h in holds] == [
+        claim_key(c or "") for c in ("old", *(r.claim for r in results))
+    ]
     assert [(h.gpus, h.pod) for h in holds[1:]] == [(1, "p0"), (2, "p1"), (3, "p2")]
     assert store.stored("res-1")["status"]["usedGpus"] == 8
 
@@ -249,7 +252,7 @@ def test_decide_group_is_the_asks_made_one_after_another(budget, held, sizes, st
     assert updated.holds == expected.holds
     assert ledger.used(updated) == ledger.used(expected) <= max(budget, ledger.used(res))
     assert [h.claim for h in new] == [
-        c for c, r in zip(ids, reasons, strict=True) if r == "admitted"
+        claim_key(c) for c, r in zip(ids, reasons, strict=True) if r == "admitted"
     ]
 
 
@@ -290,7 +293,7 @@ def test_without_echo_the_answer_is_not_read_and_the_result_is_what_the_write_le
     # What a cache needs to place it among the server's states.
     assert landed.tested == read["status"][model.LEDGER_TOKEN]
     assert landed.base_version == read["metadata"]["resourceVersion"]
-    assert [h.claim for h in landed.holds] == [results[0].claim, results[2].claim]
+    assert [h.claim for h in landed.holds] == [claim_key(results[i].claim or "") for i in (0, 2)]
     assert results[1].landed is None
     assert results[1].raw is None
 

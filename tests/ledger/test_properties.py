@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from shared import ledger, model
 from shared.errors import Conflict, Invalid
+from shared.model import claim_key
 from shared.resources import GPU_RESERVATIONS
 from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, inject_conflicts
 
@@ -84,7 +85,7 @@ def test_holds_never_exceed_the_budget(budget, plans, releases, conflict_rate, r
 def test_without_releases_admitted_claims_are_exactly_the_holds(budget, plans, rng) -> None:
     run = Run(budget, rng, conflict_rate=0.2)
     asyncio.run(run.run(plans, releases=0))
-    admitted = {r.claim: g for g, r in run.results if r.admitted}
+    admitted = {claim_key(r.claim or ""): g for g, r in run.results if r.admitted}
     holds = {h.claim: h.gpus for h in run.store.reservation("res-1").holds}
     assert admitted == holds
 
@@ -169,7 +170,7 @@ class Mixed:
                 deadline=1e12,
                 cached=copy.deepcopy(cached) if cached else None,
             )
-            self.admitted |= {r.claim for r in results if r.claim}
+            self.admitted |= {claim_key(r.claim) for r in results if r.claim}
 
     async def keeper(self, steps: int) -> None:
         for _ in range(steps):

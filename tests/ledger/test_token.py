@@ -14,6 +14,7 @@ import pytest
 
 from shared import ledger, model
 from shared.errors import Invalid
+from shared.model import claim_key
 from shared.resources import GPU_RESERVATIONS
 from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts
 
@@ -133,7 +134,7 @@ def test_a_claim_lands_on_a_ledger_that_only_lost_a_hold_since_its_read() -> Non
     gets = store.gets
     landed = asyncio.run(claim(store, 2, cached=cached))
     assert (landed.reason, landed.conflicts, store.gets - gets) == ("admitted", 0, 0)
-    assert [h.claim for h in store.reservation("res-1").holds] == [landed.claim]
+    assert [h.claim for h in store.reservation("res-1").holds] == [claim_key(landed.claim or "")]
 
 
 def test_a_claim_racing_a_write_that_adds_holds_re_decides() -> None:
@@ -224,7 +225,10 @@ def test_a_drop_and_a_bind_are_one_patch_keeping_the_token() -> None:
     assert not any("resourceVersion" in op["path"] or "ledgerToken" in op["path"] for op in ops)
     assert token(store) == before
     holds = store.reservation("res-1").holds
-    assert [(h.claim, h.pod_uid) for h in holds] == [("b", None), ("c", "uid-c")]
+    assert [(h.claim, h.pod_uid) for h in holds] == [
+        (claim_key("b"), None),
+        (claim_key("c"), "uid-c"),
+    ]
     assert store.stored("res-1")["status"]["usedGpus"] == 5
 
 
@@ -234,7 +238,10 @@ def test_an_amend_lands_although_a_claim_appended_meanwhile() -> None:
     assert asyncio.run(amend(store, lambda r: bound(ledger.drop(r, {"a"}), "b"))) is not None
     assert [v for v, _ in store.calls] == ["get", "patch"]
     holds = store.reservation("res-1").holds
-    assert [(h.claim, h.pod_uid) for h in holds] == [("b", "uid-b"), ("new", None)]
+    assert [(h.claim, h.pod_uid) for h in holds] == [
+        (claim_key("b"), "uid-b"),
+        (claim_key("new"), None),
+    ]
 
 
 def test_an_amend_whose_hold_moved_re_reads_and_re_applies() -> None:
@@ -242,7 +249,7 @@ def test_an_amend_whose_hold_moved_re_reads_and_re_applies() -> None:
     store.before["patch"] = lambda: others_drop(store, 0)
     assert asyncio.run(amend(store, lambda r: ledger.drop(r, {"c"}))) is not None
     assert [v for v, _ in store.calls] == ["get", "patch", "get", "patch"]
-    assert [h.claim for h in store.reservation("res-1").holds] == ["b"]
+    assert [h.claim for h in store.reservation("res-1").holds] == [claim_key("b")]
 
 
 def test_two_amends_of_one_hold_keep_both_changes() -> None:

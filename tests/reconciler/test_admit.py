@@ -183,7 +183,7 @@ def test_queued_pod_waits_then_is_admitted_at_window_open_by_the_timer() -> None
         assert notes[vocab.ADMITTED_AT] == format_utc(START)
         assert w.pod("train")["spec"]["schedulingGates"] == [{"name": "other"}]
         hold = w.ledger_of().holds[0]
-        assert hold.claim == notes[vocab.ADMISSION_CLAIM]
+        assert hold.claim == model.claim_key(notes[vocab.ADMISSION_CLAIM])
         assert hold.announced
         assert hold.pod_uid == "uid-train"
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
@@ -400,7 +400,9 @@ def test_a_lease_pod_the_scheduler_rewrites_between_read_and_patch_is_still_admi
         assert got is not None
         notes = w.pod("p")["metadata"]["annotations"]
         assert notes[vocab.BOOKING_REFERENCE] == "res-1"
-        assert [h.claim for h in w.ledger_of().holds] == [notes[vocab.ADMISSION_CLAIM]]
+        assert [h.claim for h in w.ledger_of().holds] == [
+            model.claim_key(notes[vocab.ADMISSION_CLAIM])
+        ]
 
     run(scenario())
 

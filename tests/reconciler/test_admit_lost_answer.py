@@ -8,6 +8,7 @@ from typing import Any
 
 from shared import vocab
 from shared.errors import Forbidden, ServerError
+from shared.model import claim_key
 from shared.resources import GPU_RESERVATIONS, PODS, Resource
 from tests.reconciler.builders import START
 from tests.reconciler.test_admit import Kube, World, facts, gpu_pod, run
@@ -47,7 +48,7 @@ def test_a_patch_that_landed_keeps_its_hold_and_is_announced() -> None:
         await w.step()
         notes = w.pod("a")["metadata"]["annotations"]
         claim = notes[vocab.ADMISSION_CLAIM]
-        assert [h.claim for h in w.ledger_of().holds] == [claim]
+        assert [h.claim for h in w.ledger_of().holds] == [claim_key(claim)]
         await w.step()
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
 

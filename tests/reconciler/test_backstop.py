@@ -179,6 +179,21 @@ def test_a_copy_sharing_an_earlier_pods_claim_is_evicted_the_original_stays() ->
     assert "admission claim of pod alice/first" in w.emit.sent[0][2]
 
 
+def test_a_pod_carrying_a_key_copied_from_the_ledger_is_no_holder_and_is_evicted() -> None:
+    """The key a hold shows is no claim: a pod carrying it holds nothing and, the
+    booking full with the original's hold, is evicted from the reserved node."""
+    w = open_world()
+    key = model.claim_key("c1")
+    w.book(facts(1, gpus=1))  # full with the original's hold
+    w.add_pod(created(raw_pod("first", "res-1", claim="c1"), NOW - timedelta(seconds=30)), "res-1")
+    w.add_pod(created(raw_pod("copy", "res-1", claim=key), NOW - timedelta(seconds=5)))
+    b = backstop(w)
+    assert run(b.once()) == 1
+    assert w.exists("first")
+    assert not w.exists("copy")
+    assert b.evicted == {Breach.OVER_BUDGET: 1}
+
+
 def test_of_two_pods_of_one_claim_made_in_the_same_second_the_later_persisted_goes() -> None:
     """Same creation second, no hold bound yet: the pod persisted first (the lower
     resourceVersion — a watch delivers creations in that order) keeps the claim."""

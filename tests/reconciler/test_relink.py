@@ -8,6 +8,7 @@ from datetime import timedelta
 from reconciler.relink import Cause, overstaying, target
 from shared import vocab
 from shared.clock import format_utc
+from shared.model import claim_key
 from tests.reconciler.builders import START
 from tests.reconciler.upholdkit import H, World, facts, raw_pod, run
 
@@ -43,7 +44,7 @@ def test_the_ledger_moves_with_the_pod() -> None:
     res = w.reservations()
     assert res["res-1"].holds == ()
     [hold] = res["res-2"].holds
-    assert hold.claim == w.notes("job0")[vocab.ADMISSION_CLAIM]
+    assert hold.claim == claim_key(w.notes("job0")[vocab.ADMISSION_CLAIM])
     assert hold.gpus == 2
     assert hold.announced
 

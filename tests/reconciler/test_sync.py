@@ -198,7 +198,7 @@ def test_cancellation_marks_the_object_cancelled_and_keeps_the_ledger() -> None:
     assert after["spec"]["state"] == "cancelled"
     assert after["spec"]["cancelReason"] == "no-show"
     assert after["status"]["phase"] == "Cancelled"
-    assert after["status"]["holds"][0]["claim"] == "c"
+    assert after["status"]["holds"][0]["claim"] == model.claim_key("c")
 
 
 def test_a_mirror_never_moves_backwards() -> None:

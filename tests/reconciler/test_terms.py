@@ -59,7 +59,7 @@ def test_upkeep_of_a_new_term_waits_for_a_fresh_list() -> None:
         assert await r.caches.keeper.once() == []
         assert await r.admitter.once() == []
         held = model.from_object(kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")])
-        assert [h.claim for h in held.holds] == ["c-q"]
+        assert [h.claim for h in held.holds] == [model.claim_key("c-q")]
 
     asyncio.run(scenario())
 

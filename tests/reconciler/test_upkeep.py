@@ -13,7 +13,7 @@ from reconciler.upkeep import Keeper, stale, uses_by_reservation
 from shared import ledger, model, vocab
 from shared.clock import ManualClock
 from shared.ledger import PodUse
-from shared.model import Hold
+from shared.model import Hold, claim_key
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS
 from tests.fakekube import FakeKube
@@ -103,8 +103,35 @@ def test_binds_a_webhook_hold_to_its_pod_by_claim() -> None:
     w.pods = [gpu_pod("p1", "res-1", "c1", gpus=2)]
     assert run(w.keeper.once()) == ["res-1"]
     (hold,) = w.holds()
-    assert (hold.claim, hold.pod, hold.pod_uid, hold.gpus) == ("c1", "p1", "uid-p1", 2)
+    assert (hold.claim, hold.pod, hold.pod_uid, hold.gpus) == (claim_key("c1"), "p1", "uid-p1", 2)
     assert run(w.keeper.once()) == []  # nothing more to do: no write
+
+
+def test_a_pod_carrying_a_key_copied_from_the_ledger_takes_no_hold() -> None:
+    """The ledger shows keys; a pod whose annotation is one (copied from a
+    GPUReservation anyone may read) matches no hold: its annotation is hashed again."""
+    w = World((Hold("c1", 2, NOW, None),))
+    w.pods = [gpu_pod("copy", "res-1", claim_key("c1"), gpus=2)]
+    run(w.keeper.once())
+    held = {h.claim: h.pod_uid for h in w.holds()}
+    assert held[claim_key("c1")] is None  # the webhook's hold waits for its own pod
+    assert held.get(claim_key(claim_key("c1"))) == "uid-copy"  # adopted as any pod is
+
+
+def test_a_ledger_written_with_claim_ids_still_binds_the_pod_carrying_one() -> None:
+    """A status written before holds kept keys has the claim id itself: it is read as
+    its key, so the pod carrying that id is bound, and the write stores the key."""
+    w = World()
+    obj = w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]
+    legacy = model.hold_to_status(Hold("c1", 2, NOW, None))
+    legacy["claim"] = "3f1c2a9e-legacy-claim-id"
+    obj["status"]["holds"] = [legacy]
+    w.pods = [gpu_pod("p1", "res-1", "3f1c2a9e-legacy-claim-id", gpus=2)]
+    assert run(w.keeper.once()) == ["res-1"]
+    (hold,) = w.holds()
+    assert (hold.claim, hold.pod_uid) == (claim_key("3f1c2a9e-legacy-claim-id"), "uid-p1")
+    stored = w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]["status"]["holds"]
+    assert [h["claim"] for h in stored] == [claim_key("3f1c2a9e-legacy-claim-id")]
 
 
 def test_drops_holds_of_finished_and_deleted_pods() -> None:
@@ -119,7 +146,7 @@ def test_expires_unbound_holds_only_after_the_ttl() -> None:
         (Hold("young", 1, NOW - timedelta(seconds=30)), Hold("old", 1, NOW - timedelta(seconds=61)))
     )
     run(w.keeper.once())
-    assert [h.claim for h in w.holds()] == ["young"]
+    assert [h.claim for h in w.holds()] == [claim_key("young")]
 
 
 def test_adds_a_hold_for_an_admitted_pod_without_one() -> None:
@@ -127,7 +154,7 @@ def test_adds_a_hold_for_an_admitted_pod_without_one() -> None:
     w.pods = [gpu_pod("p1", "res-1", None, gpus=3)]
     run(w.keeper.once())
     (hold,) = w.holds()
-    assert (hold.claim, hold.gpus, hold.pod_uid) == ("pod-uid-p1", 3, "uid-p1")
+    assert (hold.claim, hold.gpus, hold.pod_uid) == (claim_key("pod-uid-p1"), 3, "uid-p1")
 
 
 def test_never_leaks_for_long_a_hold_without_pod_goes_within_ttl_plus_one_tick() -> None:
@@ -135,7 +162,7 @@ def test_never_leaks_for_long_a_hold_without_pod_goes_within_ttl_plus_one_tick()
         w = World((Hold("orphan", 2, NOW, None),))
         task = asyncio.create_task(w.keeper.run(tick_s=10))
         await tick(w.clock, 10, times=int(TTL / 10))  # up to the TTL: kept
-        assert [h.claim for h in w.holds()] == ["orphan"]
+        assert [h.claim for h in w.holds()] == [claim_key("orphan")]
         await tick(w.clock, 10)  # TTL + one tick: gone
         assert w.holds() == ()
         task.cancel()
@@ -229,7 +256,7 @@ def test_an_unbound_hold_goes_when_it_expires_not_at_the_next_tick() -> None:
         w = World((Hold("orphan", 1, NOW - timedelta(seconds=TTL - 20)),))
         task = asyncio.create_task(w.keeper.run(3600.0))
         await settle()
-        assert [h.claim for h in w.holds()] == ["orphan"]
+        assert [h.claim for h in w.holds()] == [claim_key("orphan")]
         await tick(w.clock, 21)
         assert w.holds() == ()
         task.cancel()
@@ -254,7 +281,7 @@ def test_a_hold_bound_during_the_pass_is_not_dropped_as_gone() -> None:
 
     w.kube.before["get"] = admitted_meanwhile
     run(w.keeper.once())
-    assert sorted((h.claim, h.pod_uid) for h in w.holds()) == [
-        ("c1", "uid-p1"),
-        ("c5", "uid-p5"),
-    ]
+    assert {(h.claim, h.pod_uid) for h in w.holds()} == {
+        (claim_key("c1"), "uid-p1"),
+        (claim_key("c5"), "uid-p5"),
+    }

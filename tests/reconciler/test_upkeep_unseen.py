@@ -12,7 +12,7 @@ import pytest
 from reconciler.settings import load
 from reconciler.upkeep import Keeper
 from shared.clock import ManualClock
-from shared.model import Hold
+from shared.model import Hold, claim_key
 from shared.settings import SettingsError
 from tests.reconciler.builders import NS
 from tests.reconciler.test_upkeep import NOW, TTL, World, gpu_pod, run, settle, tick
@@ -50,7 +50,7 @@ def test_a_hold_whose_pod_never_appears_goes_after_the_unseen_limit_on_a_timer(
         task = asyncio.create_task(k.run(3600.0))
         await settle()
         await tick(w.clock, 5)
-        assert [h.claim for h in w.holds()] == ["forged"]
+        assert [h.claim for h in w.holds()] == [claim_key("forged")]
         await tick(w.clock, 1.5)
         assert w.holds() == ()
         assert counted == [1]
@@ -83,7 +83,7 @@ def test_a_pod_persisted_after_its_hold_was_released_is_adopted_while_there_is_r
     w.pods = [gpu_pod("late", "res-1", "slow")]
     assert run(k.once()) == ["res-1"]
     (hold,) = w.holds()
-    assert (hold.claim, hold.pod_uid) == ("slow", "uid-late")
+    assert (hold.claim, hold.pod_uid) == (claim_key("slow"), "uid-late")
 
 
 def test_the_unseen_limit_never_exceeds_the_claim_ttl() -> None:

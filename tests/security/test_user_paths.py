@@ -368,6 +368,44 @@ async def copy_pair(http: httpx.AsyncClient, i: int) -> None:
     print(f"copy-{i}: {second.status_code}")
 
 
+def test_case_9_a_user_reading_a_reservation_sees_claim_keys_never_claim_ids(
+    stage: Stage,
+) -> None:
+    """Every authenticated user may read every GPUReservation (userAccess). What carol
+    reads of bob's booking while his pod runs holds its claim's key (``sha256:``), never
+    the claim id the pod carries, so reading the ledger gives nothing to copy onto a
+    pod."""
+
+    async def scenario() -> None:
+        rid = await stage.book("bob", 1, "a100")
+        try:
+            async with stage.client("bob") as http:
+                made = PodBuilder(namespace="bob").generate_name("keyed-").cls("a100")
+                made.gpus("1").annotate(vocab.SANDBOX_RUN_SECONDS, "3600")
+                created = await http.post("/api/v1/namespaces/bob/pods", json=made.build())
+                assert created.status_code == 201, created.text
+            claim_id = notes(created.json())[vocab.ADMISSION_CLAIM]
+            path = GPU_RESERVATIONS.path(stage.world.ctx.namespace, model.reference(rid))
+            async with stage.client("carol") as http:
+
+                async def read() -> dict[str, Any] | None:
+                    got = await http.get(path)
+                    assert got.status_code == 200, got.text
+                    obj: dict[str, Any] = got.json()
+                    return obj if (obj.get("status") or {}).get("holds") else None
+
+                obj = await waits(read, 5)
+            assert obj is not None
+            claims = [h["claim"] for h in obj["status"]["holds"]]
+            assert claims == [model.claim_key(claim_id)]
+            assert claim_id not in json.dumps(obj)
+        finally:
+            await stage.cancel(rid)
+            await stage.clear("bob")
+
+    stage.run(scenario())
+
+
 def test_case_9_forged_keys_on_a_no_gpu_pod_and_deep_bodies(stage: Stage) -> None:
     """Case 9: forged controller-owned ``galends/*`` annotations on carol's pod that
     asks for no GPU are removed at create; a 100,000-deep JSON body to the webhook's

@@ -14,6 +14,7 @@ import pytest
 
 from bench import loadgen, standin
 from shared import model, vocab
+from shared.model import claim_key
 from webhook.patch import diff
 from webhook.review import allowed_json, answer
 
@@ -53,21 +54,21 @@ def claims_of(res: model.GPUReservation) -> list[tuple[str, bool]]:
 
 def test_a_fed_hold_is_bound_to_a_pod_named_after_its_claim() -> None:
     res = standin.upkeep_pass(booking(hold("a"), hold("b")), {"a"}, NOW)
-    assert claims_of(res) == [("a", True), ("b", False)]
+    assert claims_of(res) == [(claim_key("a"), True), (claim_key("b"), False)]
     assert (res.holds[0].pod, res.holds[0].pod_uid) == ("a", "uid-a")
 
 
 def test_holds_never_fed_stay_until_the_claim_ttl() -> None:
     young, edge, old = hold("young", 1), hold("edge", TTL), hold("old", TTL + 1)
     res = standin.upkeep_pass(booking(young, edge, old), set(), NOW)
-    assert claims_of(res) == [("young", False), ("edge", False)]
+    assert claims_of(res) == [(claim_key("young"), False), (claim_key("edge"), False)]
 
 
 def test_only_the_newest_bound_holds_stay_and_unbound_ones_are_not_counted() -> None:
     bound = [hold(f"b{i}", bound=True) for i in range(standin.KEEP_HOLDS + 3)]
     waiting = hold("w")
     res = standin.upkeep_pass(booking(*bound[:2], waiting, *bound[2:]), set(), NOW)
-    assert claims_of(res) == [("w", False)] + [
+    assert claims_of(res) == [(claim_key("w"), False)] + [
         (h.claim, True) for h in bound[-standin.KEEP_HOLDS :]
     ]
 
@@ -76,8 +77,8 @@ def test_a_hold_fed_in_this_pass_counts_among_the_newest_bound() -> None:
     bound = [hold(f"b{i}", bound=True) for i in range(standin.KEEP_HOLDS)]
     res = standin.upkeep_pass(booking(*bound, hold("new")), {"new"}, NOW)
     assert len(res.holds) == standin.KEEP_HOLDS
-    assert (res.holds[-1].claim, res.holds[-1].bound) == ("new", True)
-    assert res.holds[0].claim == "b1"
+    assert (res.holds[-1].claim, res.holds[-1].bound) == (claim_key("new"), True)
+    assert res.holds[0].claim == claim_key("b1")
 
 
 @pytest.mark.parametrize(

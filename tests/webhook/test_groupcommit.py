@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from shared import ledger, model
 from shared.ledger import Ask, ClaimResult
+from shared.model import claim_key
 from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, inject_conflicts, server_error
 from tests.policy.builders import gpu_pod, reservation
 from tests.webhook.helpers import call, review, wired
@@ -192,7 +193,7 @@ def test_grouped_claims_never_exceed_the_budget(budget, plans, releases, conflic
 def test_without_releases_admitted_callers_are_exactly_the_holds(budget, plans, seed) -> None:
     run = Run(budget, random.Random(seed), conflict_rate=0.2)
     asyncio.run(run.run(plans, releases=0))
-    admitted = {r.claim: g for g, r in run.results if r.admitted}
+    admitted = {claim_key(r.claim or ""): g for g, r in run.results if r.admitted}
     holds = {h.claim: h.gpus for h in run.store.reservation("res-1").holds}
     assert admitted == holds
 

@@ -34,7 +34,10 @@ async def test_admission_claims_a_hold_then_stamps_the_pod() -> None:
     result = patched(pod, doc)
     claim = result["metadata"]["annotations"][vocab.ADMISSION_CLAIM]
     holds = store.reservation("res-1").holds
-    assert [(h.claim, h.gpus, h.pod) for h in holds] == [(claim, 1, "p")]
+    # The pod carries the claim id; the hold keeps its key, never the id itself.
+    assert not claim.startswith(model.CLAIM_KEY_PREFIX)
+    assert [(h.claim, h.gpus, h.pod) for h in holds] == [(model.claim_key(claim), 1, "p")]
+    assert claim not in json.dumps(store.stored("res-1"))
     assert doc["response"]["warnings"][0].startswith("admitted under reservation res-1")
     assert outcome_count(admission, "admitted") == 1
 

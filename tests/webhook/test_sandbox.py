@@ -120,7 +120,7 @@ def test_1_admission_until_the_booking_is_full(sandbox: SandboxThread) -> None:
     assert "res-101 is full" in outs[2].stderr
     holds = sandbox.reservation("res-101").holds
     assert sorted(h.claim for h in holds) == sorted(
-        p["metadata"]["annotations"][vocab.ADMISSION_CLAIM] for p in pods[:2]
+        model.claim_key(p["metadata"]["annotations"][vocab.ADMISSION_CLAIM]) for p in pods[:2]
     )
 
 
@@ -135,7 +135,9 @@ def test_2_forty_concurrent_pods_three_replicas_six_gpus(sandbox: SandboxThread)
     pods = [sandbox.pod("carol", f"c-{i}") for i in range(40)]
     admitted = [p for p in pods if tolerated(p)]
     assert len(admitted) == 6
-    claims = sorted(p["metadata"]["annotations"][vocab.ADMISSION_CLAIM] for p in admitted)
+    claims = sorted(
+        model.claim_key(p["metadata"]["annotations"][vocab.ADMISSION_CLAIM]) for p in admitted
+    )
     holds = sandbox.reservation("res-102").holds
     assert sorted(h.claim for h in holds) == claims
     assert sum(h.gpus for h in holds) == 6
@@ -280,7 +282,7 @@ def test_7_a_burst_of_job_pods_gets_one_claim_per_admitted_pod(sandbox: SandboxT
     assert len(admitted) >= 20, [o.stderr for o in outs]
     names = {o.stdout.strip().removeprefix("pod/") for o in admitted}
     pods = [sandbox.pod("bob", name) for name in names]
-    claims = [p["metadata"]["annotations"][vocab.ADMISSION_CLAIM] for p in pods]
+    claims = [model.claim_key(p["metadata"]["annotations"][vocab.ADMISSION_CLAIM]) for p in pods]
     assert len(set(claims)) == len(admitted)
     holds = {h.claim: h for h in sandbox.reservation("res-107").holds}
     assert set(claims) <= set(holds)
