@@ -25,6 +25,7 @@ from shared.clock import ManualClock, format_utc
 from shared.policy.forecast import forecast
 from shared.policy.inventory import Inventory, build_inventory, project_node_facts
 from shared.policy.matching import MatchRules
+from shared.policy.preemption import Phase
 from shared.resources import PODS
 from tests.fakekube import FakeKube
 from tests.reconciler.builders import START
@@ -342,6 +343,8 @@ def test_the_forecast_names_the_pods_the_sweep_takes(
     w.book(2, "carol", START, NOW + 5 * H, 8)
     if unused:
         w.book(4, "erin", NOW - 2 * MIN, NOW + H, unused)
+        # A running leader's sweeps handled that start when it came (both phases).
+        w.sweeper.marks |= {(NOW - 2 * MIN, Phase.AHEAD), (NOW - 2 * MIN, Phase.AT)}
     w.book(3, "dave", BOUNDARY, BOUNDARY + H, wanted)
     used = {"n1": 0, "n2": 0, "n3": 0}
     for i, (owner, gpus, where) in enumerate(pods):
