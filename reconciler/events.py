@@ -147,11 +147,20 @@ async def emit(
 
     ``on_sent`` is called with the reason after a successful write (metrics).
     """
+    body = pod_event(pod, reason, message, now)
+    return body is not None and await send(gateway, body, on_sent)
+
+
+def pod_event(
+    pod: PodView | Mapping[str, Any], reason: str, message: str, now: datetime
+) -> dict[str, Any] | None:
+    """The Event about ``pod``; None (logged) when the pod has no namespace or uid, as
+    ``kubectl describe`` would never show it."""
     body = event_body(pod, reason, message, now)
     if not body["metadata"]["namespace"] or not body["involvedObject"]["uid"]:
         log(_log, logging.WARNING, "k8s.event_failed", reason=reason, error="pod without uid")
-        return False
-    return await send(gateway, body, on_sent)
+        return None
+    return body
 
 
 async def send(
@@ -243,11 +252,8 @@ class Recorder:
         on_sent: Callable[[str], None] | None = None,
     ) -> bool:
         """``emit``, correlated."""
-        body = event_body(pod, reason, message, now)
-        if not body["metadata"]["namespace"] or not body["involvedObject"]["uid"]:
-            log(_log, logging.WARNING, "k8s.event_failed", reason=reason, error="pod without uid")
-            return False
-        return await self.send(gateway, body, on_sent)
+        body = pod_event(pod, reason, message, now)
+        return body is not None and await self.send(gateway, body, on_sent)
 
     async def send(
         self,
