@@ -34,8 +34,9 @@ Out of scope (never judged): pods in the controller's own namespace (only the
 operator and the controller's service accounts create pods there); DaemonSet-
 controlled pods in the exempt namespaces (``UNADMITTED_EXEMPT_NAMESPACES``: device
 plugins and monitoring agents tolerate every taint by design); mirror pods of static
-pods (``kubernetes.io/config.mirror``: a user cannot create them — the kubelet runs
-them from a file on the node, so a delete would not stop them anyway).
+pods (``kubernetes.io/config.mirror``: the kubelet runs them from a file on the node, so
+a delete would not stop them; one a user creates with the annotation is an orphan no
+kubelet runs — it deletes it).
 
 Before acting the shell re-reads the pod, its reservation and its node (and the
 earlier holder of a shared claim) and decides again on the fresh objects (a lagging

@@ -62,7 +62,8 @@ class PodView:
     #: class). Empty for almost every pod.
     declared_classes: tuple[str, ...] = ()
     #: The API copy of a static pod (``kubernetes.io/config.mirror``): the kubelet
-    #: runs it from a file on the node, so deleting it stops nothing.
+    #: runs it from a file on the node, so deleting it stops nothing; a pod a user
+    #: creates with the annotation is one no kubelet runs (it deletes orphan mirrors).
     mirror: bool = False
     #: Controlled by a DaemonSet (``ownerReferences`` with ``controller: true``).
     daemon: bool = False

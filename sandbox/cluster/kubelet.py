@@ -161,7 +161,13 @@ class Kubelet(Passes):
         meta, spec = pod["metadata"], pod.get("spec") or {}
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         bound = bool(spec.get("nodeName"))
-        if meta.get("deletionTimestamp"):
+        if bound and vocab.MIRROR_POD_ANNOTATION in (meta.get("annotations") or {}):
+            # A mirror pod is the API copy of a static pod from the node's manifest
+            # directory; the sandbox's nodes have none, so every one is an orphan, which
+            # a real kubelet deletes instead of running (a user may create a pod with
+            # the annotation; no kubelet runs it).
+            await self._remove(pod)
+        elif meta.get("deletionTimestamp"):
             if not bound or phase in TERMINAL_PHASES:
                 await self._remove(pod)
             else:

@@ -202,6 +202,25 @@ async def test_a_pod_pinned_by_node_name_skips_taints_but_not_the_kubelets_check
     assert [(e["type"], e["reason"], e["message"]) for e in told] == [("Warning", reason, why)]
 
 
+async def test_a_pod_a_user_marks_as_a_mirror_pod_is_deleted_never_run(gateway: Gateway) -> None:
+    """Rule: a pod carrying ``kubernetes.io/config.mirror`` stands for a static pod of the
+    node's manifest directory; the sandbox's nodes have none, so the kubelet deletes it
+    as an orphan (as a real kubelet does) instead of running it."""
+    fake = gpu_pod("fake-mirror", 8, [])
+    fake["spec"]["nodeName"] = "h100-1"
+    fake["metadata"]["annotations"] = {vocab.MIRROR_POD_ANNOTATION: "x"}
+    await gateway.create(PODS, fake, NS)
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        try:
+            got = await gateway.get(PODS, "fake-mirror", NS)
+        except NotFound:
+            break
+        assert got.get("status", {}).get("phase") != "Running"
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
+
+
 async def test_an_ephemeral_container_is_reported_running(gateway: Gateway) -> None:
     """Rule: a debug container added to a running pod (``pods/ephemeralcontainers``) is
     reported running in ``ephemeralContainerStatuses`` (what ``kubectl debug -it`` waits for)."""
