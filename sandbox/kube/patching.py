@@ -18,7 +18,7 @@ from sandbox.kube import patch as p
 from sandbox.kube.cluster import Call, Cluster, present
 from sandbox.kube.errors import bad_request, invalid, not_found, required, stale, unsupported_media
 from sandbox.kube.registry import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
-from sandbox.kube.writes import apply_update, create, decode
+from sandbox.kube.writes import UPDATE_ATTEMPTS, Moved, apply_update, create, decode
 
 Obj = dict[str, Any]
 
@@ -46,6 +46,15 @@ async def patch(
     if kind not in call.rtype.patch_types():
         raise unsupported_media(call.rtype.patch_types())
     body = _parse(raw, kind)
+    for _ in range(UPDATE_ATTEMPTS - 1):
+        try:
+            return await _patch(cluster, call, kind, body)
+        except Moved:  # stored anew while admitted: apply the patch to what is stored
+            continue
+    return await _patch(cluster, call, kind, body)
+
+
+async def _patch(cluster: Cluster, call: Call, kind: str, body: Any) -> tuple[int, Obj]:
     old = cluster.store.peek(*call.key)  # read only: the patch applies to a copy
     if kind == APPLY_PATCH:
         if not call.query.get("fieldManager"):

@@ -29,7 +29,7 @@ from sandbox.kube.errors import (
     stale,
     success_status,
 )
-from sandbox.kube.writes import apply_update
+from sandbox.kube.writes import UPDATE_ATTEMPTS, Moved, apply_update
 
 Obj = dict[str, Any]
 
@@ -116,7 +116,17 @@ async def write_scale(cluster: Cluster, call: Call, scale: Any) -> Obj:
     """PATCH or PUT of a Scale (what ``kubectl scale`` sends; ``scale`` is the written
     Scale, a patch already applied to ``scale_view``): only ``spec.replicas`` reaches
     the object, with the Scale's resourceVersion as precondition; the answer is the
-    Scale after the write."""
+    Scale after the write. Decided again on the stored object when it changed while the
+    write was admitted."""
+    for _ in range(UPDATE_ATTEMPTS - 1):
+        try:
+            return await _write_scale(cluster, call, scale)
+        except Moved:
+            continue
+    return await _write_scale(cluster, call, scale)
+
+
+async def _write_scale(cluster: Cluster, call: Call, scale: Any) -> Obj:
     old = cluster.store.peek(*call.key)
     if old is None:
         raise not_found(call.rtype.plural, call.rtype.group, call.name)

@@ -160,7 +160,39 @@ def validate_new(call: Call, obj: Obj) -> None:
     check(rtype.kind, rtype.kind_group, meta.get("name") or "", errors)
 
 
+#: Times an update starts again from the stored object when that changed while it was
+#: admitted (kube-apiserver's GuaranteedUpdate retries its compare-and-swap alike).
+UPDATE_ATTEMPTS = 5
+
+
+class Moved(Exception):
+    """The object changed while the write was admitted: decide it again on what is
+    stored now (a write never lands on a state it was not decided on)."""
+
+
+def still_stored(cluster: Cluster, call: Call, old: Obj) -> None:
+    """The check of the storage's compare-and-swap, after admission awaited webhooks:
+    ``NotFound`` when the object was deleted meanwhile (an update never re-creates it),
+    ``Moved`` when another write replaced it."""
+    current = cluster.store.peek(*call.key)
+    if current is None:
+        raise not_found(call.rtype.plural, call.rtype.group, call.name)
+    if current is not old:
+        raise Moved
+
+
 async def update(cluster: Cluster, call: Call, body: Any) -> tuple[int, Obj]:
+    """PUT (see ``_update``), decided again on the stored object when it changed while
+    the write was admitted; a PUT naming a resourceVersion then gets its 409."""
+    for _ in range(UPDATE_ATTEMPTS - 1):
+        try:
+            return await _update(cluster, call, body)
+        except Moved:
+            continue
+    return await _update(cluster, call, body)
+
+
+async def _update(cluster: Cluster, call: Call, body: Any) -> tuple[int, Obj]:
     """PUT: 200 with the object (201 when a Lease/Event PUT created it).
 
     ``body`` is this request's own decoding (not copied again, unless a missing object
@@ -208,6 +240,7 @@ async def apply_update(cluster: Cluster, call: Call, new: Obj, old: Obj, options
         call, "UPDATE", shown, present(call, old), options_body("UpdateOptions", call, options)
     )
     new = _admitted(call, new, shown, admitted, ctx)
+    still_stored(cluster, call, old)
     _keep_system_metadata(call, new, old)
     _bump_generation(call, new, old)
     _validate_update(call, new, old, ctx)

@@ -232,3 +232,54 @@ def test_kubectl_prints_a_non_ascii_warning(kube: Running, ns: str, tmp_path: Pa
         kube.server.mutating_admission.remove(plugin)
     assert "Warning: booking full… queued ✓" in out
     assert "pod/printed created" in out
+
+
+class Meddler:
+    """While an UPDATE of ``racy`` is admitted, another write changes the object (or a
+    delete removes it), as a concurrent request would while a webhook answers."""
+
+    def __init__(self, kube: Running, delete: bool) -> None:
+        self.kube, self.delete, self.rounds = kube, delete, 0
+
+    async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
+        if attrs.name == "racy" and attrs.operation == "UPDATE":
+            self.rounds += 1
+            store = self.kube.server.store
+            key = ("", "configmaps", attrs.namespace, "racy")
+            if self.delete:
+                store.remove(key)
+            elif self.rounds == 1:
+                changed = store.get(*key)
+                changed["data"] = {**(changed.get("data") or {}), "other": "write"}
+                store.put(key, changed)
+        return AdmissionResult(attrs.object, [])
+
+
+@pytest.mark.parametrize("delete", [True, False], ids=["deleted", "changed"])
+def test_an_update_decided_while_the_object_changed_is_decided_again(
+    kube: Running, api: httpx.Client, ns: str, delete: bool
+) -> None:
+    """kube-apiserver's GuaranteedUpdate: an update lands only on the state it was
+    admitted on. Deleted meanwhile: 404, never re-created (a late guarantee patch
+    once brought an evicted pod back). Changed meanwhile: a patch applies again to
+    what is stored (both writes kept); a PUT naming the old resourceVersion gets 409."""
+    cms = f"/api/v1/namespaces/{ns}/configmaps"
+    assert api.post(cms, json={"metadata": {"name": "racy"}, "data": {"a": "1"}}).status_code == 201
+    plugin = Meddler(kube, delete)
+    kube.server.mutating_admission.append(plugin)
+    try:
+        merge = {"Content-Type": "application/merge-patch+json"}
+        answer = api.patch(f"{cms}/racy", content=json.dumps({"data": {"b": "2"}}), headers=merge)
+        if delete:
+            assert answer.status_code == 404, answer.text
+            assert api.get(f"{cms}/racy").status_code == 404
+            return
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["data"] == {"a": "1", "b": "2", "other": "write"}
+        assert plugin.rounds == 2
+        stale = {**answer.json(), "data": {"c": "3"}}
+        plugin.rounds = 0  # the next UPDATE is changed under it again
+        put = api.put(f"{cms}/racy", json=stale)
+        assert put.status_code == 409, put.text
+    finally:
+        kube.server.mutating_admission.remove(plugin)
