@@ -245,11 +245,12 @@ class Meddler:
         if attrs.name == "racy" and attrs.operation == "UPDATE":
             self.rounds += 1
             store = self.kube.server.store
-            key = ("", "configmaps", attrs.namespace, "racy")
+            key = ("", "configmaps", attrs.namespace or "", "racy")
             if self.delete:
                 store.remove(key)
             elif self.rounds == 1:
                 changed = store.get(*key)
+                assert changed is not None
                 changed["data"] = {**(changed.get("data") or {}), "other": "write"}
                 store.put(key, changed)
         return AdmissionResult(attrs.object, [])
