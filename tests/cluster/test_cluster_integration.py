@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sandbox.cluster.component import ClusterComponent
 from shared import vocab
-from shared.errors import Conflict, NotFound
+from shared.errors import NotFound
 from shared.gateway import Gateway
-from shared.resources import EVENTS, NAMESPACES, NODES, PODS
+from shared.resources import EVENTS, NODES, PODS
 from tests.cluster.builders import node, reservation_taint, reservation_toleration
-
-component = pytest.importorskip("sandbox.kube.component")
-runner = pytest.importorskip("sandbox.runner")
+from tests.cluster.running import cluster_gateway
 
 pytestmark = [
     pytest.mark.anyio,
@@ -32,18 +27,7 @@ NS = "team-a"
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
-    ctx = runner.SandboxContext(state_dir=tmp_path, scenario={})
-    kube, cluster = component.KubeComponent(), ClusterComponent()
-    await kube.start(ctx)
-    await cluster.start(ctx)
-    path = tmp_path / "kubeconfig"
-    assert ctx.kubeconfig is not None
-    path.write_text(ctx.kubeconfig, encoding="utf-8")
-    client = Gateway.from_kubeconfig(str(path))
-    try:
-        with contextlib.suppress(Conflict):
-            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-            await client.create(NAMESPACES, body)
+    async with cluster_gateway(tmp_path, NS) as client:
         reserved = node("h100-1", gpus=8, taints=[reservation_taint()], ready=None)
         await client.create(NODES, reserved)
         # The emulated kubelet registers the node Ready (it was created without the
@@ -51,11 +35,6 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
         # would, and a pod created first could get that verdict before the real one.
         await node_ready(client, "h100-1")
         yield client
-    finally:
-        client.close()
-        await cluster.stop()
-        await kube.stop()
-        gc.collect()
 
 
 async def node_ready(gateway: Gateway, name: str) -> None:

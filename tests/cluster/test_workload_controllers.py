@@ -4,24 +4,19 @@ HTTP (``sandbox.cluster.controllers``), with the scheduler and kubelet placing t
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sandbox.cluster.component import ClusterComponent
 from sandbox.cluster.workloads import DEPLOYMENTS, JOBS, POD_TEMPLATE_HASH, REPLICASETS, REVISION
 from shared import vocab
-from shared.errors import Conflict, NotFound
+from shared.errors import NotFound
 from shared.gateway import Gateway
-from shared.resources import NAMESPACES, NODES, PODS
+from shared.resources import NODES, PODS
 from tests.cluster.builders import node
-
-component = pytest.importorskip("sandbox.kube.component")
-runner = pytest.importorskip("sandbox.runner")
+from tests.cluster.running import cluster_gateway
 
 pytestmark = [
     pytest.mark.anyio,
@@ -33,25 +28,9 @@ NS = "team-w"
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
-    ctx = runner.SandboxContext(state_dir=tmp_path, scenario={})
-    kube, cluster = component.KubeComponent(), ClusterComponent()
-    await kube.start(ctx)
-    await cluster.start(ctx)
-    path = tmp_path / "kubeconfig"
-    assert ctx.kubeconfig is not None
-    path.write_text(ctx.kubeconfig, encoding="utf-8")
-    client = Gateway.from_kubeconfig(str(path))
-    try:
-        with contextlib.suppress(Conflict):
-            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-            await client.create(NAMESPACES, body)
+    async with cluster_gateway(tmp_path, NS) as client:
         await client.create(NODES, node("cpu-1", gpus=0, cpu="64"))
         yield client
-    finally:
-        client.close()
-        await cluster.stop()
-        await kube.stop()
-        gc.collect()
 
 
 async def until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
