@@ -48,7 +48,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sandbox.cluster.passes import RESYNC_S, Cache, snapshot
+from sandbox.cluster.passes import Cache, Woken, snapshot
 from sandbox.cluster.ratelimit import LimitedClient
 from sandbox.cluster.workloads import (
     BURST_REPLICAS,
@@ -70,7 +70,7 @@ from sandbox.cluster.workloads import (
     template_hash,
 )
 from shared.clock import Clock, format_utc
-from shared.errors import Conflict, KubeError, NotFound
+from shared.errors import Conflict, NotFound
 from shared.resources import PODS, Resource
 from shared.watch import key_of
 
@@ -139,37 +139,15 @@ class Expectations:
                 del book[owner]
 
 
-class Controller:
+class Controller(Woken):
     """A loop over some caches: ``run_once`` after every change and every RESYNC_S."""
 
     what = "controller"
 
     def __init__(self, client: LimitedClient, clock: Clock, *caches: Cache) -> None:
+        super().__init__(*caches)
         self.client = client
         self.clock = clock
-        self._caches = caches
-        self._wake = asyncio.Event()
-        for cache in caches:
-            cache.listeners.append(self._changed)
-
-    def _changed(self, key: str, old: Any, new: Any) -> None:
-        self._wake.set()
-
-    async def run(self) -> None:
-        for cache in self._caches:
-            await cache.synced.wait()
-        while True:
-            self._wake.clear()
-            try:
-                await self.run_once()
-            except KubeError as exc:
-                log.warning("%s pass failed: %s", self.what, exc)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(RESYNC_S):
-                    await self._wake.wait()
-
-    async def run_once(self) -> None:
-        raise NotImplementedError
 
     async def _write_status(self, res: Resource, obj: Obj, wanted: Obj) -> None:
         """Merge ``wanted`` into the object's status when it differs."""

@@ -49,28 +49,25 @@ def snapshot(objects: Cache) -> list[dict[str, Any]]:
     return list(objects.items.values())
 
 
-class Passes:
-    """Runs ``run_once`` over the caches after every change and every ``RESYNC_S``."""
+class Woken:
+    """Runs ``run_once`` after every change of its caches and every ``RESYNC_S``."""
 
     #: Names the loop in its log lines.
     what = "pass"
 
-    def __init__(self, gateway: Gateway, clock: Clock, pods: Cache, nodes: Cache) -> None:
-        self._gateway = gateway
-        self._clock = clock
-        self._pods = pods
-        self._nodes = nodes
+    def __init__(self, *caches: Cache) -> None:
+        self._caches = caches
         self._wake = asyncio.Event()
-        pods.listeners.append(self._changed)
-        nodes.listeners.append(self._changed)
+        for cache in caches:
+            cache.listeners.append(self._changed)
 
     def _changed(self, key: str, old: Any, new: Any) -> None:
         self._wake.set()
 
     async def run(self) -> None:
-        """Pass until cancelled, once both caches are filled."""
-        await self._pods.synced.wait()
-        await self._nodes.synced.wait()
+        """Pass until cancelled, once every cache is filled."""
+        for cache in self._caches:
+            await cache.synced.wait()
         while True:
             self._wake.clear()
             try:
@@ -85,5 +82,16 @@ class Passes:
                     await self._wake.wait()
 
     async def run_once(self) -> None:
-        """One pass over the cached pods and nodes."""
+        """One pass over the caches."""
         raise NotImplementedError
+
+
+class Passes(Woken):
+    """A loop over the cached pods and nodes (the scheduler's and the kubelet's)."""
+
+    def __init__(self, gateway: Gateway, clock: Clock, pods: Cache, nodes: Cache) -> None:
+        super().__init__(pods, nodes)
+        self._gateway = gateway
+        self._clock = clock
+        self._pods = pods
+        self._nodes = nodes
