@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 def _run_ensure(settings: EnsureSettings) -> int:
     configure(settings.common.log_level, settings.common.library_log_level)
     try:
-        gateway = Gateway.from_kubeconfig(settings.common.kubeconfig)
+        gateway = Gateway.for_process(settings.common)
     except Exception as exc:  # the client's config errors are not KubeErrors
         log(_log, logging.ERROR, "certs.no_credentials", detail=str(exc))
         return EXIT_FAILED

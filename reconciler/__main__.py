@@ -42,7 +42,7 @@ def main() -> int:
 async def run(settings: ReconcilerSettings) -> None:
     """Start the replica, wait for a stop signal, stop it."""
     clock = settings.clock.build()
-    gateway = Gateway.from_kubeconfig(settings.common.kubeconfig)
+    gateway = Gateway.for_process(settings.common)
     client = AppClient(settings.api_url, settings.api_key.value, clock=clock)
     reconciler = Reconciler(settings, gateway, client, clock, leases=client)
     stop = asyncio.Event()

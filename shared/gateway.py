@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 from urllib.parse import urlencode
 
 import kubernetes.client
@@ -26,7 +28,13 @@ import urllib3
 
 from shared import jsontext
 from shared.errors import Gone, KubeError, ServerError, TooManyRequests, from_status
+from shared.logs import log
 from shared.resources import Resource
+
+if TYPE_CHECKING:
+    from shared.settings import CommonSettings
+
+_log = logging.getLogger(__name__)
 
 #: The official client's configuration (other modules name it through this alias).
 Configuration = kubernetes.client.Configuration
@@ -120,6 +128,20 @@ def load_configuration(
     return cfg
 
 
+def strict_verification(context: ssl.SSLContext, strict: bool) -> ssl.SSLContext:
+    """Turn OpenSSL's strict X.509 checks on or off in ``context`` (K8S_TLS_STRICT_VERIFY).
+
+    Strict is what Python 3.13 does by default and what we ask on every Python: among
+    other checks, each certificate the chain runs through must carry an Authority Key
+    Identifier. Off only relaxes those checks — the chain is still verified against the
+    CA, dates still apply and the host name is still matched."""
+    if strict:
+        context.verify_flags |= ssl.VERIFY_X509_STRICT
+    else:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context
+
+
 def encoded(body: Any, headers: dict[str, str]) -> bytes | None:
     """A call's body as JSON bytes (None without one), setting ``headers``' content type
     unless the caller chose one (a patch's). Compact (``shared.jsontext``: a claim's JSON
@@ -210,6 +232,7 @@ class Gateway:
         max_workers: int = 16,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        strict_tls: bool = True,
     ) -> None:
         # urllib3 keeps cpu_count × 5 connections by default (10 on two cores): fewer
         # than the workers plus the open watches, so a burst kept discarding connections
@@ -218,6 +241,15 @@ class Gateway:
             configuration.connection_pool_maxsize, max_workers + WATCH_CONNECTIONS
         )
         self._api = kubernetes.client.ApiClient(configuration)
+        #: K8S_TLS_STRICT_VERIFY, for the official client's connections and the loop's.
+        self.strict_tls = strict_tls
+        # The official client builds its TLS context per connection from the pool's
+        # arguments; a context of ours carries the strict flag (urllib3 still loads the
+        # configuration's CA, client certificate and verify mode into it).
+        pool_kw = self._api.rest_client.pool_manager.connection_pool_kw
+        pool_kw["ssl_context"] = strict_verification(
+            urllib3.util.ssl_.create_urllib3_context(), strict_tls
+        )
         self._timeout_s = timeout_s
         #: (monotonic instant it was made, API root URL, authentication headers).
         self._base: tuple[float, str, dict[str, str]] | None = None
@@ -233,6 +265,25 @@ class Gateway:
         """A gateway for ``kubeconfig`` — one file or several, merged — and ``context``
         (``None``: in-cluster credentials; see ``load_configuration``)."""
         return cls(load_configuration(kubeconfig, context), **kwargs)
+
+    @classmethod
+    def for_process(cls, common: CommonSettings, **kwargs: Any) -> Self:
+        """The gateway a process runs on: ``KUBECONFIG`` (else in-cluster credentials)
+        and K8S_TLS_STRICT_VERIFY. Logs ``k8s.auth`` (which credentials) and, when the
+        strict checks are off, ``k8s.tls_relaxed`` at WARNING — on every start."""
+        source = "kubeconfig" if common.kubeconfig else "in-cluster"
+        log(_log, logging.INFO, "k8s.auth", source=source)
+        if not common.tls_strict_verify:
+            log(
+                _log,
+                logging.WARNING,
+                "k8s.tls_relaxed",
+                detail="K8S_TLS_STRICT_VERIFY=false: strict X.509 checks are off on the "
+                "connection to the API server (the chain, dates and host name are still "
+                "verified); give the cluster's certificates an Authority Key Identifier "
+                "and remove the setting",
+            )
+        return cls.from_kubeconfig(common.kubeconfig, strict_tls=common.tls_strict_verify, **kwargs)
 
     def endpoint(self) -> Endpoint:
         """Where and how the configuration says to connect (for the loop's client)."""

@@ -34,6 +34,7 @@ from shared.gateway import (
     answer,
     encoded,
     failure,
+    strict_verification,
     watch_event,
     watch_lines,
     watch_query,
@@ -50,11 +51,12 @@ LOOP_CONNECTIONS = 8
 IDEMPOTENT = frozenset({"GET"})
 
 
-def tls_context(endpoint: Endpoint) -> ssl.SSLContext:
+def tls_context(endpoint: Endpoint, strict: bool = True) -> ssl.SSLContext:
     """The TLS context the configuration asks for: its CA (else the system's), its
     client certificate and key when it has them, verification off only when it says
-    ``insecure-skip-tls-verify``."""
-    context = ssl.create_default_context(cafile=endpoint.ca_file)
+    ``insecure-skip-tls-verify``; OpenSSL's strict checks as ``strict`` says
+    (K8S_TLS_STRICT_VERIFY)."""
+    context = strict_verification(ssl.create_default_context(cafile=endpoint.ca_file), strict)
     if endpoint.cert_file:
         context.load_cert_chain(endpoint.cert_file, endpoint.key_file)
     if not endpoint.verify:
@@ -68,14 +70,16 @@ def tls_context(endpoint: Endpoint) -> ssl.SSLContext:
 class _Origin:
     """The serialized parts of every request to the API server's origin."""
 
-    def __init__(self, endpoint: Endpoint, size: int, monotonic: Callable[[], float]) -> None:
+    def __init__(
+        self, endpoint: Endpoint, size: int, monotonic: Callable[[], float], strict: bool
+    ) -> None:
         url = urlsplit(endpoint.root)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"the API server URL {endpoint.root!r} is not http(s)://host")
         secure = url.scheme == "https"
         self.prefix = f"{url.scheme}://{url.netloc}"
         self.host = url.netloc.rpartition("@")[2]
-        tls = tls_context(endpoint) if secure else None
+        tls = tls_context(endpoint, strict) if secure else None
         port = url.port or (443 if secure else 80)
         self.pool = http1.Pool(url.hostname, port, tls, endpoint.server_name, size, monotonic)
 
@@ -91,7 +95,11 @@ class LoopGateway(Gateway):
     ) -> None:
         super().__init__(configuration, **kwargs)
         endpoint = self.endpoint()
-        self._origin = None if endpoint.proxied else _Origin(endpoint, connections, self._monotonic)
+        self._origin = (
+            None
+            if endpoint.proxied
+            else _Origin(endpoint, connections, self._monotonic, self.strict_tls)
+        )
 
     def close(self) -> None:
         """Close the loop's idle connections, then the worker threads' (call it on the

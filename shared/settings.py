@@ -254,6 +254,10 @@ class CommonSettings:
     kubeconfig: str | None
     #: Namespace of the controller's own objects (GPUReservations, Lease).
     namespace: str
+    #: K8S_TLS_STRICT_VERIFY: OpenSSL's strict X.509 checks on the connection to the API
+    #: server (``shared.gateway.strict_verification``). Seed boolean: a word that is not
+    #: one keeps the default, quietly.
+    tls_strict_verify: bool = True
 
 
 def read_common(reader: EnvReader) -> CommonSettings:
@@ -264,6 +268,7 @@ def read_common(reader: EnvReader) -> CommonSettings:
         display_timezone=reader.timezone("EVENT_DISPLAY_TIMEZONE", reader.raw("TZ")),
         kubeconfig=reader.string("KUBECONFIG"),
         namespace=reader.string("POD_NAMESPACE") or _service_account_namespace() or "default",
+        tls_strict_verify=reader.boolean("K8S_TLS_STRICT_VERIFY", True, strict=False),
     )
 
 

@@ -66,7 +66,7 @@ async def serve(settings: WebhookSettings) -> None:
     """Run every part until a signal asks to stop."""
     # The ledger's reads and writes and the cache's list and watch on this loop, not on
     # worker threads: docs/architecture.md, "The Kubernetes gateway".
-    gateway = LoopGateway.from_kubeconfig(settings.common.kubeconfig, timeout_s=5.0)
+    gateway = LoopGateway.for_process(settings.common, timeout_s=5.0)
     cache = ReservationCache(gateway, settings.policy.namespace, settings.clock)
     nodes = NodeCache(gateway, settings.clock)
     serving = settings.serving

@@ -2,7 +2,9 @@
 
 kubectl sends credentials only over TLS (clientcmd applies user credentials only when
 the transport is secure), so the admin kubeconfig points at an HTTPS listener whose
-certificate (IP SAN 127.0.0.1) chains to a CA generated at start.
+certificate (IP SAN 127.0.0.1) chains to a CA generated at start. Both carry the
+extensions a cluster PKI made by kubeadm carries (key usages, subject and authority key
+identifiers), so OpenSSL's strict checks (K8S_TLS_STRICT_VERIFY) pass.
 """
 
 from __future__ import annotations
@@ -37,6 +39,21 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+def _usage(cert_sign: bool) -> x509.KeyUsage:
+    """A CA's key signs certificates; a serving key signs its handshakes."""
+    return x509.KeyUsage(
+        digital_signature=not cert_sign,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=cert_sign,
+        crl_sign=cert_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def write_serving_files(directory: Path, host: str) -> ServingFiles:
     """Create a CA and a certificate for ``host`` (an IP) in ``directory``."""
     now = datetime.now(UTC) - timedelta(minutes=5)
@@ -50,6 +67,8 @@ def write_serving_files(directory: Path, host: str) -> ServingFiles:
         .not_valid_before(now)
         .not_valid_after(now + timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_usage(cert_sign=True), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
@@ -69,6 +88,10 @@ def write_serving_files(directory: Path, host: str) -> ServingFiles:
         )
         .add_extension(
             x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .add_extension(_usage(cert_sign=False), critical=True)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
         )
         .sign(ca_key, hashes.SHA256())
     )

@@ -28,11 +28,6 @@ from webhook import settings as webhook_settings
 NS = render.NAMESPACE
 #: Variables the chart sets for the runtime, not for our settings readers.
 RUNTIME_ONLY = frozenset({"PYTHONDONTWRITEBYTECODE", "TZ"})
-#: Set by the chart (kubernetesApi.tlsStrictVerify) but read by no process yet: the
-#: escape hatch values.yaml describes does nothing. Listed so that the gap stays
-#: visible; remove the entry when a reader exists.
-NOT_READ_YET = frozenset({"K8S_TLS_STRICT_VERIFY"})
-
 MATRIX: dict[str, dict[str, Any]] = {
     "defaults": render.values(),
     "high-availability": render.values(webhook={"replicas": 3}, reconciler={"replicas": 2}),
@@ -130,7 +125,7 @@ def test_every_process_accepts_every_rendered_value(case: str) -> None:
             continue  # cert-manager mode has no certificates Job
         environment = Recording(resolved(one(docs, kind, component)))
         assert read(environment) == [], component  # SettingsError propagates
-        unread = set(environment) - environment.read - RUNTIME_ONLY - NOT_READ_YET
+        unread = set(environment) - environment.read - RUNTIME_ONLY
         assert unread == set(), component
         checked += 1
     assert checked >= 2
