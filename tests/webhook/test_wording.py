@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from shared import vocab
 from webhook import wording
 
 
@@ -13,7 +14,8 @@ from webhook import wording
     ids=["admitted-takes-an", "queued-takes-a"],
 )
 def test_label_change_denial_reads_as_english(held: str, phrase: str) -> None:
-    message = wording.label_change_denied("gpu-class", held)
+    message = wording.label_change_denied(vocab.GPU_CLASS_LABEL, held)
     assert message == (
-        f"the gpu-class label {phrase} cannot be changed or removed; delete and recreate it"
+        f"the {vocab.GPU_CLASS_LABEL} label {phrase} cannot be changed or removed; "
+        "delete and recreate it"
     )
