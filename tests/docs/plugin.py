@@ -24,6 +24,7 @@ SYBIL = Sybil(
 )
 _collect: Callable[[Path, Any], Any] = SYBIL.pytest()
 PROPERTY = "docs_block"
+BLOCK_TIMEOUT_S = 300
 _tally: Counter[tuple[str, str]] = Counter()
 
 
@@ -40,6 +41,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             page = str(Path(example.path).relative_to(ROOT))
             kind = "marked" if example.parsed.marked is not None else "ran"
             item.user_properties.append((PROPERTY, (page, kind)))
+            # A page's first block that runs starts its sandbox (seconds when idle, far
+            # more on two busy cores); the suite's 60 s default is for one test.
+            item.add_marker(pytest.mark.timeout(BLOCK_TIMEOUT_S))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
