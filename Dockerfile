@@ -1,5 +1,5 @@
 # One image for every component: the chart runs `python -m webhook`, `python -m reconciler`
-# and `python -m certs ensure` from it. Build (docs/install.md "The image"):
+# and `python -m certs ensure` from it. Build (docs/operator/install.md "The image"):
 #   docker build -t <registry>/gpu-reservation:0.1.0 .
 # For a reproducible build pin the base by digest as well:
 #   docker build --build-arg PYTHON_IMAGE=python:3.11.11-slim-bookworm@sha256:<digest> .

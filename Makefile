@@ -55,7 +55,7 @@ sandbox: $(STAMP) tools
 	$(BIN)/python -m sandbox up
 
 # Short runs of every benchmark (a few minutes); bench-full: the long intervals and the
-# larger sizes (docs/performance.md). Figures are printed and written to .bench/*.json.
+# larger sizes (docs/developer/performance.md). Figures are printed and written to .bench/*.json.
 bench: $(STAMP)
 	$(BIN)/python -m bench
 

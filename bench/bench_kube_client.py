@@ -9,7 +9,7 @@ on the caller's loop, httptools parsing) and ``aiohttp`` on the caller's loop (a
 GETting a GPUReservation ``REQUESTS`` times at concurrency 1 and 10, twice,
 alternating. Printed per run: calls/s, p50, and the client's CPU per call (the
 process's CPU less the emulator thread's). The choice it informed is written in
-docs/performance.md.
+docs/developer/performance.md.
 """
 
 from __future__ import annotations

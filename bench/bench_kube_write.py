@@ -2,7 +2,7 @@
 
 The webhook's claim path is one conditional status write per group of claims, and
 writes to one object cannot overlap, so this write's latency bounds one booking's
-admissions per second (docs/performance.md, "Webhook"). Measured here alone: the kube
+admissions per second (docs/developer/performance.md, "Webhook"). Measured here alone: the kube
 emulator on its own thread and event loop with the chart installed (CRD, RBAC, the
 MutatingWebhookConfiguration, so admission dispatch runs as in the sandbox), and the
 webhook's own client (``shared.gateway.Gateway``) calling it one request at a time:

@@ -660,7 +660,7 @@ def write_json(name: str, found: dict[str, Any]) -> Path:
 def emulator_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop the benchmark's process (so the kube emulator) runs on:
     asyncio's, as in ``make sandbox`` and the tests; ``BENCH_EMULATOR_LOOP=uvloop``
-    to compare (docs/performance.md: no CPU saved per write, and reordered writes)."""
+    to compare (docs/developer/performance.md: no CPU saved per write, and reordered writes)."""
     if os.environ.get("BENCH_EMULATOR_LOOP", "asyncio") == "uvloop":
         return uvloop.new_event_loop
     return None

@@ -9,7 +9,7 @@ agree. ``watch()`` polls on the injected clock.
 
 Mutual TLS is optional: given a client CA file, the context requires every client to
 present a certificate that chains to it (the API server's, configured by its
-AdmissionConfiguration; docs/certificates.md). The CA file is reloaded on the same
+AdmissionConfiguration; docs/operator/certificates.md). The CA file is reloaded on the same
 poll. OpenSSL can add certificates to a context's trust store but never remove them,
 so a CA that leaves the file stays trusted until the process restarts.
 

@@ -10,7 +10,7 @@ The leader publishes the state on its coordination Lease as the annotation
 ``vocab.APP_HEALTH_ANNOTATION`` — ``ok since <UTC>`` or ``unreachable since <UTC>`` —
 inside its own renew writes (``reconciler.leader``), so the annotation never races the
 election's writes, and ``kubectl gpures explain`` reads it with the user's own rights
-(docs/explain.md). ``format_health`` and ``parse_health`` are pure.
+(docs/user/explain.md). ``format_health`` and ``parse_health`` are pure.
 """
 
 from __future__ import annotations

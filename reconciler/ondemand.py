@@ -19,7 +19,7 @@ Each *batch* reads the caches:
    as they are after the asks (so a pending pod replays its key before the orphan rule
    looks at its lease).
 
-Triggers (``docs/ondemand.md``): a new pending GPU pod (at most one batch in flight
+Triggers (``docs/developer/ondemand.md``): a new pending GPU pod (at most one batch in flight
 plus one trailing, after a short settle), a candidate held for lack of a verdict
 getting one (R21), capacity changes for candidates held on it, a pod under a lease
 finishing or leaving, a booking appearing, the keeper's timers, the earliest retry

@@ -3,7 +3,7 @@
 Variables the replaced controller had keep their names and its lenient behaviour (an
 invalid number falls back to the default with a ``config.invalid`` notice); variables
 this project adds are strict: a bad value stops the process with one message listing
-every problem. ``docs/configuration.md`` documents each variable.
+every problem. ``docs/operator/configuration.md`` documents each variable.
 """
 
 from __future__ import annotations

@@ -40,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     names = [n.strip() for n in args.components.split(",") if n.strip()]
     try:
         scenario = load_scenario(args.scenario)
-        ctx = SandboxContext(state_dir=args.state_dir, scenario=scenario, clock=clock_of(scenario))
+        # Absolute: the reconciler and webhook run as child processes in the repository
+        # root, so a relative --state-dir would name another folder for them.
+        state_dir = args.state_dir.resolve()
+        ctx = SandboxContext(state_dir=state_dir, scenario=scenario, clock=clock_of(scenario))
         ctx.handles["webhook.replicas"] = args.webhook_replicas
         sandbox = Sandbox(ctx, names)
     except ValueError as exc:

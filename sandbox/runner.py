@@ -206,7 +206,7 @@ def next_steps(ctx: SandboxContext) -> str:
         example = Path(__file__).parent / "examples" / "alice-notebook.yaml"
         lines.append(f"  kubectl create -f {example}")
         lines.append(
-            "  kubectl gpures list -n alice      # with .venv/bin on PATH (docs/explain.md)"
+            "  kubectl gpures list -n alice      # with .venv/bin on PATH (docs/user/explain.md)"
         )
     if "app" in ctx.endpoints:
         lines += [

@@ -7,12 +7,12 @@ levels as it parses, without recursing in Python: a body nested 100,000 deep is 
 ``BadJson`` (answered 4xx), never a ``RecursionError``, and every value it gives is
 shallow enough for anything after it to walk or encode recursively (Python's own
 limit is 1,000 frames). It parses a review faster than ``json.loads``; a separate
-depth scan to a lower bound cost more than the parse itself (docs/webhook.md).
+depth scan to a lower bound cost more than the parse itself (docs/developer/webhook.md).
 
 The writer:
 
 orjson encodes a claim's JSON Patch or a log line about ten times faster than ``json``
-(docs/performance.md). Both encoders here give the same text for the same value:
+(docs/developer/performance.md). Both encoders here give the same text for the same value:
 compact separators, UTF-8 unescaped, keys that are not strings written as strings,
 instants and dataclasses left to ``default`` (refused without one, as ``json`` refuses
 them), and a number that is not finite written as ``null`` (orjson's rule; ``json``

@@ -1,4 +1,4 @@
-"""The GPU budget ledger of a reservation (DESIGN §3.2, refined: docs/architecture.md
+"""The GPU budget ledger of a reservation (DESIGN §3.2, refined: docs/developer/architecture.md
 "The ledger protocol").
 
 Every admission under a reservation — by any webhook replica or by the reconciler —
@@ -776,7 +776,7 @@ def shrink_ops(
     so they never move an index this tests; no resourceVersion is sent, and the token
     stays: a claim decided before this write is still within the budget after it.
     ``usedGpus`` and ``phase`` are set from this read (display values; see
-    docs/architecture.md on how they settle).
+    docs/developer/architecture.md on how they settle).
     """
     if (updated.status_extra, updated.token) != (current.status_extra, current.token):
         return None
@@ -826,7 +826,7 @@ def tests_hold(ops: Sequence[dict[str, Any]], obj: dict[str, Any]) -> bool:
 def _same_json(a: Any, b: Any) -> bool:
     """JSON equality as a JSON Patch ``test`` judges it (RFC 6902 §4.6): numbers by
     value (``1`` is ``1.0``), but unlike Python's ``==``, ``true`` is not ``1``. The
-    webhook's diff (``webhook.patch._same``) is stricter on purpose (docs/webhook.md
+    webhook's diff (``webhook.patch._same``) is stricter on purpose (docs/developer/webhook.md
     "The patch")."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b

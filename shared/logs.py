@@ -1,7 +1,7 @@
 """Structured logs: one JSON object per line on stdout (a readable form on a tty).
 
 Every record has ``ts`` (UTC), ``level``, ``logger`` and ``event`` — a dotted name from
-the catalogue in ``docs/observability.md`` such as ``ledger.claim_conflict`` — plus the
+the catalogue in ``docs/operator/observability.md`` such as ``ledger.claim_conflict`` — plus the
 fields passed to ``log``. Request uids and object references go under fixed keys
 (``uid``, ``namespace``, ``pod``, ``reservation``) so they can be searched.
 """

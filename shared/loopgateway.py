@@ -4,7 +4,7 @@
 client's urllib3 (CONVENTIONS 4). For the webhook's ledger writes that costs more than
 the write is worth: the executor hop, hand-offs of the interpreter lock, and
 ``http.client`` parsing headers through the email package — about 1.1–1.3 ms of CPU
-per write (docs/performance.md, "Webhook"). ``LoopGateway`` keeps everything else of
+per write (docs/developer/performance.md, "Webhook"). ``LoopGateway`` keeps everything else of
 the gateway — the configuration (kubeconfig or in-cluster), the API root and
 authentication headers with their reuse-and-rotation rule (``root_and_auth``), the
 throttling retries, the answer's decoding and error mapping (``answer``), the watch

@@ -180,7 +180,7 @@ CRD_NAME: Final = "gpureservations.galends.io"
 #: Name of the coordination Lease the reconciler replicas elect a leader on.
 LEADER_LEASE_NAME: Final = "gpu-reservation-reconciler"
 #: Annotation the leader keeps on that Lease (in its own renew writes): the reservation
-#: app's health as it last saw it, ``ok|unreachable since <UTC>`` (docs/explain.md).
+#: app's health as it last saw it, ``ok|unreachable since <UTC>`` (docs/user/explain.md).
 APP_HEALTH_ANNOTATION: Final = "galends.io/app-health"
 
 # --- Sandbox-only vocabulary ----------------------------------------------------------

@@ -47,7 +47,7 @@ def server(app: object, host: str, port: int, tls: ReloadingTLS | None) -> _Serv
     """The uvicorn server for ``app`` (also the benchmark baseline's: one construction).
 
     HTTP/1.1 is parsed by httptools (C), not h11 (pure Python); the event loop is the
-    caller's — ``main`` runs on uvloop (docs/performance.md has the figures)."""
+    caller's — ``main`` runs on uvloop (docs/developer/performance.md has the figures)."""
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=host,
@@ -65,7 +65,7 @@ def server(app: object, host: str, port: int, tls: ReloadingTLS | None) -> _Serv
 async def serve(settings: WebhookSettings) -> None:
     """Run every part until a signal asks to stop."""
     # The ledger's reads and writes and the cache's list and watch on this loop, not on
-    # worker threads: docs/architecture.md, "The Kubernetes gateway".
+    # worker threads: docs/developer/architecture.md, "The Kubernetes gateway".
     gateway = LoopGateway.for_process(settings.common, timeout_s=5.0)
     cache = ReservationCache(gateway, settings.policy.namespace, settings.clock)
     nodes = NodeCache(gateway, settings.clock)

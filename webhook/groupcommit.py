@@ -39,11 +39,11 @@ from shared.model import GPUReservation
 #: Most asks one write carries; more wait for the next write (bounds one body's size).
 MAX_GROUP = 128
 #: Writes in flight per reservation: a second group is sent before the first's answer,
-#: decided on its expected result (docs/webhook.md "Group commit").
+#: decided on its expected result (docs/developer/webhook.md "Group commit").
 DEPTH = 2
 #: Passes of the event loop a group waits after the claim that starts it: the request
 #: tasks the same wake-up made ready (each runs one pass after the wake-up's reads) claim
-#: first, so they go in this write instead of the next (docs/performance.md, sixth
+#: first, so they go in this write instead of the next (docs/developer/performance.md, sixth
 #: session: 2 and 3 against 1).
 SETTLE = 3
 

@@ -62,7 +62,7 @@ class NodeCache:
 
     def pin(self, pod: Mapping[str, Any]) -> Pin | None:
         """The reserved node ``pod`` names in ``spec.nodeName``; None when it names none,
-        or a node that is not reserved or not known here (docs/webhook.md)."""
+        or a node that is not reserved or not known here (docs/developer/webhook.md)."""
         node = node_name(pod)
         if node is None:
             return None

@@ -9,7 +9,7 @@ its tests check it against.
 ``diff`` is our own rather than ``jsonpatch.make_patch``: it skips a subtree the edited
 pod shares with the original by identity, compares the rest with the interpreter's own
 equality, and needs no copy of the values — ≈ 10× cheaper on an admitted pod
-(``docs/webhook.md``, "The patch"). Its rules:
+(``docs/developer/webhook.md``, "The patch"). Its rules:
 
 - maps: a key gone is ``remove``d, a new key ``add``ed whole — a diff never adds under
   a missing parent (a new ``annotations`` map goes in whole, a new ``tolerations``
@@ -71,7 +71,7 @@ def _same(old: Any, new: Any) -> bool:
     """Equal as JSON values: same types all the way down (``True`` is not ``1``, nor
     ``1`` ``1.0``: a value is kept as sent unless changed). Stricter on purpose than
     ``shared.ledger._same_json``, which predicts the server's JSON Patch ``test``
-    (docs/webhook.md "The patch")."""
+    (docs/developer/webhook.md "The patch")."""
     if old is new:
         return True
     if type(old) is not type(new) or old != new:

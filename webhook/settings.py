@@ -2,7 +2,7 @@
 
 Seed variables (``POD_SCHEDULING_GATE_NAME``, ``REQUIRED_GROUP_LABEL``,
 ``ONDEMAND_HORIZON_MINUTES``…) keep their names and lenient parsing; the variables
-this project adds are strict. ``docs/configuration.md`` ("webhook" table) documents
+this project adds are strict. ``docs/operator/configuration.md`` ("webhook" table) documents
 every one.
 """
 
@@ -17,7 +17,7 @@ from shared.policy.matching import MatchRules
 from shared.settings import CommonSettings, EnvReader, read_clock, read_common, read_rules
 
 #: WEBHOOK_MAX_BODY_BYTES's default: more than any review the API server sends
-#: (docs/webhook.md, "Review size").
+#: (docs/developer/webhook.md, "Review size").
 MAX_BODY_BYTES = 16 * 1024 * 1024
 #: RESERVATION_TOLERATION_POLICY values.
 STRIP = "strip"
@@ -43,7 +43,7 @@ class ServingSettings:
     #: counted).
     max_body_bytes: int
     #: WEBHOOK_CLIENT_CA_FILE: when set, the TLS port requires a client certificate
-    #: chaining to a CA of this PEM file (the API server's; docs/certificates.md).
+    #: chaining to a CA of this PEM file (the API server's; docs/operator/certificates.md).
     client_ca_file: str | None = None
 
 

@@ -112,4 +112,9 @@ def pinned_denied(node: str) -> str:
 
 
 def label_change_denied(key: str, why: str) -> str:
-    return f"the {key} label of a {why} pod cannot be changed or removed; delete and recreate it"
+    """``why`` is ``admitted`` or ``queued``: "an admitted pod", "a queued pod"."""
+    article = "an" if why[:1] in "aeiou" else "a"
+    return (
+        f"the {key} label of {article} {why} pod cannot be changed or removed; "
+        "delete and recreate it"
+    )

@@ -1,6 +1,6 @@
 """The scenario's ``app`` section: the world the emulated app starts with.
 
-Shape (docs/sandbox.md, "Reservation app emulator")::
+Shape (docs/developer/sandbox.md, "Reservation app emulator")::
 
     app:
       timezone: America/Los_Angeles   # the site's IANA zone

@@ -3,7 +3,7 @@
 The emulator keeps reservation bounds as aware UTC instants and derives the local
 naive fields (``start_dt``, ``date`` …) through the site's IANA zone on output — the
 real app does the reverse, which differs only for wall-clock times inside a DST gap
-or fold (a simplification named in docs/reservation-app.md). Instants are second
+or fold (a simplification named in docs/developer/reservation-app.md). Instants are second
 precision.
 """
 

@@ -10,7 +10,7 @@ wraps the same bytes) and a GET of the unchanged object after it then encode it 
 The encoding is compact UTF-8 JSON (no ASCII escapes), as Starlette's ``JSONResponse``
 gives, made by orjson: a 50-hold GPUReservation (8 KB) encodes in ≈ 6 µs instead of
 ≈ 75 µs with ``json`` — a ledger write's answer was a fifth of the emulator's own work
-per write (docs/performance.md). What orjson cannot encode (an integer beyond 64 bits,
+per write (docs/developer/performance.md). What orjson cannot encode (an integer beyond 64 bits,
 a string with a lone surrogate, a key that is no JSON scalar) goes to ``json``, which
 encodes it or refuses it as before. NaN and the infinities are not JSON: ``decode``
 refuses them in what the emulator reads (request bodies, webhook answers), as the

@@ -173,7 +173,7 @@ class KubeServer:
     async def _serve(self, port: int, options: dict[str, Any]) -> int:
         # httptools named (what "auto" picks when installed, and it is pinned); no access
         # log and no proxy-headers middleware (nothing here reads the client's address,
-        # and it parsed every request's headers again): measured, docs/performance.md.
+        # and it parsed every request's headers again): measured, docs/developer/performance.md.
         config = uvicorn.Config(
             self.asgi_app(),
             host=HOST,

@@ -132,7 +132,7 @@ class WatchPlan:
         asked), until the deadline. The clock is looked at when the stream's one timer
         puts ``_TICK`` in its queue — armed for the next bookmark or the deadline and
         moved only when that time changes — instead of a timeout around every wait
-        (≈ 5% of the emulator's CPU per change and watcher, docs/performance.md); a
+        (≈ 5% of the emulator's CPU per change and watcher, docs/developer/performance.md); a
         cancel (the client went away) reaches the plain ``get`` as it is."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout

@@ -1,6 +1,6 @@
 """The reservation-app client (reservation-api.md §2): typed outcomes, never exceptions.
 
-``AppClient`` is the entry point; see ``docs/reservation-app.md`` for the outcome
+``AppClient`` is the entry point; see ``docs/developer/reservation-app.md`` for the outcome
 classes and the retry policy. This package is the only product code that imports
 ``httpx``.
 """

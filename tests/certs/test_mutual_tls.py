@@ -182,7 +182,7 @@ def test_a_new_ca_in_the_file_is_trusted_without_a_restart(
     mutual: Server, clients: Clients
 ) -> None:
     """The rotated file's CA is trusted from the next poll; the old one stays trusted
-    until a restart (OpenSSL's trust store only grows; docs/certificates.md)."""
+    until a restart (OpenSSL's trust store only grows; docs/operator/certificates.md)."""
     rotated = trustme.CA()
     assert not answered(mutual, client(mutual, rotated))
     rotated.cert_pem.write_to_path(str(mutual.client_ca_file))

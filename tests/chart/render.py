@@ -28,7 +28,7 @@ CHART = ROOT / "charts" / vocab.PRODUCT_NAME
 RELEASE = vocab.PRODUCT_NAME
 NAMESPACE = "gpu-system"
 
-#: The Kubernetes versions we support at both ends (docs/install.md says the same):
+#: The Kubernetes versions we support at both ends (docs/operator/install.md says the same):
 #: the oldest with matchConditions and scheduling gates on by default, and the newest
 #: kubernetes-validate ships schemas for.
 OLDEST_KUBERNETES = "1.28"

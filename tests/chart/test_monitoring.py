@@ -141,7 +141,7 @@ def test_the_scan_sees_range_selectors_and_every_registry() -> None:
 
 
 def test_every_alert_is_complete_and_documented() -> None:
-    catalogue = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+    catalogue = (ROOT / "docs" / "operator" / "observability.md").read_text(encoding="utf-8")
     rules = alert_rules()
     assert len(rules) >= 9
     for rule in rules:

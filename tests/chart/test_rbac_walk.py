@@ -3,7 +3,7 @@
 The walker (``tests/chart/rbac_walk.py``) reads every Kubernetes call from the code as
 it is at test time; the chart must grant each component those verbs on those
 resources — nothing missing, nothing extra. When this fails after a code change, edit
-the component's RBAC template (and its rule in docs/install.md).
+the component's RBAC template (and its rule in docs/operator/install.md).
 """
 
 from __future__ import annotations

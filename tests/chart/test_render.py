@@ -30,7 +30,7 @@ def test_every_builtin_kind_has_a_schema_and_custom_kinds_are_only_optional_extr
 
 
 def test_the_supported_versions_are_the_documented_ones() -> None:
-    doc = (render.ROOT / "docs" / "install.md").read_text(encoding="utf-8")
+    doc = (render.ROOT / "docs" / "operator" / "install.md").read_text(encoding="utf-8")
     newest = ".".join(render.NEWEST_KUBERNETES.split(".")[:2])
     assert f"Kubernetes {render.OLDEST_KUBERNETES}" in doc
     assert f"Kubernetes {newest}" in doc

@@ -1,4 +1,4 @@
-"""The "Checklist coverage" table of docs/sandbox.md cannot rot.
+"""The "Checklist coverage" table of docs/developer/sandbox.md cannot rot.
 
 Every item 1–40 of the facts' "Checklist for a faithful emulator" has a row; a row names
 tests (``tests/<pkg>/test_x.py::test_name``) or says ``not applicable: <why>``; every
@@ -12,7 +12,7 @@ import importlib
 import re
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "sandbox.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "developer" / "sandbox.md"
 HEADING = "### Checklist coverage"
 ITEMS = range(1, 41)
 _ROW = re.compile(r"^\|\s*(\d+)\s*\|(.*)\|(.*)\|\s*$")

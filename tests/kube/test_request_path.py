@@ -1,4 +1,4 @@
-"""The emulator's request path stays exact where it skips work (docs/performance.md,
+"""The emulator's request path stays exact where it skips work (docs/developer/performance.md,
 "The kube emulator's request path", sixth session).
 
 Each shortcut is tied to what it replaced: orjson's decoding to ``json``'s (values,

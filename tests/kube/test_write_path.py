@@ -1,4 +1,4 @@
-"""The emulator's write path stays exact where it skips work (docs/performance.md).
+"""The emulator's write path stays exact where it skips work (docs/developer/performance.md).
 
 Array items already found clean or valid are remembered per item schema, an object no
 admission plugin changed is not pruned twice, a stored write is kept without copies,
@@ -415,7 +415,7 @@ def test_watchers_of_one_change_each_get_their_own_event(
     )
 
 
-# --- fewer copies and one encoding per stored state (docs/performance.md) -------------------
+# --- fewer copies and one encoding per stored state (docs/developer/performance.md) -------
 
 
 def test_an_item_of_declared_scalars_is_copied_whole() -> None:

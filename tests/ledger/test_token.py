@@ -1,4 +1,4 @@
-"""The ledger token protocol (docs/architecture.md "The ledger protocol"): claims are
+"""The ledger token protocol (docs/developer/architecture.md "The ledger protocol"): claims are
 conditional on uid, generation and ``status.ledgerToken``; writes that only drop, bind
 or mark holds are JSON Patches that keep the token; everything else is a PUT with the
 resourceVersion and a new token."""

@@ -2,7 +2,7 @@
 cancel: neither ``superseded`` (the merge's reason, R25 and contract §2.9) nor
 ``controller-revoked`` (a grant never used). A pod past its lease's guarantee means
 the lease has ended — its guarantee chain ends no earlier than the lease — and the
-teardown and orphan rules act only on active, open leases (docs/ondemand.md)."""
+teardown and orphan rules act only on active, open leases (docs/developer/ondemand.md)."""
 
 from __future__ import annotations
 

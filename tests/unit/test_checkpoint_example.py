@@ -1,4 +1,4 @@
-"""docs/examples/galends_checkpoint.py against a fake projected downward-API volume.
+"""docs/user/examples/galends_checkpoint.py against a fake projected downward-API volume.
 
 The kubelet writes a downwardAPI volume as a timestamped directory, points ``..data``
 at it and makes each file a symlink through ``..data``; an update writes a new
@@ -32,7 +32,7 @@ T0 = 1_796_299_200.0  # 2026-12-03T12:00:00Z
 
 def load() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "galends_checkpoint", ROOT / "docs" / "examples" / "galends_checkpoint.py"
+        "galends_checkpoint", ROOT / "docs" / "user" / "examples" / "galends_checkpoint.py"
     )
     assert spec is not None
     assert spec.loader is not None
@@ -256,7 +256,9 @@ def test_the_helper_runs_on_every_python_it_claims_and_claims_only_what_is_tried
     """The docstring's "Python X.Y+" is the oldest Python tried here, and the helper
     runs on every Python found at or above it (it once claimed 3.9 and imported
     ``datetime.UTC``, which came in 3.11)."""
-    doc = (ROOT / "docs" / "examples" / "galends_checkpoint.py").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "user" / "examples" / "galends_checkpoint.py").read_text(
+        encoding="utf-8"
+    )
     claim = re.search(r"Python (\d+)\.(\d+)\+", doc)
     assert claim is not None
     claimed = (int(claim[1]), int(claim[2]))
@@ -271,7 +273,7 @@ def test_the_helper_runs_on_every_python_it_claims_and_claims_only_what_is_tried
         if version < claimed:
             continue
         out = subprocess.run(
-            [path, "-I", "-c", SMOKE, str(ROOT / "docs" / "examples"), str(volume.root)],
+            [path, "-I", "-c", SMOKE, str(ROOT / "docs" / "user" / "examples"), str(volume.root)],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert (out.returncode, out.stdout.strip()) == (0, "ok"), (path, out.stderr)

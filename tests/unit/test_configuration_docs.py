@@ -1,5 +1,5 @@
-"""Every environment variable a process reads is documented (docs/configuration.md, or
-docs/certificates.md for the certificate command's CERTS_* variables)."""
+"""Every environment variable a process reads is documented (docs/operator/configuration.md, or
+docs/operator/certificates.md for the certificate command's CERTS_* variables)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def variables_read() -> dict[str, str]:
 
 def test_every_variable_read_is_documented() -> None:
     docs = "".join(
-        (ROOT / "docs" / name).read_text(encoding="utf-8")
+        (ROOT / "docs" / "operator" / name).read_text(encoding="utf-8")
         for name in ("configuration.md", "certificates.md")
     )
     missing = {v: where for v, where in variables_read().items() if f"`{v}`" not in docs}

@@ -1,6 +1,6 @@
 """The Dockerfile agrees with the chart: entry points, user, ports, read-only root.
 
-No registry is reachable here, so the image is not built in CI (docs/install.md says
+No registry is reachable here, so the image is not built in CI (docs/operator/install.md says
 how); ``make lint`` runs hadolint on it and these tests read it as text next to the
 chart's rendering with Helm's own engine.
 """

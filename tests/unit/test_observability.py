@@ -1,4 +1,4 @@
-"""Every log event name the product code writes is in the catalogue, docs/observability.md."""
+"""Every log event name the product code writes is in docs/operator/observability.md."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def fields_in_code() -> dict[str, set[str] | None]:
 
 
 def test_every_log_event_is_catalogued() -> None:
-    catalogue = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+    catalogue = (ROOT / "docs" / "operator" / "observability.md").read_text(encoding="utf-8")
     missing = {e: where for e, where in events_in_code().items() if f"`{e}`" not in catalogue}
     assert missing == {}
 
@@ -83,7 +83,7 @@ def test_every_documented_field_is_logged() -> None:
     """A field the catalogue names in a row's closing parentheses is one the code logs
     for one of that row's events (``queue.admitted`` was documented with ``lag``, logged
     with ``since_open_s``)."""
-    catalogue = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+    catalogue = (ROOT / "docs" / "operator" / "observability.md").read_text(encoding="utf-8")
     logged = fields_in_code()
     wrong = {}
     for line in catalogue.splitlines():

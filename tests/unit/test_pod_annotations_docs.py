@@ -1,4 +1,4 @@
-"""docs/pod-annotations.md and its example manifest keep step with ``shared/vocab.py``.
+"""docs/user/pod-annotations.md and its example manifest keep step with ``shared/vocab.py``.
 
 Every ``galends/*`` key and every Event reason of the vocabulary has a row in the
 reference, every row names something the vocabulary has, a reason's documented type is
@@ -20,8 +20,8 @@ from shared import vocab
 from tests.chart.render import KUBERNETES_VERSIONS, validate
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "pod-annotations.md"
-MANIFEST = ROOT / "docs" / "examples" / "widget-pod.yaml"
+DOC = ROOT / "docs" / "user" / "pod-annotations.md"
+MANIFEST = ROOT / "docs" / "user" / "examples" / "widget-pod.yaml"
 PRODUCT = ("shared", "webhook", "reconciler", "certs")
 ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|(.*)$")
 MENTIONED_KEY = re.compile(re.escape(vocab.ANNOTATION_PREFIX) + r"[a-z][-a-z]*")
@@ -165,7 +165,10 @@ def test_an_invalid_manifest_is_refused() -> None:
 
 
 EXAMPLE_PODS = sorted(
-    [*(ROOT / "docs" / "examples").glob("*.yaml"), *(ROOT / "sandbox" / "examples").glob("*.yaml")]
+    [
+        *(ROOT / "docs" / "user" / "examples").glob("*.yaml"),
+        *(ROOT / "sandbox" / "examples").glob("*.yaml"),
+    ]
 )
 
 

@@ -1,4 +1,4 @@
-"""The example Event messages of docs/pod-annotations.md are what the code writes.
+"""The example Event messages of docs/user/pod-annotations.md are what the code writes.
 
 Each example is rebuilt with the product's own wording function from the facts the
 page uses (reservation res-42, H100, 2 GPUs, 2026-12-03 14:00–16:00 UTC, …), so a
@@ -111,7 +111,7 @@ REBUILT: dict[str, Callable[[], str]] = {
 #: Reasons whose example is not rebuilt here, and why.
 NOT_REBUILT = {
     vocab.REASON_NO_MATCHING_NODE: "needs a parsed node constraint",
-    vocab.REASON_PREEMPTED: "needs a sweep's boundary and class (docs/preemption.md)",
+    vocab.REASON_PREEMPTED: "needs a sweep's boundary and class (docs/developer/preemption.md)",
     vocab.REASON_TERMINATION_WARNING: "needs a sweep's boundary and class",
     vocab.REASON_UNADMITTED_TOLERATION: "the example is shortened (…) on purpose",
 }

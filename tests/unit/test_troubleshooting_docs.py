@@ -1,4 +1,4 @@
-"""docs/troubleshooting.md names only log events, alerts and Event reasons that exist."""
+"""docs/operator/troubleshooting.md names only log events, alerts and Event reasons that exist."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from shared import vocab
 from shared.logs import JsonFormatter
 
 ROOT = Path(__file__).resolve().parents[2]
-GUIDE = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
-CATALOGUE = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+GUIDE = (ROOT / "docs" / "operator" / "troubleshooting.md").read_text(encoding="utf-8")
+CATALOGUE = (ROOT / "docs" / "operator" / "observability.md").read_text(encoding="utf-8")
 ALERTS = ROOT / "charts" / vocab.PRODUCT_NAME / "files" / "alerts.yaml"
 LOG_EVENT = re.compile(r"`([a-z]+\.[a-z_]+)`")
 ALERT = re.compile(r"`?(GpuReservation[A-Za-z]+)`?")
@@ -55,8 +55,8 @@ def test_every_documented_log_grep_matches_a_real_log_line() -> None:
     writes for an event of that prefix (it once searched for ``"event": "queue.``, a
     spacing the compact lines never have)."""
     greps = [
-        (page.name, pattern)
-        for page in sorted((ROOT / "docs").glob("*.md"))
+        (str(page.relative_to(ROOT)), pattern)
+        for page in sorted((ROOT / "docs").rglob("*.md"))
         for pattern in re.findall(r"grep '([^']*\"event\"[^']*)'", page.read_text("utf-8"))
     ]
     assert greps, "no documented grep over the logs"

@@ -2,10 +2,10 @@
 
 A dependency-free module (Python 3.11+, standard library only) to copy next to a
 training script. The pod projects its ``galends/*`` annotations into a directory with a
-downward-API volume (docs/examples/widget-pod.yaml: one file per key, named without the
+downward-API volume (docs/user/examples/widget-pod.yaml: one file per key, named without the
 ``galends/`` prefix). When the pod is at risk of preemption the reservation system
 writes ``termination-warning-at``, the UTC instant from which it may be deleted; the
-file is empty while there is no warning. docs/checkpointing.md shows the PyTorch loops.
+file is empty while there is no warning. docs/user/checkpointing.md shows the PyTorch loops.
 
 Two ways to use it:
 
