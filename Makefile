@@ -35,7 +35,13 @@ $(PROMTOOL):
 	  status=$$?; rm -rf $$tmp; exit $$status
 	@$@ --version | head -1
 
+# The docs' walkthroughs (run by the tests, tests/docs) pipe into jq and call curl:
+# Debian's packages, installed when missing.
 tools:
+	@command -v jq >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 || { \
+	  echo "installing Debian's jq and curl (the docs' walkthroughs use them)"; \
+	  { apt-get install -y -qq jq curl >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq jq curl; }; }; }
 	@command -v kubectl >/dev/null 2>&1 || { \
 	  echo "kubectl is required by the end-to-end tests and the sandbox quick start."; \
 	  echo "Install kubectl 1.28 or newer (the Kubernetes project's kubectl package or static binary),"; \
