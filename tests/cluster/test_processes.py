@@ -393,6 +393,8 @@ async def test_a_crashing_container_backs_off_and_kubectl_shows_why(tmp_path: Pa
 
         current = await asyncio.to_thread(w.kubectl, "logs", "crashy")
         assert (current.returncode, current.stdout) == (0, "start 2\n"), current.stderr
+        listed = await asyncio.to_thread(w.kubectl, "get", "pod", "crashy", "--no-headers")
+        assert listed.stdout.split()[2:4] == ["CrashLoopBackOff", "1"], listed.stdout
         shown = await asyncio.to_thread(w.kubectl, "describe", "pod", "crashy")
         assert "CrashLoopBackOff" in shown.stdout
         assert "Exit Code:    3" in shown.stdout
@@ -435,6 +437,15 @@ async def test_pod_log_answers_as_a_kubelet_for_every_kind_of_pod(tmp_path: Path
             BadRequest, match=r"must be specified for pod two, choose one of: \[a b\]"
         ):
             await w.gateway.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/two/log")
+        for query, message in [
+            ("tailLines=-1", "tailLines"),
+            ("limitBytes=0", "limitBytes"),
+            ("limitBytes=many", "limitBytes"),
+        ]:
+            with pytest.raises(BadRequest, match=message):
+                await w.gateway.request(
+                    "GET", f"/api/v1/namespaces/{NAMESPACE}/pods/sim/log?{query}"
+                )
         with pytest.raises(BadRequest, match="tailLines"):
             await w.gateway.request(
                 "GET", f"/api/v1/namespaces/{NAMESPACE}/pods/sim/log?tailLines=x"
@@ -531,6 +542,26 @@ async def test_kubectl_scale_runs_three_processes_on_three_addresses(tmp_path: P
         scaled = await asyncio.to_thread(w.kubectl, "scale", "deploy/hooks", "--replicas=1")
         assert scaled.returncode == 0, scaled.stderr
         await w.until(lambda: asyncio.sleep(0, len(w.runtime.running()) == 1), 30, "scaled in")
+
+
+async def test_rollout_restart_replaces_the_processes(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await w.gateway.create(DEPLOYMENTS, deployment("roll", 2), NAMESPACE)
+        before = {
+            p["metadata"]["name"]
+            for p in await w.runtime.wait_ready(NAMESPACE, {"app": "roll"}, 2, 30)
+        }
+        pids = {p.pid for p in w.runtime.running()}
+        done = await asyncio.to_thread(w.kubectl, "rollout", "restart", "deploy/roll")
+        assert done.returncode == 0, done.stderr
+
+        async def replaced() -> bool:
+            ready_now = await w.runtime.wait_ready(NAMESPACE, {"app": "roll"}, 2, 30)
+            names = {p["metadata"]["name"] for p in ready_now}
+            running = {p.pid for p in w.runtime.running()}
+            return not names & before and len(running) == 2 and not running & pids
+
+        await w.until(replaced, 40, "new processes for the new template")
 
 
 async def test_a_job_of_our_image_completes_when_its_process_exits_0(tmp_path: Path) -> None:
