@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -62,6 +63,7 @@ from shared.errors import KubeError, NotFound
 from shared.gateway import Gateway
 from shared.resources import PODS
 
+log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 #: Image repositories whose pods run as local processes: the chart's ``image.repository``.
 LOCAL_IMAGES = frozenset({"ghcr.io/galends/gpu-reservation"})
@@ -307,7 +309,7 @@ class ProcessRuntime:
         self.runs[uid] = run
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._refresh_loop())
-        run.tasks.append(asyncio.create_task(self._run_pod(run)))
+        run.tasks.append(asyncio.create_task(_guarded(self._run_pod(run), run.name)))
 
     async def terminate(self, pod: Obj, grace_s: float) -> None:
         """Stop the pod's processes: SIGTERM, SIGKILL after ``grace_s``."""
@@ -427,7 +429,8 @@ class ProcessRuntime:
             return
         run.kubeconfig = self._service_account(run)
         for container in run.containers:
-            run.tasks.append(asyncio.create_task(self._run_container(run, container)))
+            work = self._run_container(run, container)
+            run.tasks.append(asyncio.create_task(_guarded(work, f"{run.name}/{container.name}")))
 
     def _write_volumes(self, run: PodRun) -> None:
         """Lay out every volume; map every container's mounts (``VolumeError`` if one
@@ -502,11 +505,27 @@ class ProcessRuntime:
         args = c.spec.get("args")
         argv = [str(a) for a in (command or ([] if args else IMAGE_CMD))]
         argv += [str(a) for a in args or []]
+        return self._mapped(run, c, argv, env)
+
+    @staticmethod
+    def _mapped(run: PodRun, c: ContainerRun, argv: list[str], env: dict[str, str]) -> list[str]:
+        """``argv`` as the process runs it: variables expanded, mount paths rewritten,
+        ``python`` this interpreter."""
         mounts = run.mounts.get(c.name, [])
         argv = [rewrite(expand(a, env), mounts) for a in argv]
         if argv and argv[0] in ("python", "python3"):
             argv[0] = sys.executable
         return argv
+
+    def _probe_of(self, run: PodRun, c: ContainerRun, kind: str) -> Probe:
+        """The probe, an ``exec`` command mapped as the container's own argv is (an
+        ``exec`` probe runs inside the container on a cluster)."""
+        spec = dict(c.spec[kind])
+        action = spec.get("exec")
+        if isinstance(action, dict) and isinstance(action.get("command"), list):
+            command = [str(a) for a in action["command"]]
+            spec["exec"] = {**action, "command": self._mapped(run, c, command, c.env)}
+        return Probe.of(spec)
 
     async def _run_container(self, run: PodRun, c: ContainerRun) -> None:
         policy = str((run.pod.get("spec") or {}).get("restartPolicy") or "Always")
@@ -626,13 +645,16 @@ class ProcessRuntime:
                     await task
 
     async def _probe(self, run: PodRun, c: ContainerRun, process: LocalProcess, kind: str) -> None:
-        probe = Probe.of(c.spec[kind])
+        probe = self._probe_of(run, c, kind)
         liveness = kind == "livenessProbe"
         counter = Counter(liveness, probe.success_threshold, probe.failure_threshold)
         label = "Liveness" if liveness else "Readiness"
         await self._clock.sleep(probe.initial_delay_s)
         while process.alive:
-            ok, why = await check(probe, c.spec, run.ip, c.env, str(ROOT))
+            try:
+                ok, why = await check(probe, c.spec, run.ip, c.env, str(ROOT))
+            except Exception as exc:  # a malformed probe fails; it never stops the kubelet
+                ok, why = False, f"probe errored: {exc}"
             if not ok and process.alive:
                 await self._event(run, "Warning", "Unhealthy", f"{label} probe failed: {why}")
             if counter.add(ok) and process.alive:
@@ -672,6 +694,16 @@ class ProcessRuntime:
 
     async def _event(self, run: PodRun, kind: str, reason: str, message: str) -> None:
         await events.record(self._gateway, self._clock, run.pod, KUBELET, kind, reason, message)
+
+
+async def _guarded(work: Coroutine[Any, Any, None], what: str) -> None:
+    """Run ``work``; an unexpected error is logged, not lost with its task."""
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("process runtime: %s stopped on an error", what)
 
 
 def _stopping(run: PodRun) -> bool:

@@ -586,3 +586,35 @@ async def test_a_job_of_our_image_completes_when_its_process_exits_0(tmp_path: P
             )
 
         await w.until(succeeded, 30, "the Job's success")
+
+
+async def test_tcp_and_exec_probes_and_a_malformed_one(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        main = server(
+            readinessProbe={"tcpSocket": {"port": "http"}, "periodSeconds": 1},
+            livenessProbe={
+                "exec": {"command": ["python", "-c", "import sys; sys.exit(0)"]},
+                "periodSeconds": 1,
+                "failureThreshold": 1,
+            },
+        )
+        await w.gateway.create(PODS, local_pod("probed", main), NAMESPACE)
+        await w.pod_until("probed", ready)
+        odd = server(readinessProbe={"httpGet": "not a mapping", "periodSeconds": 1})
+        await w.gateway.create(PODS, local_pod("odd", odd), NAMESPACE)
+        await w.until(lambda: _has(w.reasons("odd"), "Unhealthy"), what="the odd probe failing")
+        assert state(await w.pod("probed"))["restartCount"] == 0  # exec liveness held
+        assert not ready(await w.pod("odd"))
+
+
+async def test_endpoints_go_with_their_service(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await w.gateway.create(SERVICES, service("short", {"app": "short"}), NAMESPACE)
+        await w.until(lambda: w.gateway.get(ENDPOINTS, "short", NAMESPACE), what="Endpoints")
+        await w.gateway.delete(SERVICES, "short", NAMESPACE)
+
+        async def gone() -> bool:
+            items = (await w.gateway.list_all(ENDPOINTS, NAMESPACE)).items
+            return all(e["metadata"]["name"] != "short" for e in items)
+
+        await w.until(gone, what="the Endpoints deleted")
