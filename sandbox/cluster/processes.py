@@ -76,6 +76,8 @@ POD_IP_ENV = "SANDBOX_POD_IP"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 #: The kubelet's cap on a message taken from the logs: 80 lines, 2048 bytes.
 MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
+#: What a container whose process cannot be started ends with (the runtime's).
+START_ERROR, START_ERROR_CODE = "StartError", 128
 #: Wall seconds between retries of a pod that cannot start (volumes, env).
 RETRY_S = 1.0
 #: Wall seconds ``stop`` gives every process after SIGTERM.
@@ -551,6 +553,8 @@ class ProcessRuntime:
             c.restart_count += 1
 
     async def _config_error(self, run: PodRun, c: ContainerRun, message: str) -> None:
+        if "terminated" in c.state:
+            c.last_state = c.state
         c.state = {"waiting": {"reason": CONFIG_ERROR, "message": message}}
         self._publish(run)
         if c.reported != message:
@@ -592,18 +596,22 @@ class ProcessRuntime:
         """Start the container once, watch it with its probes until it exits."""
         path = run.directory / "logs" / c.name / f"{c.restart_count}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # each start writes its own message
+            (run.directory / "termination" / c.name).unlink()
+        failure = ""
         with path.open("ab") as log:
             try:
                 process = await self._spawn(run, c, log)
             except OSError as exc:
-                log.write(f"{exc}\n".encode())
+                failure = f"failed to start container {c.name}: {exc}"
+                log.write(f"{failure}\n".encode())
                 process = None
         started = format_utc(self._clock.now())
         c.container_id = f"sandbox://{uuid.uuid4().hex}"
         if c.state.get("terminated") or c.state.get("waiting", {}).get("reason") == CRASH_LOOP:
             c.last_state = c.state if "terminated" in c.state else c.last_state
         if process is None:
-            code = 128
+            code = START_ERROR_CODE
         else:
             c.process, c.created = process, True
             c.state = {"running": {"startedAt": started}}
@@ -614,9 +622,10 @@ class ProcessRuntime:
         c.created = True
         c.ready = False
         finished = format_utc(self._clock.now())
-        c.state = terminated(
-            code, started, finished, self._message(run, c, code, path), c.container_id
-        )
+        message = failure or self._message(run, c, code, path)
+        c.state = terminated(code, started, finished, message, c.container_id)
+        if process is None:
+            c.state["terminated"]["reason"] = START_ERROR
         self._publish(run)
         return code
 

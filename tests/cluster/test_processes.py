@@ -618,3 +618,28 @@ async def test_endpoints_go_with_their_service(tmp_path: Path) -> None:
             return all(e["metadata"]["name"] != "short" for e in items)
 
         await w.until(gone, what="the Endpoints deleted")
+
+
+async def test_the_termination_message_file_and_a_command_that_cannot_start(
+    tmp_path: Path,
+) -> None:
+    async with world(tmp_path) as w:
+        env = [{"name": "MESSAGE_FILE", "value": "/dev/termination-log"}]
+        said = container(
+            "say", "why it stopped", env=env, terminationMessagePolicy="FallbackToLogsOnError"
+        )
+        await w.gateway.create(PODS, local_pod("said", said, restartPolicy="Never"), NAMESPACE)
+        pod = await w.pod_until("said", lambda p: phase(p) == "Failed")
+        terminated = state(pod)["state"]["terminated"]
+        assert (terminated["exitCode"], terminated["message"]) == (1, "why it stopped")
+
+        broken = {
+            "name": "main",
+            "image": "ghcr.io/galends/gpu-reservation",
+            "command": ["/no/such/program"],
+        }
+        await w.gateway.create(PODS, local_pod("broken", broken, restartPolicy="Never"), NAMESPACE)
+        pod = await w.pod_until("broken", lambda p: phase(p) == "Failed")
+        terminated = state(pod)["state"]["terminated"]
+        assert (terminated["exitCode"], terminated["reason"]) == (128, "StartError")
+        assert "/no/such/program" in terminated["message"]
