@@ -643,3 +643,12 @@ async def test_the_termination_message_file_and_a_command_that_cannot_start(
         terminated = state(pod)["state"]["terminated"]
         assert (terminated["exitCode"], terminated["reason"]) == (128, "StartError")
         assert "/no/such/program" in terminated["message"]
+
+
+async def test_kubectl_logs_follow_streams_until_the_process_ends(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        body = local_pod("talker", container("slow", "one", "two", "three"), restartPolicy="Never")
+        await w.gateway.create(PODS, body, NAMESPACE)
+        await w.pod_until("talker", lambda p: "running" in state(p).get("state", {}))
+        followed = await asyncio.to_thread(w.kubectl, "logs", "-f", "talker")
+        assert (followed.returncode, followed.stdout) == (0, "one\ntwo\nthree\n"), followed.stderr
