@@ -320,7 +320,9 @@ class ProcessRuntime:
             return
         run.terminating = True
         self._changed.set()
-        procs = [c.process for c in run.containers if c.process is not None]
+        procs = [c.process for c in run.containers if c.process is not None and c.process.alive]
+        for proc in procs:
+            await self._event(run, "Normal", "Killing", f"Stopping container {proc.container}")
         await asyncio.gather(*(p.stop(self._clock, grace_s) for p in procs))
         await self._end(run)
 

@@ -480,6 +480,7 @@ async def test_deleting_a_pod_stops_its_process_then_removes_it(tmp_path: Path) 
         assert not process.alive
         assert process.proc.returncode == 0  # it had its SIGTERM
         assert "terminated" in read(str(process.log_path))
+        assert "Stopping container main" in await w.messages("gone")
         assert w.runtime.running() == []
 
 
