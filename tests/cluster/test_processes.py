@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from sandbox.cluster.endpoints import ENDPOINTS
+from shared.clock import ScaledClock
 from shared.errors import BadRequest
 from shared.resources import CONFIGMAPS, PODS, SECRETS, SERVICES, Resource
 from tests.cluster.processkit import (
@@ -653,3 +654,19 @@ async def test_kubectl_logs_follow_streams_until_the_process_ends(tmp_path: Path
         await w.pod_until("talker", lambda p: "running" in state(p).get("state", {}))
         followed = await asyncio.to_thread(w.kubectl, "logs", "-f", "talker")
         assert (followed.returncode, followed.stdout) == (0, "one\ntwo\nthree\n"), followed.stderr
+
+
+async def test_the_back_off_ends_and_the_container_restarts_on_the_sandbox_clock(
+    tmp_path: Path,
+) -> None:
+    # 20 sandbox seconds a wall second: the 10 s and 20 s back-offs pass in 1.5 s.
+    async with world(tmp_path, ScaledClock(factor=20.0)) as w:
+        main = container(
+            "crash",
+            env=[{"name": "COUNTER_FILE", "value": "/data/count"}],
+            volumeMounts=[{"name": "data", "mountPath": "/data"}],
+        )
+        body = local_pod("looping", main, volumes=[{"name": "data", "emptyDir": {}}])
+        await w.gateway.create(PODS, body, NAMESPACE)
+        await w.pod_until("looping", lambda p: state(p).get("restartCount", 0) >= 3, 40)
+        assert (await w.reasons("looping")).count("BackOff") >= 2
