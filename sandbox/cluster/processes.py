@@ -354,6 +354,10 @@ class ProcessRuntime:
             if wait > 0:
                 await self._back_off(run, c, wait)
             c.backoff = advanced(c.backoff, self._clock.now().timestamp())
+            # The count and the last state change together: a status written while
+            # the next start is being spawned must not show one without the other.
+            if "terminated" in c.state:
+                c.last_state = c.state
             c.restart_count += 1
 
     async def _config_error(self, run: PodRun, c: ContainerRun, message: str) -> None:
