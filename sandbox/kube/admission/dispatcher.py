@@ -8,12 +8,17 @@ reinvocation; when any call changed the object, one more round runs in which onl
 due webhooks are called again (new uid, selectors and conditions re-checked). There is
 never a third round. In-tree plugins are the server's business: this plugin runs the
 second round itself, right after the first.
+
+Each webhook is called through the client of its client configuration
+(``transport.WebhookTransport``); re-reading the configurations closes the clients no
+webhook uses any more, and ``aclose`` (the server's stop) closes them all.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,10 +87,14 @@ class WebhookDispatcher:
     """``MutatingAdmission`` calling the webhooks of stored MutatingWebhookConfigurations."""
 
     def __init__(
-        self, source: ObjectSource, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        source: ObjectSource,
+        transport: httpx.AsyncBaseTransport | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._source = source
-        self._http = WebhookTransport(EndpointResolver(source), transport)
+        #: The webhook clients, one per client configuration (``transport`` module).
+        self.http = WebhookTransport(EndpointResolver(source, rng), transport)
         #: The webhooks last parsed, with the configurations' stamp they were parsed from.
         self._parsed: tuple[object, list[Webhook]] | None = None
 
@@ -101,7 +110,18 @@ class WebhookDispatcher:
         webhooks = webhooks_in_order(await self._source.list(ADMISSION_GROUP, CONFIGURATIONS))
         if stamp is not None:
             self._parsed = (stamp, webhooks)
+        await self.http.retain(webhooks)
         return webhooks
+
+    async def aclose(self) -> None:
+        """Close every webhook client and its kept-alive connections (server stop)."""
+        await self.http.aclose()
+
+    async def __aenter__(self) -> WebhookDispatcher:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def admit(self, attrs: AdmissionAttributes) -> AdmissionResult:
         """Run up to two rounds of webhooks over the request's object."""
@@ -150,7 +170,7 @@ class WebhookDispatcher:
             raise bad_request(f'admission webhook "{webhook.name}" does not support dry run')
         review = build_review(attrs, attrs.object)
         try:
-            body = await self._http.post(webhook, review)
+            body = await self.http.post(webhook, review)
             verdict = verify(body, review["request"]["uid"])
         except (CallError, InvalidResponse) as exc:
             return self._failed(webhook, exc)

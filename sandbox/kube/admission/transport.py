@@ -1,25 +1,48 @@
-"""The HTTPS call to one webhook, as the apiserver's webhook client makes it.
+"""The HTTPS call to one webhook, as kube-apiserver's webhook client makes it.
 
-TLS 1.2 or newer, ALPN ``http/1.1``, the server certificate verified against the
-webhook's ``caBundle`` (the system roots when it is empty) and, for a service
-reference, for the name ``<service>.<namespace>.svc`` — while the TCP connection goes to
-the loopback endpoint the resolver picked (the name is sent as SNI and checked against
-the certificate's SANs). The query carries ``timeout=<N>s`` and the call is cut after
-``timeoutSeconds``. No connection is reused across calls, so a certificate is checked
-for the name of every call.
+kube-apiserver keeps one REST client per webhook *client configuration* — its
+``ClientManager`` caches them by everything of ``clientConfig`` but the webhook's name
+(URL, ``caBundle``, service namespace, name, path and port;
+``k8s.io/apiserver/pkg/util/webhook/client.go``) — and each client keeps its HTTP/1.1
+connections alive between calls. Here a ``ClientConfig`` has one ``httpx.AsyncClient``:
+
+- TLS 1.2 or newer, ALPN ``http/1.1``, the server certificate verified against the
+  configuration's ``caBundle`` (the system roots when it is empty) and, for a service
+  reference, for the name ``<service>.<namespace>.svc``, sent as SNI, while the TCP
+  connection goes to the endpoint chosen for the round trip;
+- every call resolves the Service to a ready endpoint anew (``EndpointResolver``) and
+  goes there, over a kept-alive connection to that endpoint when the client has one
+  idle, a new one otherwise — kube-apiserver's ``WebhookRoundTripLoadBalancing``;
+- a client's connections are its own, so a connection checked for one name is never
+  used for a call that must be checked for another;
+- the query carries ``timeout=<N>s`` and the whole call is cut after
+  ``timeoutSeconds`` (a cut call's connection is closed, never reused).
+
+When the configurations change, ``retain`` closes the clients no webhook uses any more
+(a new ``caBundle`` or service makes a new client; the old one is closed once its calls
+in flight have ended). ``aclose`` closes them all (the server's stop).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from sandbox.kube import encoding
-from sandbox.kube.admission.config import Webhook
+from sandbox.kube.admission.config import ServiceRef, Webhook
 from sandbox.kube.admission.endpoints import EndpointResolver, ResolveError
+
+#: Idle connections a client keeps (client-go keeps 25 per host; a client here talks to
+#: one Service, whose endpoints are its hosts), and how long an idle one is kept
+#: (Go's ``IdleConnTimeout`` of client-go's transports: 90 s).
+KEEPALIVE_CONNECTIONS = 100
+KEEPALIVE_EXPIRY_S = 90.0
 
 
 class CallError(Exception):
@@ -38,6 +61,29 @@ def tls_context(ca_bundle: bytes) -> ssl.SSLContext:
     return context
 
 
+@dataclass(frozen=True)
+class ClientConfig:
+    """What selects a webhook's client: its ``clientConfig`` without the webhook name."""
+
+    url: str | None
+    ca_bundle: bytes
+    service: ServiceRef | None
+
+    @classmethod
+    def of(cls, webhook: Webhook) -> ClientConfig:
+        """The client configuration ``webhook`` is called with."""
+        return cls(webhook.url, webhook.ca_bundle, webhook.service)
+
+
+class _Client:
+    """One cached client and the calls in flight on it."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.http = client
+        self.in_flight = 0
+        self.retired = False
+
+
 class WebhookTransport:
     """Posts AdmissionReviews; ``transport`` lets tests swap the network (httpx mock)."""
 
@@ -46,15 +92,32 @@ class WebhookTransport:
     ) -> None:
         self._resolver = resolver
         self._transport = transport
+        self._clients: dict[ClientConfig, _Client] = {}
+        #: Clients made so far (tests: a new ``caBundle`` makes one, a call does not).
+        self.clients_made = 0
+
+    @property
+    def open_clients(self) -> int:
+        """Clients cached now (one per client configuration in use)."""
+        return len(self._clients)
 
     async def post(self, webhook: Webhook, review: dict[str, Any]) -> Any:
         """The decoded JSON answer; raises ``CallError`` for every kind of failed call."""
         shown = display_url(webhook)
+        client = self._client(ClientConfig.of(webhook))
+        client.in_flight += 1
         try:
-            url, headers, extensions = await self._target(webhook)
-            response = await self._send(webhook, url, headers, extensions, review)
-        except (ResolveError, httpx.HTTPError, ssl.SSLError, OSError) as exc:
+            async with asyncio.timeout(webhook.timeout_s):
+                url, headers, extensions = await self._target(webhook)
+                response = await client.http.post(
+                    url, json=review, headers=headers, extensions=extensions
+                )
+        except (ResolveError, httpx.HTTPError, ssl.SSLError, OSError, TimeoutError) as exc:
             raise CallError(f'failed to call webhook: Post "{shown}": {_describe(exc)}') from exc
+        finally:
+            client.in_flight -= 1
+            if client.retired and client.in_flight == 0:
+                await client.http.aclose()
         if response.status_code != 200:
             raise CallError(
                 f'failed to call webhook: Post "{shown}": '
@@ -65,6 +128,43 @@ class WebhookTransport:
         except ValueError as exc:
             raise CallError(f"failed to call webhook: response body is not JSON: {exc}") from exc
 
+    async def retain(self, webhooks: Iterable[Webhook]) -> None:
+        """Close the clients of configurations none of ``webhooks`` uses any more (each
+        once its calls in flight have ended)."""
+        wanted = {ClientConfig.of(w) for w in webhooks}
+        for config in [c for c in self._clients if c not in wanted]:
+            await self._retire(self._clients.pop(config))
+
+    async def aclose(self) -> None:
+        """Close every client (calls still in flight end first)."""
+        while self._clients:
+            await self._retire(self._clients.popitem()[1])
+
+    async def _retire(self, client: _Client) -> None:
+        client.retired = True
+        if client.in_flight == 0:
+            await client.http.aclose()
+
+    def _client(self, config: ClientConfig) -> _Client:
+        client = self._clients.get(config)
+        if client is None:
+            client = _Client(
+                httpx.AsyncClient(
+                    verify=tls_context(config.ca_bundle),
+                    trust_env=False,
+                    transport=self._transport,
+                    limits=httpx.Limits(
+                        max_connections=None,
+                        max_keepalive_connections=KEEPALIVE_CONNECTIONS,
+                        keepalive_expiry=KEEPALIVE_EXPIRY_S,
+                    ),
+                    timeout=None,  # the call's own deadline cuts it (``post``)
+                )
+            )
+            self._clients[config] = client
+            self.clients_made += 1
+        return client
+
     async def _target(self, webhook: Webhook) -> tuple[str, dict[str, str], dict[str, Any]]:
         query = f"timeout={webhook.timeout_s}s"
         if webhook.service is None:
@@ -72,26 +172,10 @@ class WebhookTransport:
             return url + ("&" if "?" in url else "?") + query, {}, {}
         ref = webhook.service
         ip, port = await self._resolver.resolve(ref)
-        url = f"https://{ip}:{port}{ref.path}?{query}"
-        host = ref.host if ref.port == 443 else f"{ref.host}:{ref.port}"
-        return url, {"Host": host}, {"sni_hostname": ref.host}
-
-    async def _send(
-        self,
-        webhook: Webhook,
-        url: str,
-        headers: dict[str, str],
-        extensions: dict[str, Any],
-        review: dict[str, Any],
-    ) -> httpx.Response:
-        timeout = httpx.Timeout(float(webhook.timeout_s))
-        async with httpx.AsyncClient(
-            verify=tls_context(webhook.ca_bundle),
-            timeout=timeout,
-            trust_env=False,
-            transport=self._transport,
-        ) as client:
-            return await client.post(url, json=review, headers=headers, extensions=extensions)
+        host = f"[{ip}]" if ":" in ip else ip
+        url = f"https://{host}:{port}{ref.path}?{query}"
+        name = ref.host if ref.port == 443 else f"{ref.host}:{ref.port}"
+        return url, {"Host": name}, {"sni_hostname": ref.host}
 
 
 def display_url(webhook: Webhook) -> str:
@@ -104,7 +188,7 @@ def display_url(webhook: Webhook) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return "context deadline exceeded"
     cause: BaseException | None = exc
     while cause is not None:
