@@ -322,3 +322,17 @@ async def test_parsed_webhooks_follow_every_change_of_the_stored_configurations(
     await dispatcher.admit(attrs(pod("p")))
     assert len(hooks.calls) == 3
     assert len(parsed) == 4
+
+
+async def test_the_dispatch_counts_requests_and_calls_for_benchmarks(hooks: FakeWebhooks) -> None:
+    """``times`` counts the requests that reached the webhooks and the calls made (a
+    changing patch makes the IfNeeded webhook before it run twice)."""
+    hooks.add("a", webhook("a.example.com", reinvocationPolicy="IfNeeded"), allow)
+    hooks.add("b", webhook("b.example.com"), add_annotation("b"))
+    dispatcher = WebhookDispatcher(hooks.source, transport=hooks.transport())
+    await dispatcher.admit(attrs(pod("p")))
+    assert (dispatcher.times.requests, dispatcher.times.calls) == (1, 3)
+    await dispatcher.admit(attrs(pod("p"), operation="CONNECT"))  # matched, no call
+    assert (dispatcher.times.requests, dispatcher.times.calls) == (2, 3)
+    assert dispatcher.times.matching_s >= 0.0
+    assert dispatcher.times.calls_s >= 0.0
