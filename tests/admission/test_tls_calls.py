@@ -190,11 +190,14 @@ async def test_an_endpoint_removed_from_the_endpoints_is_not_called_again(
             assert first.reviews
             assert second.reviews
             before = len(first.reviews)
+            assert (first.host, first.port) in dispatcher.http.pooled_endpoints()
             put_service(source, SERVICE, [second])
             for _ in range(10):
                 result = await dispatcher.admit(attrs(pod("p")))
                 assert result.object is not None
                 assert result.object["metadata"]["labels"] == {"mutated": "yes"}
+            # the removed endpoint's kept-alive connections were closed, not kept idle
+            assert dispatcher.http.pooled_endpoints() == {(second.host, second.port)}
     assert len(first.reviews) == before
     assert len(first.reviews) + len(second.reviews) == 20
 
@@ -272,3 +275,18 @@ async def test_a_down_webhook_under_ignore_lets_the_pod_through(tmp_path: Path) 
     async with WebhookDispatcher(cluster([hook], bundle_, failurePolicy="Ignore")) as d:
         result = await d.admit(attrs(pod("p")))
     assert result.object == pod("p")
+
+
+async def test_a_url_webhook_is_called_at_its_address_over_a_kept_alive_connection(
+    tmp_path: Path,
+) -> None:
+    with serve_webhook(tmp_path, ["127.0.0.1"], label) as hook:
+        source = MemorySource()
+        client = {"url": f"https://127.0.0.1:{hook.port}/mutate", "caBundle": hook.ca_bundle}
+        raw = webhook("url.example.com", clientConfig=client, timeoutSeconds=3)
+        source.put(*CONFIGS, configuration("u", raw))
+        async with WebhookDispatcher(source) as dispatcher:
+            results = [await dispatcher.admit(attrs(pod("p"))) for _ in range(3)]
+    assert all(r.object is not None and r.object["metadata"]["labels"] for r in results)
+    assert hook.paths == ["/mutate?timeout=3s"] * 3
+    assert hook.connections == 1

@@ -104,7 +104,10 @@ class EndpointResolver:
             raise ResolveError(f'endpoints "{ref.name}" not found')
         return endpoint_candidates(service, endpoints, ref)
 
+    def choose(self, pairs: list[tuple[str, int]]) -> tuple[str, int]:
+        """One of ``pairs`` (not empty), at random."""
+        return pairs[self._rng.randrange(len(pairs))]
+
     async def resolve(self, ref: ServiceRef) -> tuple[str, int]:
         """One ``(ip, port)`` for ``ref``, picked at random; raises ``ResolveError``."""
-        pairs = await self.candidates(ref)
-        return pairs[self._rng.randrange(len(pairs))]
+        return self.choose(await self.candidates(ref))
