@@ -4,7 +4,7 @@ kube-apiserver keeps one REST client per webhook *client configuration* — its
 ``ClientManager`` caches them by everything of ``clientConfig`` but the webhook's name
 (URL, ``caBundle``, service namespace, name, path and port;
 ``k8s.io/apiserver/pkg/util/webhook/client.go``) — and each client keeps its HTTP/1.1
-connections alive between calls. Here a ``ClientConfig`` has one ``httpx.AsyncClient``:
+connections alive between calls. Here each ``ClientConfig`` has one client:
 
 - TLS 1.2 or newer, ALPN ``http/1.1``, the server certificate verified against the
   configuration's ``caBundle`` (the system roots when it is empty) and, for a service
@@ -239,7 +239,7 @@ class WebhookTransport:
             await self._retire(self._clients.pop(config))
 
     async def aclose(self) -> None:
-        """Close every client (calls still in flight end first)."""
+        """Close every client (one with calls in flight closes when the last ends)."""
         while self._clients:
             await self._retire(self._clients.popitem()[1])
 
