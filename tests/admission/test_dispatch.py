@@ -336,3 +336,31 @@ async def test_the_dispatch_counts_requests_and_calls_for_benchmarks(hooks: Fake
     assert (dispatcher.times.requests, dispatcher.times.calls) == (2, 3)
     assert dispatcher.times.matching_s >= 0.0
     assert dispatcher.times.calls_s >= 0.0
+
+
+@pytest.mark.parametrize(("policy", "evaluations"), [("Ignore", 1), ("Fail", 2)])
+async def test_conditions_of_a_webhook_not_due_are_evaluated_only_where_they_could_fail(
+    hooks: FakeWebhooks, monkeypatch: pytest.MonkeyPatch, policy: str, evaluations: int
+) -> None:
+    """Round 2 re-checks every webhook before asking whether it is due (as the
+    apiserver does): a condition error would fail the request under Fail. Under Ignore
+    a webhook that is not due is skipped whatever its conditions say, so they are not
+    evaluated again."""
+    from sandbox.kube.admission import cel
+
+    calls: list[int] = []
+    real = cel.match
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(cel, "match", counted)
+    conditions = [{"name": "always", "expression": "object.kind == 'Pod'"}]
+    raw = webhook("a.example.com", failurePolicy=policy, matchConditions=conditions)
+    hooks.add("a", raw, add_annotation("a"))  # its own change starts round 2; not due
+    result = await hooks.admit()
+    assert result.object is not None
+    assert result.object["metadata"]["annotations"] == {"a": "1"}
+    assert hooks.called() == ["a.example.com"]
+    assert len(calls) == evaluations

@@ -7,7 +7,11 @@ call changes the object, every ``IfNeeded`` webhook called before it becomes due
 reinvocation; when any call changed the object, one more round runs in which only the
 due webhooks are called again (new uid, selectors and conditions re-checked). There is
 never a third round. In-tree plugins are the server's business: this plugin runs the
-second round itself, right after the first.
+second round itself, right after the first. kube-apiserver checks every webhook's
+rules, selectors and conditions in the second round before asking whether it is due,
+so a condition failing there fails the request under ``Fail``; under ``Ignore`` nothing
+of a webhook that is not due can show, and its conditions are not evaluated (CEL is
+the emulator's dearest step).
 
 Each webhook is called through the client of its client configuration
 (``transport.WebhookTransport``); re-reading the configurations closes the clients no
@@ -171,12 +175,14 @@ class WebhookDispatcher:
 
     async def _round(self, webhooks: list[Webhook], request: _Request, reinvoking: bool) -> None:
         for webhook in webhooks:
+            due = not reinvoking or webhook.key in request.reinvocation.due
+            # A webhook not due is skipped whatever its conditions say; only an error
+            # under Fail would show (403), so under Ignore they need no evaluation.
+            conditions = due or not webhook.ignores_failures
             started = time.perf_counter()
-            calling = should_call(webhook, request.attrs, request.namespace_labels)
+            calling = should_call(webhook, request.attrs, request.namespace_labels, conditions)
             self.times.matching_s += time.perf_counter() - started
-            if not calling:
-                continue
-            if reinvoking and webhook.key not in request.reinvocation.due:
+            if not calling or not due:
                 continue
             if await self._call(webhook, request):
                 request.reinvocation.object_changed()
@@ -218,9 +224,14 @@ class WebhookDispatcher:
 
 
 def should_call(
-    webhook: Webhook, attrs: AdmissionAttributes, namespace_labels: dict[str, str]
+    webhook: Webhook,
+    attrs: AdmissionAttributes,
+    namespace_labels: dict[str, str],
+    conditions: bool = True,
 ) -> bool:
-    """Rules, selectors, then matchConditions; a failing condition under ``Fail`` → 403."""
+    """Rules, selectors, then matchConditions (unless ``conditions`` is false: the
+    caller will not call the webhook either way); a failing condition under ``Fail`` →
+    403."""
     if not any_rule_matches(webhook.rules, attrs):
         return False
     try:
@@ -230,7 +241,7 @@ def should_call(
             return False
     except SelectorError as exc:
         raise internal_error(str(exc)) from exc
-    return _conditions_match(webhook, attrs)
+    return _conditions_match(webhook, attrs) if conditions else True
 
 
 def _conditions_match(webhook: Webhook, attrs: AdmissionAttributes) -> bool:
