@@ -159,7 +159,9 @@ async def test_kubectl_sees_the_warning_and_the_webhook_a_correct_review(
     assert name.startswith("job-")
     [review] = hook.reviews
     check_create_review(review)
-    stored = await emulator.gateway.get(PODS, name, USER_NS)
+    # read in-process: kubectl can take longer than the emulator keeps the gateway's idle
+    # connection open (5 s), and the gateway does not retry a GET on a closed one
+    stored = emulator.kube.server.store.get("", "pods", USER_NS, name)
     assert stored["metadata"]["labels"] == {"mutated": "yes"}
 
 
