@@ -14,7 +14,8 @@ are ``None``): True promises that ``admit`` would return the object unchanged, w
 warning and no error, whatever the objects — the server then skips it and the copies
 it would have made for it (as the apiserver sends nothing to a webhook whose rules do
 not match). MutatingWebhookConfiguration and ValidatingWebhookConfiguration
-objects are never sent to admission.
+objects are never sent to admission. A plugin holding connections open may have
+``async aclose()``; the server calls it when it stops.
 """
 
 from __future__ import annotations

@@ -198,7 +198,8 @@ class KubeServer:
         return port
 
     async def stop(self) -> None:
-        """Close every watch and shut the listeners down."""
+        """Close every watch, shut the listeners down, then close what the admission
+        plugins hold open (an ``aclose`` of theirs: the webhook clients)."""
         self.cluster.store.close_watchers()
         for server, _ in self._servers:
             server.should_exit = True
@@ -206,6 +207,10 @@ class KubeServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._servers = []
+        for plugin in self.mutating_admission:
+            close = getattr(plugin, "aclose", None)
+            if close is not None:
+                await close()  # webhook clients and their kept-alive connections
         _abort_leftovers(self._connections)
         self._connections = []
         if self._tls_dir is not None:

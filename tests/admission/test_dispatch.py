@@ -322,3 +322,45 @@ async def test_parsed_webhooks_follow_every_change_of_the_stored_configurations(
     await dispatcher.admit(attrs(pod("p")))
     assert len(hooks.calls) == 3
     assert len(parsed) == 4
+
+
+async def test_the_dispatch_counts_requests_and_calls_for_benchmarks(hooks: FakeWebhooks) -> None:
+    """``times`` counts the requests that reached the webhooks and the calls made (a
+    changing patch makes the IfNeeded webhook before it run twice)."""
+    hooks.add("a", webhook("a.example.com", reinvocationPolicy="IfNeeded"), allow)
+    hooks.add("b", webhook("b.example.com"), add_annotation("b"))
+    dispatcher = WebhookDispatcher(hooks.source, transport=hooks.transport())
+    await dispatcher.admit(attrs(pod("p")))
+    assert (dispatcher.times.requests, dispatcher.times.calls) == (1, 3)
+    await dispatcher.admit(attrs(pod("p"), operation="CONNECT"))  # matched, no call
+    assert (dispatcher.times.requests, dispatcher.times.calls) == (2, 3)
+    assert dispatcher.times.matching_s >= 0.0
+    assert dispatcher.times.calls_s >= 0.0
+
+
+@pytest.mark.parametrize(("policy", "evaluations"), [("Ignore", 1), ("Fail", 2)])
+async def test_conditions_of_a_webhook_not_due_are_evaluated_only_where_they_could_fail(
+    hooks: FakeWebhooks, monkeypatch: pytest.MonkeyPatch, policy: str, evaluations: int
+) -> None:
+    """Round 2 re-checks every webhook before asking whether it is due (as the
+    apiserver does): a condition error would fail the request under Fail. Under Ignore
+    a webhook that is not due is skipped whatever its conditions say, so they are not
+    evaluated again."""
+    from sandbox.kube.admission import cel
+
+    calls: list[int] = []
+    real = cel.match
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(cel, "match", counted)
+    conditions = [{"name": "always", "expression": "object.kind == 'Pod'"}]
+    raw = webhook("a.example.com", failurePolicy=policy, matchConditions=conditions)
+    hooks.add("a", raw, add_annotation("a"))  # its own change starts round 2; not due
+    result = await hooks.admit()
+    assert result.object is not None
+    assert result.object["metadata"]["annotations"] == {"a": "1"}
+    assert hooks.called() == ["a.example.com"]
+    assert len(calls) == evaluations

@@ -45,6 +45,7 @@ WARNING = "labelled by the throwaway webhook"
 class Emulator:
     gateway: Gateway
     kubeconfig: Path
+    kube: Any  # the KubeComponent (its ``stop`` may be called twice)
 
     async def register(self, ports: list[int], ca_bundle: str, **fields: Any) -> None:
         """Service + Endpoints for ``ports`` and the configuration pointing at them."""
@@ -98,7 +99,7 @@ async def emulator(tmp_path: Path) -> AsyncIterator[Emulator]:
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
             with contextlib.suppress(Conflict):
                 await gateway.create(NAMESPACES, body)
-        yield Emulator(gateway, path)
+        yield Emulator(gateway, path, kube)
     finally:
         gateway.close()
         await kube.stop()
@@ -158,7 +159,9 @@ async def test_kubectl_sees_the_warning_and_the_webhook_a_correct_review(
     assert name.startswith("job-")
     [review] = hook.reviews
     check_create_review(review)
-    stored = await emulator.gateway.get(PODS, name, USER_NS)
+    # read in-process: kubectl can take longer than the emulator keeps the gateway's idle
+    # connection open (5 s), and the gateway does not retry a GET on a closed one
+    stored = emulator.kube.server.store.get("", "pods", USER_NS, name)
     assert stored["metadata"]["labels"] == {"mutated": "yes"}
 
 
@@ -242,3 +245,20 @@ async def test_a_configuration_with_unbound_cel_is_422(emulator: Emulator) -> No
     with pytest.raises(Invalid) as info:
         await emulator.gateway.create(MUTATING_WEBHOOK_CONFIGURATIONS, configuration("bad", raw))
     assert "webhooks[0].matchConditions[0].expression" in info.value.message
+
+
+async def test_creates_share_one_kept_alive_connection_closed_when_the_server_stops(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """Rule: kube-apiserver keeps one client per webhook client configuration and its
+    connections alive; stopping the emulator closes them."""
+    server = emulator.kube.server
+    dispatcher = install.install(server)
+    with serve_webhook(tmp_path, [DNS_NAME], label) as hook:
+        await emulator.register([hook.port], hook.ca_bundle)
+        pods = [await emulator.create_pod() for _ in range(3)]
+        assert dispatcher.http.open_clients == 1
+        await emulator.kube.stop()
+        assert dispatcher.http.open_clients == 0
+    assert all(p["metadata"]["labels"] == {"mutated": "yes"} for p in pods)
+    assert hook.connections == 1

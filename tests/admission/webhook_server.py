@@ -1,8 +1,11 @@
-"""A throwaway mutating webhook served over TLS by the test (uvicorn on 127.0.0.1).
+"""A throwaway mutating webhook served over TLS by the test (uvicorn on a loopback IP).
 
 The serving certificate comes from a ``trustme`` CA and names whatever DNS names the
 test asks for, so a test can serve a certificate that does or does not match the
-Service name. ``answer`` decides each response; every review received is kept.
+Service name. ``answer`` decides each response; every review received is kept, with
+the client's ``(ip, port)`` it came from (one per TCP connection: how many connections
+the caller opened). ``delays`` holds seconds to wait before answering, one per
+request, taken first to last (none left: answer at once).
 """
 
 from __future__ import annotations
@@ -34,8 +37,16 @@ class ThrowawayWebhook:
     port: int
     ca: trustme.CA
     answer: Answer
+    host: str = "127.0.0.1"
     reviews: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    peers: list[tuple[str, int]] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
+
+    @property
+    def connections(self) -> int:
+        """How many TCP connections the requests came over."""
+        return len(set(self.peers))
 
     @property
     def ca_bundle(self) -> str:
@@ -45,23 +56,34 @@ class ThrowawayWebhook:
 
 @contextmanager
 def serve_webhook(
-    tmp_path: Path, dns_names: list[str], answer: Answer, ca: trustme.CA | None = None
+    tmp_path: Path,
+    dns_names: list[str],
+    answer: Answer,
+    ca: trustme.CA | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
 ) -> Iterator[ThrowawayWebhook]:
-    """Serve on an ephemeral 127.0.0.1 port until the block ends (a new CA unless given)."""
+    """Serve on ``host`` (a loopback IP) and ``port`` (ephemeral when 0) until the block
+    ends (a new CA unless given)."""
     ca = ca or trustme.CA()
     cert = ca.issue_cert(*dns_names)
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, port))
     port = sock.getsockname()[1]
-    certfile, keyfile = tmp_path / f"hook-{port}.crt", tmp_path / f"hook-{port}.key"
+    stem = f"hook-{host}-{port}"
+    certfile, keyfile = tmp_path / f"{stem}.crt", tmp_path / f"{stem}.key"
     cert.private_key_and_cert_chain_pem.write_to_path(str(certfile))
     cert.private_key_pem.write_to_path(str(keyfile))
-    hook = ThrowawayWebhook(port, ca, answer)
+    hook = ThrowawayWebhook(port, ca, answer, host)
 
     async def mutate(request: Request) -> JSONResponse:
         review = await request.json()
         hook.reviews.append(review)
         hook.paths.append(f"{request.url.path}?{request.url.query}")
+        assert request.client is not None
+        hook.peers.append((request.client.host, request.client.port))
+        if hook.delays:
+            await asyncio.sleep(hook.delays.pop(0))
         return JSONResponse(hook.answer(review))
 
     app = Starlette(routes=[Route("/mutate", mutate, methods=["POST"])])

@@ -1,0 +1,291 @@
+"""Pod creation as a user meets it: the whole system against the API server alone.
+
+``python -m bench create``. Two arms, alternating in one run, each cell the same load:
+
+- **system**: the sandbox as ``python -m sandbox up`` runs it — the kube emulator (in
+  this process), the reservation app emulator, one reconciler replica and one webhook
+  replica (their own processes), the chart's MutatingWebhookConfiguration — with 20
+  owners, each with an open 200-GPU booking of class a100 (this benchmark's scenario);
+- **alone**: a second kube emulator in this process with the same namespaces, users and
+  admission plugin but no webhook configuration and nothing of ours watching it — the
+  API server without the product.
+
+The load (``bench.createload``): separate processes, keep-alive HTTPS, closed loop at
+``c`` = 1, 10 and 50 connections; each request creates a 1-GPU a100 pod as its owner
+(half with a name of their own, half with ``generateName``; owners in turn). Per ``c``
+the arms alternate system, alone, alone, system, … (``ROUNDS`` each); after every cell
+the pods are deleted and the benchmark waits until the system is quiet (no write for
+``QUIET_S``: the reconciler has dropped the holds and said what it says), so no cell
+pays for the one before. The scheduler and kubelet emulation are not started (the
+pods stay pending: creation is what is measured). Nothing is pinned to a core.
+
+Printed per ``c``: p50 and p99 of each arm, the difference (the latency the system
+adds), creates per second, and the share of the system's pods admitted at creation
+(the created pod came back with its booking reference). ``c`` = 50 is a stress cell.
+``BENCH_MODE=full``: 6 s cells after 1 s of warm-up, 3 rounds, instead of 2 s / 0.5 s, 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.bench_window_open import one_class_app
+from bench.createload import CreateLoad, CreateOutcome, run_creates
+from bench.sandboxed import measured, rank
+from sandbox.kube.admission import WebhookDispatcher
+from sandbox.kube.admission.dispatcher import DispatchTimes
+from sandbox.kube.admission.install import install as install_admission
+from sandbox.kube.seed import seed
+from sandbox.kube.server import KubeServer
+from sandbox.runner import Sandbox, SandboxContext
+from sandbox.users import grant_edit
+from shared import vocab
+
+OWNERS = 20
+GPU_CLASS = "a100"
+GROUP = "bench"
+GPUS_PER_BOOKING = 200
+CONCURRENCY = (1, 10, 50)
+STRESS = frozenset({50})
+COMPONENTS = ["kube", "app", "reconciler", "webhook"]
+#: Seconds without any write to the system's store that count as quiet, and the most
+#: to wait for it.
+QUIET_S = 0.5
+QUIET_GIVE_UP_S = 30.0
+#: Seconds to wait for the webhook to admit a probe pod (bookings synced, caches warm).
+READY_GIVE_UP_S = 120.0
+FULL = os.environ.get("BENCH_MODE") == "full"
+WARMUP_S, MEASURE_S, ROUNDS = (1.0, 6.0, 3) if FULL else (0.5, 2.0, 2)
+
+
+def owners() -> list[str]:
+    return [f"o{i:02d}" for i in range(OWNERS)]
+
+
+def scenario() -> dict[str, Any]:
+    """20 owners, each with an open booking of ``GPUS_PER_BOOKING`` a100 GPUs."""
+    names = owners()
+    app = one_class_app(names, GROUP, OWNERS * GPUS_PER_BOOKING, GPUS_PER_BOOKING)
+    app["bookings"] = [
+        {
+            "username": name,
+            "group": GROUP,
+            "gpu_class": GPU_CLASS,
+            "gpu_count": GPUS_PER_BOOKING,
+            "start": "+0s",
+            "end": "+2h",
+        }
+        for name in names
+    ]
+    return {"namespaces": [*names, vocab.PRODUCT_NAME], "nodes": [], "app": app}
+
+
+def tokens(server: KubeServer) -> dict[str, str]:
+    """Each owner's token, with ``edit`` in their namespace (as ``sandbox up`` grants)."""
+    for owner in owners():
+        grant_edit(server, owner)
+    return {owner: server.mint_token(owner) for owner in owners()}
+
+
+def admin(server: KubeServer) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {server.admin_token}"}
+    return httpx.AsyncClient(base_url=server.url, headers=headers, trust_env=False)
+
+
+async def wait_admitting(server: KubeServer) -> float:
+    """Seconds until a probe pod is admitted at creation (then deleted)."""
+    started = time.monotonic()
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "probe-", "labels": {vocab.GPU_CLASS_LABEL: GPU_CLASS}},
+        "spec": {
+            "containers": [
+                {"name": "m", "image": "x", "resources": {"limits": {vocab.GPU_RESOURCE: "1"}}}
+            ]
+        },
+    }
+    async with admin(server) as client:
+        while time.monotonic() - started < READY_GIVE_UP_S:
+            answer = await client.post(f"/api/v1/namespaces/{owners()[0]}/pods", json=probe)
+            answer.raise_for_status()
+            if vocab.BOOKING_REFERENCE in (answer.json()["metadata"].get("annotations") or {}):
+                await clean(server)
+                return time.monotonic() - started
+            await asyncio.sleep(0.5)
+    raise RuntimeError(f"no pod admitted within {READY_GIVE_UP_S:.0f} s")
+
+
+async def clean(server: KubeServer) -> None:
+    """Delete every owner's pods (a collection delete per namespace)."""
+    async with admin(server) as client:
+        for owner in owners():
+            (await client.delete(f"/api/v1/namespaces/{owner}/pods")).raise_for_status()
+
+
+async def quiet(server: KubeServer) -> float:
+    """Seconds until ``server``'s store saw no write for ``QUIET_S``."""
+    started = time.monotonic()
+    last, since = server.store.resource_version, time.monotonic()
+    while time.monotonic() - started < QUIET_GIVE_UP_S:
+        await asyncio.sleep(0.05)
+        now = server.store.resource_version
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= QUIET_S:
+            break
+    return time.monotonic() - started
+
+
+def dispatch_times(server: KubeServer) -> DispatchTimes:
+    """A copy of the webhook dispatch's time counters of ``server``."""
+    for plugin in server.mutating_admission:
+        if isinstance(plugin, WebhookDispatcher):
+            return dataclasses.replace(plugin.times)
+    return DispatchTimes()
+
+
+async def cell(
+    server: KubeServer, system: KubeServer, owner_tokens: dict[str, str], c: int, tag: str
+) -> tuple[CreateOutcome, DispatchTimes]:
+    """One cell: the load, then its pods deleted and the system quiet again; with the
+    dispatch's time spent during the load (warm-up included)."""
+    load = CreateLoad(server.secure_port, owner_tokens, GPU_CLASS, c, WARMUP_S, MEASURE_S, tag)
+    before = dispatch_times(server)
+    outcome = await asyncio.to_thread(run_creates, load)
+    after = dispatch_times(server)
+    await clean(server)
+    await quiet(system)
+    spent = DispatchTimes(
+        after.requests - before.requests,
+        after.matching_s - before.matching_s,
+        after.calls - before.calls,
+        after.calls_s - before.calls_s,
+    )
+    return outcome, spent
+
+
+def figures(outcomes: list[CreateOutcome], spent: list[DispatchTimes]) -> dict[str, Any]:
+    """p50/p99 (ms) of all rounds together, per-round p50s, rate, admitted share, and
+    the dispatch's mean time per request (ms): deciding (matchConditions) and calling."""
+    requests = sum(t.requests for t in spent)
+    merged = CreateOutcome()
+    for outcome in outcomes:
+        merged.merge({**outcome.__dict__, "statuses": dict(outcome.statuses)})
+    got = sorted(merged.latencies)
+    created = merged.statuses.get(201, 0)
+    return {
+        "n": len(got),
+        "p50_ms": rank(got, 0.5) * 1e3 if got else float("nan"),
+        "p99_ms": rank(got, 0.99) * 1e3 if got else float("nan"),
+        "round_p50_ms": [rank(sorted(o.latencies), 0.5) * 1e3 for o in outcomes if o.latencies],
+        "per_s": len(got) / (MEASURE_S * len(outcomes)),
+        "created": created,
+        "admitted_share": merged.admitted / created if created else float("nan"),
+        "statuses": dict(merged.statuses),
+        "errors": merged.errors,
+        "matching_ms": sum(t.matching_s for t in spent) * 1e3 / requests if requests else 0.0,
+        "calls_ms": sum(t.calls_s for t in spent) * 1e3 / requests if requests else 0.0,
+        "calls_per_request": sum(t.calls for t in spent) / requests if requests else 0.0,
+    }
+
+
+async def measure(state: Path) -> dict[str, Any]:
+    load_before = os.getloadavg()
+    ctx = SandboxContext(state_dir=state, scenario=scenario())
+    box = Sandbox(ctx, COMPONENTS)
+    bare = KubeServer()
+    await box.start()
+    try:
+        system: KubeServer = ctx.handles["kube"]
+        install_admission(bare)
+        await seed(bare.cluster, {"namespaces": owners()})
+        await bare.start()
+        ready_s = await wait_admitting(system)
+        await quiet(system)
+        arms = {"system": (system, tokens(system)), "alone": (bare, tokens(bare))}
+        cells: dict[str, Any] = {}
+        for c in CONCURRENCY:
+            seen: dict[str, list[tuple[CreateOutcome, DispatchTimes]]] = {
+                "system": [],
+                "alone": [],
+            }
+            for index in range(ROUNDS):
+                order = ("system", "alone") if index % 2 == 0 else ("alone", "system")
+                for arm in order:
+                    server, owner_tokens = arms[arm]
+                    tag = f"{c}{arm[0]}{index}"
+                    seen[arm].append(await cell(server, system, owner_tokens, c, tag))
+            cells[str(c)] = {
+                arm: figures([o for o, _ in found], [t for _, t in found])
+                for arm, found in seen.items()
+            }
+            cells[str(c)]["stress"] = c in STRESS
+    finally:
+        await bare.stop()
+        await box.stop()
+    return {
+        "mode": "full" if FULL else "quick",
+        "warmup_s": WARMUP_S,
+        "measure_s": MEASURE_S,
+        "rounds": ROUNDS,
+        "ready_s": ready_s,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "cells": cells,
+    }
+
+
+def ms(value: float, signed: bool = False) -> str:
+    """A figure in ms; "none in time" when no create was answered within its cell."""
+    if value != value:  # NaN
+        return "none in time"
+    return f"{value:+.2f} ms" if signed else f"{value:.2f} ms"
+
+
+def lines(found: dict[str, Any]) -> list[str]:
+    out = [
+        f"{found['mode']}: {found['rounds']} rounds of {found['measure_s']:.0f} s per arm and c "
+        f"(system, alone alternating); load average {found['loadavg_before'][0]:.2f} → "
+        f"{found['loadavg_after'][0]:.2f}"
+    ]
+    for c, arms in found["cells"].items():
+        system, alone = arms["system"], arms["alone"]
+        stress = ", stress" if arms["stress"] else ""
+        out.append(
+            f"c = {c}{stress}: system p50 {ms(system['p50_ms'])} p99 {ms(system['p99_ms'])} "
+            f"({system['per_s']:.0f}/s); alone p50 {ms(alone['p50_ms'])} "
+            f"p99 {ms(alone['p99_ms'])} ({alone['per_s']:.0f}/s); added p50 "
+            f"{ms(system['p50_ms'] - alone['p50_ms'], True)}, p99 "
+            f"{ms(system['p99_ms'] - alone['p99_ms'], True)}; admitted at creation "
+            f"{system['admitted_share']:.1%} of {system['created']}"
+        )
+        rounds = ", ".join(
+            f"{arm} " + "/".join(f"{v:.2f}" for v in arms[arm]["round_p50_ms"])
+            for arm in ("system", "alone")
+        )
+        odd = {
+            arm: {k: v for k, v in arms[arm]["statuses"].items() if k != 201}
+            for arm in ("system", "alone")
+        }
+        errors = sum(arms[arm]["errors"] for arm in ("system", "alone"))
+        out.append(f"   p50 per round (ms): {rounds}; non-201 {odd}; errors {errors}")
+        out.append(
+            f"   system's dispatch per create: deciding (matchConditions, the emulator's CEL "
+            f"interpreter) {system['matching_ms']:.2f} ms, webhook calls "
+            f"{system['calls_ms']:.2f} ms ({system['calls_per_request']:.2f} per create); "
+            f"added p50 less the deciding: "
+            f"{ms(system['p50_ms'] - alone['p50_ms'] - system['matching_ms'], True)}"
+        )
+    return out
+
+
+def run() -> list[str]:
+    return lines(measured("create", measure))
