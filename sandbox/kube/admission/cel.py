@@ -1,4 +1,10 @@
-"""``matchConditions``: CEL expressions compiled and evaluated with cel-python (``celpy``).
+"""``matchConditions``: CEL expressions checked with cel-python, evaluated natively.
+
+Two well-kept implementations, each where it is strong: cel-python (``celpy``) gives the
+parse tree the configuration check below walks; ``common-expression-language`` (``cel``,
+the Rust ``cel`` interpreter) evaluates — about 0.1 ms per pod for the chart's
+conditions, where cel-python's tree-walking interpreter took 20–30 ms of the emulator's
+one event loop per create, more than everything else a create costs.
 
 The apiserver binds ``object``, ``oldObject``, ``request`` and ``authorizer``; the
 sandbox binds the first three (no authorizer). A configuration is checked when it is
@@ -17,10 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import cel
 import celpy
-import celpy.adapter
 import celpy.celparser
-import celpy.celtypes
 import celpy.evaluation
 import lark
 
@@ -44,6 +49,7 @@ class Condition:
 
     name: str
     expression: str
+    #: The native program (``cel.compile``).
     program: Any
 
 
@@ -72,7 +78,10 @@ def _compile(expression: str) -> Any:
     unknown_calls = sorted(called_functions(tree) - _FUNCTIONS)
     if unknown_calls:
         raise CELError(f"found no matching overload for '{unknown_calls[0]}'")
-    return _ENV.program(tree)
+    try:
+        return cel.compile(expression)
+    except ValueError as exc:  # a parse the two disagree on: refuse it too
+        raise CELError(f"compilation failed: {str(exc).splitlines()[0]}") from exc
 
 
 def free_variables(tree: lark.Tree[Any], bound: frozenset[str] = frozenset()) -> set[str]:
@@ -125,14 +134,12 @@ def _as_tree(node: Any) -> lark.Tree[Any]:
 def evaluate(condition: Condition, activation: Mapping[str, Any]) -> bool:
     """Run one condition; raises ``CELError`` on an error or a non-boolean result."""
     try:
-        result = condition.program.evaluate(activation)
-    except (celpy.evaluation.CELEvalError, TypeError, ValueError, KeyError, ArithmeticError) as exc:
+        result = condition.program.execute(activation)
+    except (RuntimeError, TypeError, ValueError, LookupError, ArithmeticError) as exc:
         raise CELError(_eval_message(condition, exc)) from exc
-    if isinstance(result, celpy.evaluation.CELEvalError):
-        raise CELError(_eval_message(condition, result))
-    if not isinstance(result, celpy.celtypes.BoolType):
+    if not isinstance(result, bool):
         raise CELError(f"expression '{condition.expression}' must evaluate to bool")
-    return bool(result)
+    return result
 
 
 def _eval_message(condition: Condition, exc: BaseException) -> str:
@@ -143,12 +150,9 @@ def _eval_message(condition: Condition, exc: BaseException) -> str:
 def activation(
     obj: dict[str, Any] | None, old: dict[str, Any] | None, request: dict[str, Any]
 ) -> dict[str, Any]:
-    """The CEL variables for one call."""
-    return {
-        "object": celpy.adapter.json_to_cel(obj),
-        "oldObject": celpy.adapter.json_to_cel(old),
-        "request": celpy.adapter.json_to_cel(request),
-    }
+    """The CEL variables for one call (plain JSON values: the native interpreter
+    converts them itself)."""
+    return {"object": obj, "oldObject": old, "request": request}
 
 
 def match(conditions: Iterable[Condition], variables: Mapping[str, Any]) -> MatchOutcome:
