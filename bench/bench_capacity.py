@@ -3,7 +3,7 @@
 Two cluster sizes — 50 nodes / 1,000 pods and 500 nodes / 10,000 pods — each in a
 fresh child process (``python -m bench.bench_capacity <nodes> <pods>``) that imports
 the reconciler (``reconciler.process``, so the code a replica loads is resident) and
-fills the leader's real caches (``reconciler.caches.Caches``: the node and pod
+fills the leader's real caches (``reconciler.base.caches.Caches``: the node and pod
 ``Watched`` caches, projected by the product's own functions) from an in-memory LIST
 stand-in. Nodes: 5 classes, 8 GPUs each, every 10th one cordoned or NotReady; pods:
 1 GPU, bound round-robin, every 20th finished.
@@ -116,8 +116,8 @@ class Listing:
 def child(nodes: int, pods: int) -> dict[str, Any]:
     """Measure one size in this process (see the module docstring)."""
     import reconciler.process  # noqa: F401 - the reconciler's code, resident as in a replica
-    from reconciler.caches import Caches
-    from reconciler.settings import load
+    from reconciler.base.caches import Caches
+    from reconciler.base.settings import load
     from shared.clock import ManualClock, utc
     from shared.policy.capacity import audit
     from shared.resources import NODES, PODS

@@ -13,9 +13,9 @@ import signal
 import sys
 
 from reconciler import cli
-from reconciler import settings as settings_module
+from reconciler.base import settings as settings_module
+from reconciler.base.settings import ReconcilerSettings
 from reconciler.process import Reconciler
-from reconciler.settings import ReconcilerSettings
 from shared import logs
 from shared.appclient import AppClient
 from shared.gateway import Gateway

@@ -1,6 +1,6 @@
 """``python -m reconciler explain|list`` and the kubectl plugin ``kubectl gpures``.
 
-The shell around ``reconciler.explain``: it reads the pod, its Events, the owner's
+The shell around ``reconciler.explain.explain``: it reads the pod, its Events, the owner's
 GPUReservations and GPU pods, and the controller's leader Lease (is a leader running,
 and the app health it publishes) with the caller's own kubeconfig (no controller API),
 builds a ``Scene`` and prints what the pure functions say. Kubeconfig files are chosen
@@ -25,9 +25,10 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from reconciler import explain, leader
-from reconciler.apphealth import parse_health
-from reconciler.pods import PodView, project_pod
+from reconciler import leader
+from reconciler.base.apphealth import parse_health
+from reconciler.base.pods import PodView, project_pod
+from reconciler.explain import explain
 from shared import model, vocab
 from shared.clock import Clock, parse_utc
 from shared.errors import KubeError, NotFound

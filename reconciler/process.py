@@ -21,25 +21,25 @@ from typing import Protocol
 
 import uvicorn
 
-from reconciler import backstop, events
-from reconciler.admit import Admitter
-from reconciler.audit import CapacityAuditor
-from reconciler.caches import STALL_S, Caches, ledger_only
-from reconciler.evict import Upholders
-from reconciler.forecast import Standby, forecaster
+from reconciler.backstop import backstop
+from reconciler.base import events
+from reconciler.base.caches import STALL_S, Caches, ledger_only
+from reconciler.base.metrics import Metrics, QueueMetrics
+from reconciler.base.settings import ReconcilerSettings
+from reconciler.base.tasks import Tasks, end_within
+from reconciler.capacity.audit import CapacityAuditor
+from reconciler.capacity.noshow import Canceller, Holding, NoShows
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
-from reconciler.metrics import Metrics
-from reconciler.noshow import Canceller, Holding, NoShows
-from reconciler.ondemand import LeaseApp, Leaser
-from reconciler.overstay import OverstayReporter
-from reconciler.queue import QueueMetrics
+from reconciler.mirror.sync import ReservationSource, Syncer
+from reconciler.ondemand.leaser import LeaseApp, Leaser
+from reconciler.preemption.forecast import Standby, forecaster
+from reconciler.preemption.overstay import OverstayReporter
+from reconciler.preemption.sweep import Sweeper, SweepMetrics, VictimApp
+from reconciler.queue.admit import Admitter
+from reconciler.queue.evict import Upholders
+from reconciler.queue.waiting import Knowledge
 from reconciler.rotation import Rotator
-from reconciler.settings import ReconcilerSettings
-from reconciler.sweep import Sweeper, SweepMetrics, VictimApp
-from reconciler.sync import ReservationSource, Syncer
-from reconciler.tasks import Tasks, end_within
-from reconciler.waiting import Knowledge
 from shared import model
 from shared.clock import Clock
 from shared.gateway import Gateway

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from reconciler import settings as rs
+from reconciler.base import settings as rs
 from reconciler.process import Reconciler
 from sandbox.app.policies import Policies
 from sandbox.app.seed import build_state, parse_section

@@ -10,13 +10,14 @@ import jsonpatch
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reconciler.admit import ON_DEMAND_ATTEMPTS, Admitter
-from reconciler.announce import Admitted
-from reconciler.caches import Caches
-from reconciler.pods import PodView, project_pod
-from reconciler.queue import QueueMetrics, admission_patch, next_start
-from reconciler.settings import load
-from reconciler.waiting import Knowledge
+from reconciler.admission.announce import Admitted
+from reconciler.admission.pending import admission_patch, next_start
+from reconciler.base.caches import Caches
+from reconciler.base.metrics import QueueMetrics
+from reconciler.base.pods import PodView, project_pod
+from reconciler.base.settings import load
+from reconciler.queue.admit import ON_DEMAND_ATTEMPTS, Admitter
+from reconciler.queue.waiting import Knowledge
 from shared import ledger, model, vocab
 from shared.clock import ManualClock, format_utc
 from shared.errors import Invalid, ServerError

@@ -13,9 +13,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from reconciler.admit import Admitter
-from reconciler.queue import QueueMetrics
-from reconciler.waiting import Knowledge
+from reconciler.base.metrics import QueueMetrics
+from reconciler.queue.admit import Admitter
+from reconciler.queue.waiting import Knowledge
 from shared import vocab
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.reconciler.builders import NS, START

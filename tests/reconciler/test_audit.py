@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from reconciler.audit import CapacityAuditor
-from reconciler.caches import Caches
-from reconciler.metrics import Metrics
-from reconciler.settings import load
+from reconciler.base.caches import Caches
+from reconciler.base.metrics import Metrics
+from reconciler.base.settings import load
+from reconciler.capacity.audit import CapacityAuditor
 from shared import vocab
 from shared.appclient import GpuClass
 from shared.clock import ManualClock
@@ -60,7 +60,7 @@ class World:
 def test_overcommit_is_logged_exported_and_shown_on_the_lease_then_cleared(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="reconciler.audit")
+    caplog.set_level(logging.INFO, logger="reconciler.capacity.audit")
 
     async def scenario(w: World) -> None:
         body = {"metadata": {"name": vocab.LEADER_LEASE_NAME}, "spec": {}}

@@ -1,4 +1,4 @@
-"""``reconciler.explain``: one state per situation, notes added, bad input survived.
+"""``reconciler.explain.explain``: one state per situation, notes added, bad input survived.
 
 Each case is a pure ``Scene`` (virtual now, builders): the table picks the state, the
 headline and lines say what holds the pod and what would release it.
@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from reconciler import cli, explain
-from reconciler.pods import project_pod
+from reconciler import cli
+from reconciler.base.pods import project_pod
+from reconciler.explain import explain
 from shared import vocab
 from shared.clock import format_utc
 from shared.model import GPUReservation

@@ -15,8 +15,9 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from reconciler import cli, explain
-from reconciler.apphealth import Health, format_health
+from reconciler import cli
+from reconciler.base.apphealth import Health, format_health
+from reconciler.explain import explain
 from shared import model, vocab
 from shared.clock import ManualClock
 from shared.errors import from_status

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from reconciler import explain
-from reconciler.apphealth import Health
+from reconciler.base.apphealth import Health
+from reconciler.explain import explain
 from shared import vocab
 from shared.clock import format_utc
 from tests.policy.builders import HOUR, NOW, gpu_pod, reservation

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from reconciler.caches import Caches
-from reconciler.inventory import placement_of
-from reconciler.pods import project_pod
-from reconciler.settings import load
+from reconciler.base.caches import Caches
+from reconciler.base.inventory import placement_of
+from reconciler.base.pods import project_pod
+from reconciler.base.settings import load
 from shared import vocab
 from shared.clock import ManualClock
 from shared.logs import fields_of
@@ -129,7 +129,7 @@ def test_reset_forgets_the_inventory() -> None:
 
 
 def test_node_changes_are_logged_once_each(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="reconciler.inventory")
+    caplog.set_level(logging.DEBUG, logger="reconciler.base.inventory")
 
     async def scenario() -> None:
         w = World()
@@ -150,7 +150,7 @@ def test_node_changes_are_logged_once_each(caplog: pytest.LogCaptureFixture) -> 
     seen = sorted(
         (r.getMessage(), fields_of(r)["node"], r.levelname)
         for r in caplog.records
-        if r.name == "reconciler.inventory"
+        if r.name == "reconciler.base.inventory"
     )
     assert seen == [
         ("k8s.node_allocatable_invalid", "junk", "WARNING"),

@@ -16,14 +16,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reconciler.admit import Admitter
-from reconciler.caches import Caches
-from reconciler.metrics import Metrics
-from reconciler.mirror import MirrorWriter
-from reconciler.ondemand import SETTLE_MAX_S, SETTLE_S, Leaser
-from reconciler.queue import QueueMetrics
-from reconciler.settings import load
-from reconciler.waiting import Knowledge
+from reconciler.base.caches import Caches
+from reconciler.base.metrics import Metrics, QueueMetrics
+from reconciler.base.mirroring import MirrorWriter
+from reconciler.base.settings import load
+from reconciler.ondemand.leaser import SETTLE_MAX_S, SETTLE_S, Leaser
+from reconciler.queue.admit import Admitter
+from reconciler.queue.waiting import Knowledge
 from shared import model, vocab
 from shared.appclient import (
     AdmissionCandidate,
@@ -566,7 +565,7 @@ def test_a_batch_that_asked_says_what_it_did_in_one_line(caplog: pytest.LogCaptu
         w = World()
         w.kube.add(PODS, jit_pod("a"), "alice")
         w.kube.add(PODS, jit_pod("b", verdict=False), "alice")  # held: no verdict yet
-        with caplog.at_level(logging.INFO, logger="reconciler.ondemand"):
+        with caplog.at_level(logging.INFO, logger="reconciler.ondemand.leaser"):
             await w.step()
             await w.step()  # nothing due: no line
         lines = [fields_of(r) for r in caplog.records if r.getMessage() == "ondemand.batch"]

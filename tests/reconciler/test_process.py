@@ -7,12 +7,12 @@ import asyncio
 import httpx
 import pytest
 
-from reconciler import settings as rs
-from reconciler.caches import STALL_S, Caches
+from reconciler.base import settings as rs
+from reconciler.base.caches import STALL_S, Caches
+from reconciler.base.metrics import Metrics
+from reconciler.base.tasks import Tasks
 from reconciler.http import HttpState, build_app
-from reconciler.metrics import Metrics
-from reconciler.sync import Syncer
-from reconciler.tasks import Tasks
+from reconciler.mirror.sync import Syncer
 from shared.clock import ManualClock, SystemClock
 from shared.errors import Forbidden
 from shared.resources import PODS

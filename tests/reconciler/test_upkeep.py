@@ -6,10 +6,10 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from reconciler.caches import Caches
-from reconciler.pods import PodView, project_pod
-from reconciler.settings import load
-from reconciler.upkeep import Keeper, stale, uses_by_reservation
+from reconciler.base.caches import Caches
+from reconciler.base.pods import PodView, project_pod
+from reconciler.base.settings import load
+from reconciler.base.upkeep import Keeper, stale, uses_by_reservation
 from shared import ledger, model, vocab
 from shared.clock import ManualClock
 from shared.ledger import PodUse

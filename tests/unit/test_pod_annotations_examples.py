@@ -14,8 +14,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from reconciler import evict, ondemand_status, relink
-from reconciler.pods import project_pod
+from reconciler.admission import relink
+from reconciler.base.pods import project_pod
+from reconciler.ondemand import status as ondemand_status
+from reconciler.queue import evict
 from shared import vocab
 from shared.clock import utc
 from shared.model import GPUReservation, Kind
