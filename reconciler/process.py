@@ -21,6 +21,8 @@ from typing import Protocol
 
 import uvicorn
 
+from reconciler.admission.step import Admission
+from reconciler.admission.waiting import Knowledge
 from reconciler.backstop import backstop
 from reconciler.base import events
 from reconciler.base.caches import STALL_S, Caches, ledger_only
@@ -38,7 +40,6 @@ from reconciler.preemption.overstay import OverstayReporter
 from reconciler.preemption.sweep import Sweeper, SweepMetrics, VictimApp
 from reconciler.queue.admit import Admitter
 from reconciler.queue.evict import Upholders
-from reconciler.queue.waiting import Knowledge
 from reconciler.rotation import Rotator
 from shared import model
 from shared.clock import Clock
@@ -127,7 +128,8 @@ class Reconciler:
             times=backstop.Times(float(settings.ledger_claim_ttl_s), settings.unseen_s),
         )
         backstop.wire(self.backstop, self.caches)
-        self.admitter = Admitter(
+        # The admission step the reserved queue and the on-demand path share.
+        admission = Admission(
             gateway,
             self.caches,
             settings,
@@ -136,6 +138,7 @@ class Reconciler:
             Knowledge(lambda: self.syncer.fetched, self._class_labels),
             recorder.emit,
         )
+        self.admitter = Admitter(admission, self.caches, settings, clock, queue_metrics)
         self.auditor = CapacityAuditor(
             gateway,
             ns,
@@ -151,7 +154,7 @@ class Reconciler:
                 leases,
                 gateway,
                 self.caches,
-                self.admitter,
+                admission,
                 self.syncer.writer,
                 settings,
                 clock,

@@ -12,7 +12,7 @@ Each *batch* reads the caches:
 3. **Ask** (concurrently): ``POST /api/reservations`` with the idempotency key
    ``lease_key(pod uid, attempt)``. A grant (new or returned) is mirrored as a
    GPUReservation at once and the pod admitted through the ledger
-   (``Admitter.admit_under``); if that fails the lease is cancelled
+   (``Admission.admit_under``); if that fails the lease is cancelled
    ``controller-revoked`` and the next attempt uses a fresh key. A replay of a
    cancelled lease moves to the next key at once. Refusals follow R19.
 4. **Merge, teardown and orphans**: ``reconciler.ondemand.leases.LeaseKeeper``, on the caches
@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry
 from reconciler.admission import pending
 from reconciler.admission.announce import Admitted
 from reconciler.admission.relink import Relinker
+from reconciler.admission.step import Admission
 from reconciler.base.apphealth import AppHealth, Health, is_outage
 from reconciler.base.caches import Caches
 from reconciler.base.metrics import LeaseMetrics
@@ -50,7 +51,6 @@ from reconciler.base.settings import ReconcilerSettings
 from reconciler.base.upkeep import until_ready, wait_either
 from reconciler.ondemand import status as ondemand_status
 from reconciler.ondemand.leases import LeaseKeeper, describe
-from reconciler.queue.admit import Admitter
 from shared import model, vocab
 from shared.appclient import (
     AdmissionCandidate,
@@ -156,7 +156,7 @@ class Leaser:
         app: LeaseApp,
         gateway: Any,
         caches: Caches,
-        admitter: Admitter,
+        admission: Admission,
         writer: MirrorWriter,
         settings: ReconcilerSettings,
         clock: Clock,
@@ -174,7 +174,7 @@ class Leaser:
         self.health.listeners.append(self._app_health)
         self._gateway = gateway
         self._caches = caches
-        self._admitter = admitter
+        self._admission = admission
         self._writer = writer
         self._settings = settings
         self._clock = clock
@@ -382,7 +382,7 @@ class Leaser:
             )
         self._settled_s = 0.0
         if admitted:  # in the background: the trailing batch need not wait for it
-            task = asyncio.create_task(self._admitter.announce(admitted, self._clock.now()))
+            task = asyncio.create_task(self._admission.announce(admitted, self._clock.now()))
             self._announcing.add(task)
             task.add_done_callback(self._announcing.discard)
         self.metrics.candidates.set(len(self.tracks))
@@ -490,7 +490,7 @@ class Leaser:
         gate = self._settings.queue.gate_name
         if pre.held is Held.NO_VERDICT and gate is not None and gate in pod.gates:
             await self._ungate(pod, gate)
-        await self._admitter.say(
+        await self._admission.say(
             pod,
             ondemand_status.hold_status(
                 pod, pre, self._settings, ctx.class_ids, bool(self._classes())
@@ -617,11 +617,11 @@ class Leaser:
                 # The mirror's POST and the pod's re-read side by side: one round trip
                 # less between the grant and the toleration.
                 res, fresh = await asyncio.gather(
-                    self._writer.install(facts, now), self._admitter.reread(pod)
+                    self._writer.install(facts, now), self._admission.reread(pod)
                 )
                 if res is not None and fresh is not None:
                     at = max(self._clock.now(), facts.start)
-                    got = await self._admitter.admit_under(
+                    got = await self._admission.admit_under(
                         pod, res, at, announce=False, fresh=fresh
                     )
             if got is not None:
@@ -688,15 +688,15 @@ class Leaser:
         if not self._settings.ondemand.denial_events:
             return
         if track.outage and not track.told_outage:
-            await self._admitter.say(pod, ondemand_status.delayed(), now)
+            await self._admission.say(pod, ondemand_status.delayed(), now)
             track.told_outage = True
         elif isinstance(failure, Denied):
             status = ondemand_wording.denied(failure.detail, not failure.denial.retryable)
-            await self._admitter.say(pod, status, now)
+            await self._admission.say(pod, status, now)
         elif isinstance(failure, Rejected):
             pool = self._caches.reservations.items.values()
             status = ondemand_status.rejected(pod, failure, self._settings, pool, now)
-            await self._admitter.say(pod, status, now)
+            await self._admission.say(pod, status, now)
 
 
 def _windows(cls: str, pool: list[GPUReservation]) -> tuple[tuple[datetime, datetime, int], ...]:

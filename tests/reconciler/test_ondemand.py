@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from reconciler.admission.step import Admission
+from reconciler.admission.waiting import Knowledge
 from reconciler.base.caches import Caches
 from reconciler.base.metrics import Metrics, QueueMetrics
 from reconciler.base.mirroring import MirrorWriter
 from reconciler.base.settings import load
 from reconciler.ondemand.leaser import SETTLE_MAX_S, SETTLE_S, Leaser
 from reconciler.queue.admit import Admitter
-from reconciler.queue.waiting import Knowledge
 from shared import model, vocab
 from shared.appclient import (
     AdmissionCandidate,
@@ -162,7 +163,7 @@ class World:
         self.caches = Caches(self.kube, self.settings, self.clock, lambda: {"a100"})
         self.app = App()
         metrics = QueueMetrics(CollectorRegistry())
-        self.admitter = Admitter(
+        self.admission = Admission(
             self.kube,
             self.caches,
             self.settings,
@@ -170,11 +171,12 @@ class World:
             metrics,
             Knowledge(lambda: True, lambda: {"a100"}),
         )
+        self.admitter = Admitter(self.admission, self.caches, self.settings, self.clock, metrics)
         self.leaser = Leaser(
             self.app,
             self.kube,
             self.caches,
-            self.admitter,
+            self.admission,
             MirrorWriter(self.kube, NS, Metrics()),
             self.settings,
             self.clock,
