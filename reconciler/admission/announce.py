@@ -12,7 +12,6 @@ announced is remembered only until the cache shows the mark.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,6 +22,7 @@ from reconciler.base.metrics import QueueMetrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
 from shared import ledger, vocab
+from shared.clock import MonotonicClock, SystemMonotonic
 from shared.errors import KubeError
 from shared.model import GPUReservation, Hold, Kind
 from shared.policy import noshow, wording
@@ -74,7 +74,10 @@ class Announcer:
         settings: ReconcilerSettings,
         metrics: QueueMetrics,
         send: Send,
+        *,
+        mono: MonotonicClock | None = None,
     ) -> None:
+        self._mono = mono or SystemMonotonic()
         self._gateway = gateway
         self._caches = caches
         self._settings = settings
@@ -175,7 +178,7 @@ class Announcer:
 
     async def _mark(self, name: str, pods: dict[str, tuple[str, str]], now: datetime) -> None:
         """Bind the holds ``pods`` names (claim → pod name, uid) and mark them announced."""
-        deadline = time.monotonic() + MARK_DEADLINE_S
+        deadline = self._mono.monotonic() + MARK_DEADLINE_S
         await ledger.amend(
             self._gateway,
             self._ns,
@@ -183,6 +186,7 @@ class Announcer:
             lambda cur: ledger.announce_all(cur, pods),
             now=now,
             deadline=deadline,
+            monotonic=self._mono.monotonic,
         )
 
     def _forget(self, by_name: dict[str, GPUReservation], now: datetime) -> None:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -45,7 +44,7 @@ from reconciler.admission.guarantees import live_end, patch_ops
 from reconciler.base.pods import PodView
 from reconciler.base.upkeep import Dirty, until_ready, wait_either
 from shared import ledger, vocab
-from shared.clock import Clock
+from shared.clock import Clock, MonotonicClock, SystemMonotonic
 from shared.errors import KubeError, ServerError
 from shared.logs import log
 from shared.model import GPUReservation, Kind, State, claim_key
@@ -193,7 +192,9 @@ class Relinker:
         enabled: bool,
         zone: ZoneInfo | None,
         retry_s: float = 300.0,
+        mono: MonotonicClock | None = None,
     ) -> None:
+        self._mono = mono or SystemMonotonic()
         self._gateway = gateway
         self._ns = namespace
         self._clock = clock
@@ -330,7 +331,8 @@ class Relinker:
             pod.gpus,
             pod=pod.name,
             now=now,
-            deadline=time.monotonic() + LEDGER_DEADLINE_S,
+            deadline=self._mono.monotonic() + LEDGER_DEADLINE_S,
+            monotonic=self._mono.monotonic,
             announced=True,
         )
         if not got.admitted:
@@ -379,8 +381,16 @@ class Relinker:
         def change(cur: GPUReservation) -> GPUReservation:
             return ledger.drop(cur, {h.claim for h in cur.holds if mine(h)})
 
-        deadline = time.monotonic() + LEDGER_DEADLINE_S
-        await ledger.amend(self._gateway, self._ns, name, change, now=now, deadline=deadline)
+        deadline = self._mono.monotonic() + LEDGER_DEADLINE_S
+        await ledger.amend(
+            self._gateway,
+            self._ns,
+            name,
+            change,
+            now=now,
+            deadline=deadline,
+            monotonic=self._mono.monotonic,
+        )
 
     async def _announce(
         self,

@@ -92,7 +92,9 @@ class Admission:
         self._metrics = metrics
         self._ns = settings.common.namespace
         self.teller = Teller(gateway, settings, clock, self.count, knowledge, emit)
-        self.announcer = Announcer(gateway, caches, settings, metrics, self.teller.send)
+        self.announcer = Announcer(
+            gateway, caches, settings, metrics, self.teller.send, mono=self._mono
+        )
         #: uid → the reservation it waited to open (the window-open lag metric).
         self.waited_open: dict[str, str] = {}
         #: uid → (resourceVersion patched against, retry at): pods whose admission patch

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 
 from reconciler.base.pods import PodView
 from shared import ledger
-from shared.clock import Clock
+from shared.clock import Clock, MonotonicClock, SystemMonotonic
 from shared.ledger import LedgerGateway, PodUse
 from shared.logs import log
 from shared.model import GPUReservation, Hold
@@ -180,7 +179,9 @@ class Keeper:
         *,
         unseen_s: float | None = None,
         on_unseen: Callable[[int], None] | None = None,
+        mono: MonotonicClock | None = None,
     ) -> None:
+        self._mono = mono or SystemMonotonic()
         self._gateway = gateway
         self._ns = namespace
         self._clock = clock
@@ -259,9 +260,15 @@ class Keeper:
                 released[0] = ledger.unseen(cur, new, now, unseen_s)
                 return new
 
-            deadline = time.monotonic() + UPKEEP_DEADLINE_S
+            deadline = self._mono.monotonic() + UPKEEP_DEADLINE_S
             got = await ledger.amend(
-                self._gateway, self._ns, name, change, now=now, deadline=deadline
+                self._gateway,
+                self._ns,
+                name,
+                change,
+                now=now,
+                deadline=deadline,
+                monotonic=self._mono.monotonic,
             )
             if got is not None:
                 written.append(name)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -37,7 +36,7 @@ from reconciler.base.settings import ReconcilerSettings
 from reconciler.base.upkeep import until_ready, wait_either
 from shared import ledger, model, vocab
 from shared.appclient import Cancelled, CancelReason, CancelResult, Reservation
-from shared.clock import Clock, format_utc
+from shared.clock import Clock, MonotonicClock, SystemMonotonic, format_utc
 from shared.errors import KubeError, NotFound
 from shared.logs import log
 from shared.model import GPUReservation, ReservationFacts, State
@@ -128,7 +127,10 @@ class NoShows:
         reservations: Callable[[], Mapping[str, GPUReservation]],
         ready: Callable[[], bool],
         mirror: Callable[[Reservation], Awaitable[None]] | None = None,
+        *,
+        mono: MonotonicClock | None = None,
     ) -> None:
+        self._mono = mono or SystemMonotonic()
         self._gateway = gateway
         self._mirror = mirror
         self._app = app
@@ -347,5 +349,13 @@ class NoShows:
     async def _amend(
         self, name: str, change: Callable[[GPUReservation], GPUReservation], now: datetime
     ) -> GPUReservation | None:
-        deadline = time.monotonic() + WRITE_DEADLINE_S
-        return await ledger.amend(self._gateway, self._ns, name, change, now=now, deadline=deadline)
+        deadline = self._mono.monotonic() + WRITE_DEADLINE_S
+        return await ledger.amend(
+            self._gateway,
+            self._ns,
+            name,
+            change,
+            now=now,
+            deadline=deadline,
+            monotonic=self._mono.monotonic,
+        )

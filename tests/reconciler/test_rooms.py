@@ -1,0 +1,66 @@
+"""The reconciler's house rules, read from its source: where time comes from, and how
+big a room may grow (docs/architecture.md, "The reconciler's rooms")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RECONCILER = ROOT / "reconciler"
+#: Reading a clock by hand: the wall clock, or a monotonic one.
+CLOCK_READS = {
+    ("time", "time"),
+    ("time", "monotonic"),
+    ("time", "monotonic_ns"),
+    ("time", "perf_counter"),
+    ("datetime", "now"),
+    ("datetime", "utcnow"),
+}
+
+
+def sources() -> list[Path]:
+    return sorted(p for p in RECONCILER.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def clock_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every ``time.monotonic()`` and the like in ``tree``, and every import of such a
+    function by name (``from time import monotonic``)."""
+    found = []
+    for node in ast.walk(tree):
+        name = (
+            node.value.id
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            else None
+        )
+        if isinstance(node, ast.Attribute) and (name, node.attr) in CLOCK_READS:
+            found.append((node.lineno, f"{name}.{node.attr}"))
+        if isinstance(node, ast.ImportFrom) and node.module in {"time", "datetime"}:
+            for alias in node.names:
+                if (node.module, alias.name) in CLOCK_READS:
+                    found.append((node.lineno, f"from {node.module} import {alias.name}"))
+    return found
+
+
+def test_the_reconciler_reads_time_only_through_the_injected_clocks() -> None:
+    """``shared.clock`` is the one place a clock is read; the reconciler takes a
+    ``Clock`` and a ``MonotonicClock``, so tests and the scaled sandbox decide time."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {what}"
+        for path in sources()
+        for line, what in clock_reads(ast.parse(path.read_text()))
+    ]
+    assert found == []
+
+
+def test_the_clock_check_sees_each_way_of_reading_a_clock() -> None:
+    text = (
+        "import time\nfrom time import monotonic\nfrom datetime import datetime\n"
+        "a = time.monotonic()\nb = time.time()\nc = datetime.now()\n"
+    )
+    assert [what for _, what in clock_reads(ast.parse(text))] == [
+        "from time import monotonic",
+        "time.monotonic",
+        "time.time",
+        "datetime.now",
+    ]
