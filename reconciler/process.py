@@ -24,6 +24,7 @@ import uvicorn
 from reconciler.admission.step import Admission
 from reconciler.admission.waiting import Knowledge
 from reconciler.backstop import backstop
+from reconciler.backstop.rules import Scope, Times
 from reconciler.base import events
 from reconciler.base.caches import STALL_S, Caches, ledger_only
 from reconciler.base.metrics import Metrics, QueueMetrics
@@ -120,12 +121,12 @@ class Reconciler:
         self.backstop = backstop.Backstop(
             self.upholders.context,
             ns,
-            scope=backstop.Scope(ns, settings.exempt_namespaces),
+            scope=Scope(ns, settings.exempt_namespaces),
             mirror_current=lambda: self.syncer.fetched,
             on_evicted=lambda reason: self.metrics.unadmitted.labels(reason).inc(),
             nodes=lambda: self.caches.nodes.items,
             group=self.caches.by_reference.pods,
-            times=backstop.Times(float(settings.ledger_claim_ttl_s), settings.unseen_s),
+            times=Times(float(settings.ledger_claim_ttl_s), settings.unseen_s),
         )
         backstop.wire(self.backstop, self.caches)
         # The admission step the reserved queue and the on-demand path share.

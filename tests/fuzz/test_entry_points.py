@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from reconciler.backstop.backstop import Scope, findings, message
+from reconciler.backstop.rules import Scope, findings, message
 from reconciler.base import settings as reconciler_settings
 from reconciler.base.pods import project_pod
 from reconciler.mirror import push

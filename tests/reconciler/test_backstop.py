@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from reconciler.backstop.backstop import Backstop, Breach, Scope, findings, message, wire
+from reconciler.backstop.backstop import Backstop, wire
+from reconciler.backstop.rules import Breach, Scope, findings, message
 from reconciler.base.upkeep import Keeper, uses_by_reservation
 from shared import model, vocab
 from shared.clock import format_utc

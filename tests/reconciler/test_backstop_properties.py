@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.backstop.backstop import Breach, Scope, Times, findings
+from reconciler.backstop.rules import Breach, Scope, Times, findings
 from reconciler.base.pods import PodView, project_pod
 from shared import model, vocab
 from shared.clock import format_utc
