@@ -27,7 +27,7 @@ from reconciler.backstop import backstop
 from reconciler.backstop.rules import Scope, Times
 from reconciler.base import events
 from reconciler.base.caches import STALL_S, Caches, ledger_only
-from reconciler.base.metrics import Metrics, QueueMetrics
+from reconciler.base.metrics import Metrics, QueueMetrics, SweepMetrics
 from reconciler.base.settings import ReconcilerSettings
 from reconciler.base.tasks import Tasks, end_within
 from reconciler.capacity.audit import CapacityAuditor
@@ -38,7 +38,7 @@ from reconciler.mirror.sync import ReservationSource, Syncer
 from reconciler.ondemand.leaser import LeaseApp, Leaser
 from reconciler.preemption.forecast import Standby, forecaster
 from reconciler.preemption.overstay import OverstayReporter
-from reconciler.preemption.sweep import Sweeper, SweepMetrics, VictimApp
+from reconciler.preemption.sweep import Sweeper, VictimApp
 from reconciler.queue.admit import Admitter
 from reconciler.queue.evict import Upholders
 from reconciler.rotation import Rotator

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from reconciler.admission.relink import Emit, Relinker
+from reconciler.admission.relink import Relinker
+from reconciler.base.events import Emit
 from reconciler.base.pods import PodView, project_pod
 from reconciler.base.upkeep import Dirty, passes
 from shared import vocab

@@ -33,25 +33,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 from zoneinfo import ZoneInfo
 
-from reconciler.admission.guarantees import live_end, patch_ops
+from reconciler.admission.adoption import (
+    Cause,
+    cancelled_in_window,
+    movable,
+    overstaying,
+    relink_reason,
+    relinked_message,
+    target,
+)
+from reconciler.admission.guarantees import patch_ops
+from reconciler.base.events import Emit
 from reconciler.base.pods import PodView
 from reconciler.base.upkeep import Dirty, until_ready, wait_either
 from shared import ledger, vocab
 from shared.clock import Clock, MonotonicClock, SystemMonotonic
 from shared.errors import KubeError, ServerError
 from shared.logs import log
-from shared.model import GPUReservation, Kind, State, claim_key
+from shared.model import GPUReservation, Kind, claim_key
 from shared.policy.annotations import admission_annotations
-from shared.policy.matching import MatchRules, mismatch
+from shared.policy.matching import MatchRules
 from shared.policy.windows import guarantee_end
-from shared.policy.wording import runtime_guaranteed, when
+from shared.policy.wording import runtime_guaranteed
 from shared.resources import PODS
 
 _log = logging.getLogger(__name__)
@@ -59,117 +67,7 @@ _log = logging.getLogger(__name__)
 LEDGER_DEADLINE_S = 5.0
 
 
-class Emit(Protocol):
-    """``reconciler.base.events.emit``: one Event on ``pod``; True when it was written."""
-
-    def __call__(
-        self, gateway: Any, pod: PodView, reason: str, message: str, *, now: datetime
-    ) -> Awaitable[bool]:
-        """Send the Event."""
-        ...
-
-
-class Cause(StrEnum):
-    """Why a pod is re-linked (decides the Event reason)."""
-
-    OVERSTAY = vocab.GUARANTEE_STATUS_OVERSTAY
-    REPLACED = "replaced"
-    #: An on-demand lease's pod moved onto its owner's booking as it opened (R25).
-    MERGED = "merged"
-
-
 # --- pure rules -----------------------------------------------------------------------
-
-
-def node_resident(pod: PodView) -> bool:
-    """Bound to a node and not finished (it holds GPUs there)."""
-    return pod.node is not None and pod.phase in {"Running", "Pending"}
-
-
-def movable(pod: PodView) -> bool:
-    """A pod a re-link may move: admitted, on a node, not leaving, with GPUs, carrying
-    a reservation toleration (the granted one of its booking's class; its label may
-    have been edited since — the target is of the same class, ``target``)."""
-    return (
-        pod.reference is not None
-        and not pod.deleting
-        and node_resident(pod)
-        and pod.gpus > 0
-        and pod.declared
-        and bool(pod.uid)
-    )
-
-
-def overstaying(
-    pod: PodView, reservations: Mapping[str, GPUReservation], now: datetime, *, use_group: bool
-) -> bool:
-    """Past its guarantee (R10): none left, or its chain ended at or before ``now``."""
-    if pod.reference is None:
-        return True
-    pool = [r.facts for r in reservations.values()]
-    end = live_end(reservations.get(pod.reference), pool, now, use_group=use_group)
-    return end is None or end <= now
-
-
-def cancelled_in_window(res: GPUReservation | None, now: datetime) -> bool:
-    """A reservation cancelled while its window is open: its pods are the eviction
-    path's (``reconciler.queue.evict`` re-links them as replaced, else evicts them)."""
-    if res is None or res.facts.state is not State.CANCELLED:
-        return False
-    return res.facts.start <= now < res.facts.end
-
-
-def target(
-    pod: PodView,
-    reservations: Mapping[str, GPUReservation],
-    now: datetime,
-    rules: MatchRules,
-    taken: Mapping[str, int],
-) -> GPUReservation | None:
-    """The open booking to move ``pod`` onto, or None (no side effects). The pod's
-    class is its current booking's (its admission), not its editable label."""
-    pool = [r.facts for r in reservations.values()]
-    current = reservations.get(pod.reference) if pod.reference else None
-    profile = pod.profile
-    if current is not None:
-        profile = replace(profile, gpu_class=current.facts.gpu_class)
-    fits = [
-        r
-        for r in reservations.values()
-        if r.name != pod.reference
-        and r.facts.kind is Kind.BOOKING
-        and r.facts.is_open(now)
-        and mismatch(r.facts, profile, now, rules) is None
-        and ledger.free(r) - taken.get(r.name, 0) >= pod.gpus
-    ]
-
-    def rank(r: GPUReservation) -> tuple[datetime, int]:
-        return (guarantee_end(r.facts, pool, now, use_group=rules.use_group), -r.facts.id)
-
-    return max(fits, key=rank, default=None)
-
-
-def relinked_message(
-    cause: Cause, old: str, new: GPUReservation, until: datetime, zone: ZoneInfo | None
-) -> str:
-    """``OverstayRelinked`` / ``ReservationRelinked``."""
-    whys = {
-        Cause.OVERSTAY: f"The pod had run past its guarantee under {old}",
-        Cause.REPLACED: f"Reservation {old} was cancelled while the pod ran",
-        Cause.MERGED: f"Your booking opened while the pod ran under its on-demand lease {old}",
-    }
-    why = whys[cause]
-    return (
-        f"{why}; it now runs under your reservation {new.name}, "
-        f"guaranteed until {when(until, zone)}."
-    )
-
-
-def relink_reason(cause: Cause) -> str:
-    """The Event reason of a re-link (R26)."""
-    if cause is Cause.OVERSTAY:
-        return vocab.REASON_OVERSTAY_RELINKED
-    return vocab.REASON_RESERVATION_RELINKED
 
 
 # --- the shell ------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -311,3 +311,13 @@ class Recorder:
             count=seen.count,
         )
         return True
+
+
+class Emit(Protocol):
+    """``emit`` (or ``Recorder.emit``): one Event on ``pod``; True when it was written."""
+
+    def __call__(
+        self, gateway: Any, pod: PodView, reason: str, message: str, *, now: datetime
+    ) -> Awaitable[bool]:
+        """Send the Event."""
+        ...

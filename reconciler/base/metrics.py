@@ -82,7 +82,7 @@ class Metrics:
         self.unadmitted = Counter(
             "unadmitted_evictions",
             "Pods evicted by the proof-of-admission backstop (Event UnadmittedToleration), "
-            "by breach (reconciler.backstop.backstop.Breach: no_admission, no_reference, "
+            "by breach (reconciler.backstop.rules.Breach: no_admission, no_reference, "
             "unknown_reservation, not_owner, wrong_class, no_gpus, shared_claim, not_open, "
             "over_budget).",
             ["reason"],
@@ -324,6 +324,39 @@ class QueueMetrics:
             "evictions",
             "Pods deleted because their booking was cancelled or reassigned, by Event reason.",
             ["reason"],
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+
+
+class SweepMetrics:
+    """The sweep's metrics, on the reconciler's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.preempted = Counter(
+            "preemptions",
+            "Pods preempted, by cause (boundary, headroom).",
+            ["cause"],
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.unmet = Counter(
+            "preemption_unmet_gpus",
+            "GPUs a sweep needed but could not reclaim (no eligible pod), by class.",
+            ["gpu_class"],
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.selections = Counter(
+            "preemption_selections",
+            "Victim choices, by who chose (app, local).",
+            ["by"],
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.warnings = Counter(
+            "termination_warning_events",
+            "TerminationWarning Events sent.",
             namespace=NAMESPACE,
             registry=registry,
         )

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from reconciler.admission import relink
+from reconciler.admission import adoption
 from reconciler.admission.relink import Relinker
 from reconciler.base.caches import Caches
 from reconciler.base.mirroring import MirrorWriter, facts_from
@@ -71,7 +71,7 @@ def merging(pod: PodView, lease: GPUReservation, now: datetime) -> bool:
     facts = lease.facts
     if facts.kind is not Kind.ON_DEMAND or facts.state is not State.ACTIVE:
         return False
-    return facts.is_open(now) and relink.movable(pod)
+    return facts.is_open(now) and adoption.movable(pod)
 
 
 class LeaseKeeper:
@@ -177,11 +177,11 @@ class LeaseKeeper:
             lease = by_name.get(pod.reference or "")
             if lease is None or not merging(pod, lease, now):
                 continue
-            goal = relink.target(pod, by_name, now, relinker.rules, taken)
+            goal = adoption.target(pod, by_name, now, relinker.rules, taken)
             if goal is None:
                 continue
             async with relinker.lock:
-                if await relinker.move(pod, goal, relink.Cause.MERGED, now, by_name):
+                if await relinker.move(pod, goal, adoption.Cause.MERGED, now, by_name):
                     taken[goal.name] = taken.get(goal.name, 0) + pod.gpus
                     self._superseded.add(lease.facts.id)
         for rid in list(self._superseded):

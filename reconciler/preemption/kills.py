@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 
 from prometheus_client import Counter
 
-from reconciler.admission.relink import Emit
+from reconciler.base.events import Emit
 from reconciler.base.pods import PodView, project_pod
 from reconciler.preemption.overstay import PREEMPTED, OverstayApp, report_for, send
 from shared import vocab

@@ -31,10 +31,8 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 from zoneinfo import ZoneInfo
 
-from prometheus_client import CollectorRegistry, Counter
-
-from reconciler.admission.relink import Emit
-from reconciler.base.metrics import NAMESPACE
+from reconciler.base.events import Emit
+from reconciler.base.metrics import SweepMetrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import PreemptionSettings
 from reconciler.base.upkeep import until_ready, wait_either
@@ -67,39 +65,6 @@ class VictimApp(Protocol):
     ) -> VictimsResult: ...
 
     async def report_overstay(self, report: OverstayReport) -> OverstayResult: ...
-
-
-class SweepMetrics:
-    """The sweep's metrics, on the reconciler's registry."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.preempted = Counter(
-            "preemptions",
-            "Pods preempted, by cause (boundary, headroom).",
-            ["cause"],
-            namespace=NAMESPACE,
-            registry=registry,
-        )
-        self.unmet = Counter(
-            "preemption_unmet_gpus",
-            "GPUs a sweep needed but could not reclaim (no eligible pod), by class.",
-            ["gpu_class"],
-            namespace=NAMESPACE,
-            registry=registry,
-        )
-        self.selections = Counter(
-            "preemption_selections",
-            "Victim choices, by who chose (app, local).",
-            ["by"],
-            namespace=NAMESPACE,
-            registry=registry,
-        )
-        self.warnings = Counter(
-            "termination_warning_events",
-            "TerminationWarning Events sent.",
-            namespace=NAMESPACE,
-            registry=registry,
-        )
 
 
 @dataclass

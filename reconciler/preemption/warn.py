@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from reconciler.admission.guarantees import patch_ops
-from reconciler.admission.relink import Emit
+from reconciler.base.events import Emit
 from reconciler.base.pods import PodView
 from shared import vocab
 from shared.clock import format_utc

@@ -37,10 +37,12 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from reconciler.admission.adoption import Cause
 from reconciler.admission.evicting import EvictingPass, PassContext, eviction_reason, remove
 from reconciler.admission.guarantees import GuaranteeKeeper
-from reconciler.admission.relink import Cause, Emit, Relinker
+from reconciler.admission.relink import Relinker
 from reconciler.base.caches import Caches, ledger_only
+from reconciler.base.events import Emit
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
 from shared import vocab

@@ -13,9 +13,14 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from reconciler.base.metrics import InventoryCollector, LeaseMetrics, LedgerCollector, QueueMetrics
+from reconciler.base.metrics import (
+    InventoryCollector,
+    LeaseMetrics,
+    LedgerCollector,
+    QueueMetrics,
+    SweepMetrics,
+)
 from reconciler.base.metrics import Metrics as ReconcilerMetrics
-from reconciler.preemption.sweep import SweepMetrics
 from tests.chart import dashboard
 from tests.chart.cases import CASES
 from tests.chart.render import CHART, ROOT, render, values
