@@ -35,7 +35,8 @@ from reconciler.capacity.noshow import Canceller, Holding, NoShows
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
 from reconciler.mirror.sync import ReservationSource, Syncer
-from reconciler.ondemand.leaser import LeaseApp, Leaser
+from reconciler.ondemand.asking import LeaseApp
+from reconciler.ondemand.leaser import Leaser
 from reconciler.preemption.forecast import Standby, forecaster
 from reconciler.preemption.overstay import OverstayReporter
 from reconciler.preemption.sweep import Sweeper, VictimApp

@@ -64,3 +64,39 @@ def test_the_clock_check_sees_each_way_of_reading_a_clock() -> None:
         "time.time",
         "datetime.now",
     ]
+
+
+#: The most lines a module of the reconciler may have, and a class.
+MODULE_LINES = 400
+CLASS_LINES = 300
+
+
+def oversized(text: str) -> list[str]:
+    """The module ``text`` if it is too long, and each of its classes that is."""
+    found = []
+    if len(text.splitlines()) > MODULE_LINES:
+        found.append(f"{len(text.splitlines())} lines")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+            lines = node.end_lineno - node.lineno + 1
+            if lines > CLASS_LINES:
+                found.append(f"class {node.name}, {lines} lines")
+    return found
+
+
+def test_no_room_outgrows_a_reader() -> None:
+    """A module of the reconciler stays under 400 lines and a class under 300: one
+    that grows past them holds more than one concern, and splits."""
+    found = [
+        f"{path.relative_to(ROOT)}: {what}"
+        for path in sources()
+        for what in oversized(path.read_text())
+    ]
+    assert found == []
+
+
+def test_the_size_check_sees_a_long_module_and_a_long_class() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(CLASS_LINES))
+    long = f"class Big:\n{body}\n" + "\n" * (MODULE_LINES - CLASS_LINES)
+    assert oversized(long) == ["401 lines", "class Big, 301 lines"]
+    assert oversized("class Small:\n    x = 1\n") == []
