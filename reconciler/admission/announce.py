@@ -15,9 +15,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from reconciler.base.caches import Caches
+from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import QueueMetrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
@@ -69,7 +69,7 @@ class Announcer:
 
     def __init__(
         self,
-        gateway: Any,
+        gateway: KubeWriter,
         caches: Caches,
         settings: ReconcilerSettings,
         metrics: QueueMetrics,

@@ -15,10 +15,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from reconciler.admission.relink import Relinker
 from reconciler.base.events import Emit
+from reconciler.base.kube import KubeWriter
 from reconciler.base.pods import PodView, project_pod
 from reconciler.base.upkeep import Dirty, passes
 from shared import vocab
@@ -77,7 +78,7 @@ class PassContext:
     """What an evicting pass reads and acts through: the leader's caches and the
     re-linker whose lock it holds while it decides on one pod and acts."""
 
-    gateway: Any
+    gateway: KubeWriter
     clock: Clock
     emit: Emit
     relinker: Relinker
@@ -199,7 +200,7 @@ class EvictingPass(ABC, Generic[D]):
 
 
 async def remove(
-    gateway: Any, emit: Emit, pod: PodView, reason: str, text: str, now: datetime
+    gateway: KubeWriter, emit: Emit, pod: PodView, reason: str, text: str, now: datetime
 ) -> bool:
     """Evict ``pod``: the Event of ``reason`` (unless one exists already: a restart
     between the Event and the delete sends no second one), then a delete with a uid
@@ -217,7 +218,9 @@ async def remove(
     return True
 
 
-async def reread(gateway: Any, namespace: str, name: str, rules: MatchRules) -> PodView | None:
+async def reread(
+    gateway: KubeWriter, namespace: str, name: str, rules: MatchRules
+) -> PodView | None:
     """The pod as the API holds it now (the fresh read a pass decides on again before
     acting); None when it is gone or no longer one the reconciler watches
     (``project_pod``). Other read failures raise."""
@@ -228,7 +231,7 @@ async def reread(gateway: Any, namespace: str, name: str, rules: MatchRules) -> 
     return project_pod(raw, rules)
 
 
-async def told(gateway: Any, pod: PodView, reason: str) -> bool:
+async def told(gateway: KubeWriter, pod: PodView, reason: str) -> bool:
     """Whether an Event of ``reason`` already exists on this pod (a restart)."""
     try:
         found = await gateway.list_all(

@@ -49,6 +49,7 @@ from reconciler.admission.adoption import (
 )
 from reconciler.admission.guarantees import patch_ops
 from reconciler.base.events import Emit
+from reconciler.base.kube import KubeWriter
 from reconciler.base.pods import PodView
 from reconciler.base.upkeep import Dirty, until_ready, wait_either
 from shared import ledger, vocab
@@ -78,7 +79,7 @@ class Relinker:
 
     def __init__(
         self,
-        gateway: Any,
+        gateway: KubeWriter,
         namespace: str,
         clock: Clock,
         emit: Emit,

@@ -32,6 +32,7 @@ from reconciler.admission.announce import Admitted, Announcer, guaranteed_until
 from reconciler.admission.waiting import Emit, Knowledge, Teller
 from reconciler.base import events
 from reconciler.base.caches import Caches
+from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import QueueMetrics
 from reconciler.base.pods import PodView, project_pod
 from reconciler.base.settings import ReconcilerSettings
@@ -73,7 +74,7 @@ class Admission:
 
     def __init__(
         self,
-        gateway: Any,
+        gateway: KubeWriter,
         caches: Caches,
         settings: ReconcilerSettings,
         clock: Clock,

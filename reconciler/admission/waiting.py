@@ -22,6 +22,7 @@ from typing import Any
 
 from reconciler.admission import pending
 from reconciler.base import events
+from reconciler.base.kube import KubeWriter
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
 from reconciler.base.throttle import ANNOTATIONS, HOLD, Throttle
@@ -87,7 +88,7 @@ class Teller:
 
     def __init__(
         self,
-        gateway: Any,
+        gateway: KubeWriter,
         settings: ReconcilerSettings,
         clock: Clock,
         counted: Callable[[str], None],

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from reconciler.base.inventory import InventoryCache
+from reconciler.base.kube import KubeWatcher
 from reconciler.base.pods import PodView, project_pod, waits
 from reconciler.base.settings import ReconcilerSettings
 from reconciler.base.upkeep import Keeper, charged_to
@@ -165,7 +166,7 @@ class Caches:
 
     def __init__(
         self,
-        gateway: Any,
+        gateway: KubeWatcher,
         settings: ReconcilerSettings,
         clock: Clock,
         class_labels: Callable[[], Iterable[str] | None] = lambda: None,

@@ -317,7 +317,7 @@ class Emit(Protocol):
     """``emit`` (or ``Recorder.emit``): one Event on ``pod``; True when it was written."""
 
     def __call__(
-        self, gateway: Any, pod: PodView, reason: str, message: str, *, now: datetime
+        self, gateway: RecorderGateway, pod: PodView, reason: str, message: str, *, now: datetime
     ) -> Awaitable[bool]:
         """Send the Event."""
         ...

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import Metrics
 from shared import model
 from shared.appclient.models import GpuClass, Reservation
@@ -131,7 +132,7 @@ def plan(
 class MirrorWriter:
     """Writes GPUReservation objects in one namespace (sync and push share it)."""
 
-    def __init__(self, gateway: Any, namespace: str, metrics: Metrics) -> None:
+    def __init__(self, gateway: KubeWriter, namespace: str, metrics: Metrics) -> None:
         self._gateway = gateway
         self._ns = namespace
         self._metrics = metrics

@@ -266,3 +266,12 @@ def waits(pod: PodView) -> bool:
         and pod.uid
         and pod.node is None
     )
+
+
+def instant_of(pod: PodView, key: str) -> datetime | None:
+    """``pod``'s annotation ``key`` as a UTC instant; None when absent or unreadable."""
+    text = pod.annotations.get(key)
+    try:
+        return parse_utc(text) if text else None
+    except ValueError:
+        return None

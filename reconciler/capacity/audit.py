@@ -28,9 +28,9 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from reconciler.base import events
+from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import Metrics
 from reconciler.base.upkeep import until_ready
 from shared import vocab
@@ -78,7 +78,7 @@ class CapacityAuditor:
 
     def __init__(
         self,
-        gateway: Any,
+        gateway: KubeWriter,
         namespace: str,
         clock: Clock,
         metrics: Metrics,

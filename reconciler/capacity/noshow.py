@@ -30,6 +30,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import Metrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
@@ -118,7 +119,7 @@ class NoShows:
 
     def __init__(
         self,
-        gateway: Any,
+        gateway: KubeWriter,
         app: Canceller,
         settings: ReconcilerSettings,
         clock: Clock,

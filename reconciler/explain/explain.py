@@ -23,12 +23,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from reconciler.base.pods import instant_of
 from reconciler.explain.scene import (
     Finding,
     Scene,
     app_down,
     at,
-    instant_of,
     is_down,
     route_of,
     toleration_lines,

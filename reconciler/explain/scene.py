@@ -13,7 +13,6 @@ from zoneinfo import ZoneInfo
 from reconciler.base.apphealth import Health
 from reconciler.base.pods import PodView
 from shared import vocab
-from shared.clock import parse_utc
 from shared.model import GPUReservation
 from shared.policy import noshow, verdict, wording
 from shared.policy.matching import MatchRules
@@ -95,14 +94,6 @@ class State:
     name: str
     applies: Callable[[Scene], bool]
     describe: Callable[[Scene], Finding]
-
-
-def instant_of(pod: PodView, key: str) -> datetime | None:
-    text = pod.annotations.get(key)
-    try:
-        return parse_utc(text) if text else None
-    except ValueError:
-        return None
 
 
 def _relative(instant: datetime, now: datetime) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from reconciler.base.pods import PodView
+from reconciler.base.pods import PodView, instant_of
 from reconciler.explain.scene import (
     Finding,
     Scene,
@@ -14,7 +14,6 @@ from reconciler.explain.scene import (
     at,
     booking_line,
     gpus_text,
-    instant_of,
     is_down,
     on_path,
     owned_reservations,

@@ -20,6 +20,7 @@ from datetime import date
 from typing import Any, Protocol
 
 from reconciler.base.apphealth import AppHealth
+from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import Metrics
 from reconciler.base.mirroring import MirrorWriter, facts_from, installed_first, plan
 from shared import model, vocab
@@ -56,7 +57,7 @@ class Syncer:
     def __init__(
         self,
         source: ReservationSource,
-        gateway: Any,
+        gateway: KubeWriter,
         namespace: str,
         clock: Clock,
         metrics: Metrics,

@@ -17,12 +17,13 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from reconciler.admission.announce import Admitted
 from reconciler.admission.step import Admission
 from reconciler.base.apphealth import AppHealth, is_outage
 from reconciler.base.caches import Caches
+from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import LeaseMetrics
 from reconciler.base.mirroring import MirrorWriter, facts_from
 from reconciler.base.pods import PodView
@@ -83,7 +84,7 @@ class Asker:
     def __init__(
         self,
         app: LeaseApp,
-        gateway: Any,
+        gateway: KubeWriter,
         caches: Caches,
         admission: Admission,
         writer: MirrorWriter,

@@ -29,7 +29,6 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -39,6 +38,7 @@ from reconciler.admission.relink import Relinker
 from reconciler.admission.step import Admission
 from reconciler.base.apphealth import AppHealth, Health
 from reconciler.base.caches import Caches
+from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import LeaseMetrics
 from reconciler.base.mirroring import MirrorWriter
 from reconciler.base.pods import PodView
@@ -72,7 +72,7 @@ class Leaser:
     def __init__(
         self,
         app: LeaseApp,
-        gateway: Any,
+        gateway: KubeWriter,
         caches: Caches,
         admission: Admission,
         writer: MirrorWriter,

@@ -18,12 +18,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from prometheus_client import Counter
 
 from reconciler.base.events import Emit
+from reconciler.base.kube import KubeWriter
 from reconciler.base.pods import PodView, project_pod
 from reconciler.preemption.overstay import PREEMPTED, OverstayApp, report_for, send
 from shared import vocab
@@ -59,7 +59,7 @@ class Killer:
 
     def __init__(
         self,
-        gateway: Any,
+        gateway: KubeWriter,
         emit: Emit,
         *,
         rules: MatchRules,

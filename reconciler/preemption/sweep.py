@@ -32,8 +32,9 @@ from typing import Any, Protocol, runtime_checkable
 from zoneinfo import ZoneInfo
 
 from reconciler.base.events import Emit
+from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import SweepMetrics
-from reconciler.base.pods import PodView
+from reconciler.base.pods import PodView, instant_of
 from reconciler.base.settings import PreemptionSettings
 from reconciler.base.upkeep import until_ready, wait_either
 from reconciler.preemption import warn
@@ -43,7 +44,7 @@ from shared import vocab
 from shared.appclient import PreemptionCandidate
 from shared.appclient.outcomes import OverstayResult, Victims, VictimsResult
 from shared.appclient.requests import OverstayReport
-from shared.clock import Clock, format_utc, parse_utc
+from shared.clock import Clock, format_utc
 from shared.errors import KubeError
 from shared.logs import log
 from shared.model import GPUReservation
@@ -85,7 +86,7 @@ class Sweeper:
 
     def __init__(
         self,
-        gateway: Any,
+        gateway: KubeWriter,
         clock: Clock,
         emit: Emit,
         *,
@@ -303,7 +304,7 @@ class Sweeper:
         pct = self.settings.headroom_percent
         if pct <= 0:
             return {}
-        stamped = {p.uid: _instant(p, vocab.TERMINATION_WARNING_AT) for p in pods.values()}
+        stamped = {p.uid: instant_of(p, vocab.TERMINATION_WARNING_AT) for p in pods.values()}
         notice: dict[str, datetime] = {}
         due = self.last_headroom is None or (now - self.last_headroom) >= timedelta(
             seconds=self.settings.headroom_interval_s
@@ -389,12 +390,3 @@ def _candidate(h: Holder) -> PreemptionCandidate:
         gpu_count=h.gpus,
         reservation_id=h.reservation_id,
     )
-
-
-def _instant(pod: PodView, key: str) -> datetime | None:
-    """Annotation ``key`` as a UTC instant; None when absent or unreadable."""
-    text = pod.annotations.get(key)
-    try:
-        return parse_utc(text) if text else None
-    except ValueError:
-        return None

@@ -19,6 +19,7 @@ from typing import Any
 
 from reconciler.admission.guarantees import patch_ops
 from reconciler.base.events import Emit
+from reconciler.base.kube import KubeWriter
 from reconciler.base.pods import PodView
 from shared import vocab
 from shared.clock import format_utc
@@ -85,7 +86,7 @@ def news(pod: PodView, warning: Warning | None, told: Mapping[str, str]) -> bool
 
 
 async def reconcile(
-    gateway: Any,
+    gateway: KubeWriter,
     emit: Emit,
     pods: Mapping[str, PodView],
     plan: Mapping[str, Warning],

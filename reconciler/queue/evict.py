@@ -34,7 +34,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from reconciler.admission.adoption import Cause
@@ -43,6 +42,7 @@ from reconciler.admission.guarantees import GuaranteeKeeper
 from reconciler.admission.relink import Relinker
 from reconciler.base.caches import Caches, ledger_only
 from reconciler.base.events import Emit
+from reconciler.base.kube import KubeWriter
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
 from shared import vocab
@@ -169,7 +169,7 @@ class Upholders:
     def __init__(
         self,
         caches: Caches,
-        gateway: Any,
+        gateway: KubeWriter,
         settings: ReconcilerSettings,
         clock: Clock,
         emit: Emit,

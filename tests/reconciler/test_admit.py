@@ -26,7 +26,7 @@ from shared.policy.matching import MatchRules
 from shared.policy.tolerations import granted_toleration
 from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import END, NS, START
+from tests.reconciler.builders import END, NS, START, relisting
 
 GATE = vocab.SANDBOX_SCHEDULING_GATE
 BEFORE = START - timedelta(minutes=5)
@@ -78,7 +78,7 @@ class World:
             "EVENT_DISPLAY_TIMEZONE": "Europe/Berlin",
         }
         self.settings, _ = load({**base, **env})
-        self.caches = Caches(self.kube, self.settings, self.clock)
+        self.caches = Caches(relisting(self.kube), self.settings, self.clock)
         metrics = QueueMetrics(CollectorRegistry())
         admission = Admission(
             self.kube,
@@ -211,7 +211,7 @@ def test_announce_once_also_for_webhook_admissions_and_after_restart() -> None:
         # A new process (fresh memory) reads the announced flag from the ledger.
         w2 = World(now=START + timedelta(minutes=2))
         w2.kube = w.kube
-        w2.caches = Caches(w.kube, w2.settings, w2.clock)
+        w2.caches = Caches(relisting(w.kube), w2.settings, w2.clock)
         metrics = QueueMetrics(CollectorRegistry())
         admission = Admission(
             w.kube, w2.caches, w2.settings, w2.clock, metrics,

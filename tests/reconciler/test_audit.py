@@ -19,7 +19,7 @@ from shared.logs import fields_of
 from shared.resources import EVENTS, LEASES, NODES
 from tests.cluster.builders import node, reservation_taint
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import NS, START
+from tests.reconciler.builders import NS, START, relisting
 
 ENV = {"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
 H100 = GpuClass(id=1, name="H100", label_value="h100", total_gpus=12)
@@ -32,7 +32,7 @@ class World:
         self.metrics = Metrics()
         settings, _ = load(ENV)
         labels = lambda: {c.label_value for c in (self.classes or {}).values() if c.label_value}  # noqa: E731
-        self.caches = Caches(self.kube, settings, ManualClock(START), labels)
+        self.caches = Caches(relisting(self.kube), settings, ManualClock(START), labels)
         self.auditor = CapacityAuditor(
             self.kube, NS, ManualClock(START), self.metrics, self.caches.inventory,
             lambda: self.classes, 3600.0,

@@ -15,7 +15,7 @@ from reconciler.base.settings import load
 from reconciler.base.upkeep import uses_by_reservation
 from shared.clock import ManualClock
 from shared.gateway import ListResult, WatchEvent
-from tests.reconciler.builders import START
+from tests.reconciler.builders import START, relisting
 from tests.reconciler.upholdkit import raw_pod
 
 NAMES = ("a", "b", "c")
@@ -43,7 +43,7 @@ def pod(name: str, ref: str | None, phase: str = "Running", uid: str = "") -> di
 def caches() -> tuple[Caches, Listed]:
     listed = Listed()
     env = {"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k"}
-    built = Caches(listed, load(env)[0], ManualClock(START))
+    built = Caches(relisting(listed), load(env)[0], ManualClock(START))
     return built, listed
 
 

@@ -20,7 +20,7 @@ from shared.policy.matching import MatchRules
 from shared.resources import NODES, PODS
 from tests.cluster.builders import node, pod, reservation_taint
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import NS, START
+from tests.reconciler.builders import NS, START, relisting
 
 ENV = {"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
 
@@ -40,7 +40,9 @@ class World:
         self.kube = FakeKube()
         self.classes = classes
         settings, _ = load(ENV)
-        self.caches = Caches(self.kube, settings, ManualClock(START), lambda: self.classes)
+        self.caches = Caches(
+            relisting(self.kube), settings, ManualClock(START), lambda: self.classes
+        )
 
     async def sync(self) -> None:
         await self.caches.nodes.relist()

@@ -22,7 +22,7 @@ from shared.policy import noshow
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import END, NS, START, pod, reservation
+from tests.reconciler.builders import END, NS, START, pod, relisting, reservation
 
 ENV = {
     "RESERVATION_API_URL": "http://app",
@@ -60,7 +60,7 @@ class World:
         self.clock = ManualClock(now)
         self.app = FakeApp()
         self.settings, _ = load(ENV)
-        self.caches = Caches(self.kube, self.settings, self.clock)
+        self.caches = Caches(relisting(self.kube), self.settings, self.clock)
         self.noshows = self.leader()
 
     def leader(self) -> NoShows:

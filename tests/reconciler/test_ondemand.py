@@ -57,7 +57,7 @@ from shared.policy.ondemand import Held
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
 from tests.cluster.builders import node as cluster_node
 from tests.cluster.builders import reservation_taint
-from tests.reconciler.builders import NS, START
+from tests.reconciler.builders import NS, START, relisting
 from tests.reconciler.test_admit import Kube
 
 UNSCHEDULABLE = {
@@ -160,7 +160,7 @@ class World:
             "EVENT_DISPLAY_TIMEZONE": "UTC",
         }
         self.settings, _ = load({**base, **env})
-        self.caches = Caches(self.kube, self.settings, self.clock, lambda: {"a100"})
+        self.caches = Caches(relisting(self.kube), self.settings, self.clock, lambda: {"a100"})
         self.app = App()
         metrics = QueueMetrics(CollectorRegistry())
         self.admission = Admission(

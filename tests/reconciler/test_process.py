@@ -18,7 +18,7 @@ from shared.errors import Forbidden
 from shared.resources import PODS
 from shared.settings import SettingsError
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import NS, FakeSource
+from tests.reconciler.builders import NS, FakeSource, relisting
 
 REQUIRED = {"RESERVATION_API_URL": "http://app/", "RESERVATION_API_KEY": "gpures_x"}
 
@@ -141,7 +141,7 @@ def test_health_is_503_naming_a_cache_whose_list_keeps_failing() -> None:
     async def scenario() -> None:
         kube, clock, metrics = FakeKube(), ManualClock(), Metrics()
         settings, _ = rs.load({**REQUIRED, "POD_NAMESPACE": NS})
-        caches = Caches(kube, settings, clock)
+        caches = Caches(relisting(kube), settings, clock)
         now = [0.0]
         for cache in (caches.pods, caches.nodes, caches.reservations):
             cache._monotonic = lambda: now[0]

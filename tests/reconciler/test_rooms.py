@@ -100,3 +100,38 @@ def test_the_size_check_sees_a_long_module_and_a_long_class() -> None:
     long = f"class Big:\n{body}\n" + "\n" * (MODULE_LINES - CLASS_LINES)
     assert oversized(long) == ["401 lines", "class Big, 301 lines"]
     assert oversized("class Small:\n    x = 1\n") == []
+
+
+def untyped_gateways(tree: ast.AST) -> list[int]:
+    """Lines where a ``gateway`` (a parameter or a field) is typed ``Any``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.arg == "gateway":
+            annotation = node.annotation
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            annotation = node.annotation if node.target.id == "gateway" else None
+        else:
+            continue
+        if isinstance(annotation, ast.Name) and annotation.id == "Any":
+            found.append(node.lineno)
+    return found
+
+
+def test_every_gateway_names_what_it_needs() -> None:
+    """A component takes the Kubernetes gateway as a Protocol of the calls it makes
+    (``reconciler.base.kube``), never as ``Any``: the type checker then sees each call."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sources()
+        for line in untyped_gateways(ast.parse(path.read_text()))
+    ]
+    assert found == []
+
+
+def test_the_gateway_check_sees_a_parameter_and_a_field() -> None:
+    text = (
+        "class A:\n    gateway: Any\n"
+        "def f(gateway: Any, other: Any) -> None: ...\n"
+        "def g(gateway: KubeWriter) -> None: ...\n"
+    )
+    assert untyped_gateways(ast.parse(text)) == [2, 3]

@@ -17,7 +17,7 @@ from shared.model import Hold, claim_key
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import END, NS, START
+from tests.reconciler.builders import END, NS, START, relisting
 
 NOW = START + timedelta(minutes=10)
 TTL = 60.0
@@ -233,7 +233,7 @@ def test_a_ledger_change_wakes_upkeep_for_that_reservation() -> None:
     unbound and young: nothing to do). When the newer ledger arrives — the hold bound
     to the pod that left meanwhile — upkeep must look again at once, not at the tick."""
     settings, _ = load({"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k"})
-    caches = Caches(FakeKube(), settings, ManualClock(NOW))
+    caches = Caches(relisting(FakeKube()), settings, ManualClock(NOW))
     unbound = model.GPUReservation(facts(), (Hold("c1", 1, NOW, "p1"),))
     bound = model.GPUReservation(facts(), (Hold("c1", 1, NOW, "p1", "uid-p1"),))
     for listener in caches.reservations.listeners:
