@@ -44,7 +44,7 @@ async def run(settings: ReconcilerSettings) -> None:
     clock = settings.clock.build()
     gateway = Gateway.from_kubeconfig(settings.common.kubeconfig)
     client = AppClient(settings.api_url, settings.api_key.value, clock=clock)
-    reconciler = Reconciler(settings, gateway, client, clock, leases=client)
+    reconciler = Reconciler(settings, gateway, client, clock, leases=client, victims=client)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -32,6 +32,7 @@ from reconciler.admission.announce import Admitted, Announcer, guaranteed_until
 from reconciler.admission.waiting import Emit, Knowledge, Teller
 from reconciler.base import events
 from reconciler.base.caches import Caches
+from reconciler.base.component import Ground
 from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import QueueMetrics
 from reconciler.base.pods import PodView, project_pod
@@ -318,3 +319,17 @@ class Admission:
     def count(self, reason: str) -> None:
         """One Event sent on a pod, by reason."""
         self._metrics.events.labels(reason).inc()
+
+
+def setup(ground: Ground) -> Admission:
+    """The admission step of one leader term (no loop of its own: the queue and the
+    on-demand path call it)."""
+    return Admission(
+        ground.gateway,
+        ground.caches,
+        ground.settings,
+        ground.clock,
+        ground.queue_metrics,
+        Knowledge(ground.fetched, ground.class_labels),
+        ground.recorder.emit,
+    )

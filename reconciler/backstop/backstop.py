@@ -32,6 +32,7 @@ from reconciler.backstop.rules import (
     message,
 )
 from reconciler.base.caches import Caches, ledger_only
+from reconciler.base.component import Ground, Loop
 from reconciler.base.pods import PodView
 from reconciler.base.upkeep import charged_to
 from shared import model, vocab
@@ -59,8 +60,10 @@ class Backstop(EvictingPass[Finding]):
         nodes: Callable[[], Mapping[str, NodeFacts]] = dict,
         group: Group | None = None,
         times: Times | None = None,
+        tick_s: float = 300.0,
     ) -> None:
         super().__init__(ctx, on_evicted=on_evicted)
+        self._tick_s = tick_s
         self._ns = namespace
         self.scope = scope
         self._mirror_current = mirror_current
@@ -68,6 +71,10 @@ class Backstop(EvictingPass[Finding]):
         #: The cache's index of live pods by reservation (None: scan the pod cache).
         self._group = group
         self._times = times or Times()
+
+    def loops(self) -> list[Loop]:
+        """The backstop's pass on changes, and every ``tick_s``."""
+        return [(BACKSTOP_TASK, lambda: self.run(self._tick_s))]
 
     def _group_of(self, pods: Mapping[str, PodView]) -> Group:
         return self._group if self._group is not None else group_from(pods.values())
@@ -206,3 +213,24 @@ def wire(backstop: Backstop, caches: Caches) -> None:
     caches.pods.listeners.append(pod_changed)
     caches.nodes.listeners.append(node_changed)
     caches.reservations.listeners.append(reservation_changed)
+
+
+def setup(ground: Ground, ctx: PassContext) -> Backstop:
+    """The backstop of one leader term, on the evicting pass's context ``ctx``,
+    subscribed to the pod, node and reservation caches."""
+    settings = ground.settings
+    ns = settings.common.namespace
+    metrics = ground.metrics
+    backstop = Backstop(
+        ctx,
+        ns,
+        scope=Scope(ns, settings.exempt_namespaces),
+        mirror_current=ground.fetched,
+        on_evicted=lambda reason: metrics.unadmitted.labels(reason).inc(),
+        nodes=lambda: ground.caches.nodes.items,
+        group=ground.caches.by_reference.pods,
+        times=Times(float(settings.ledger_claim_ttl_s), settings.unseen_s),
+        tick_s=float(settings.queue_interval_s),
+    )
+    wire(backstop, ground.caches)
+    return backstop

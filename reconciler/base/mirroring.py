@@ -24,8 +24,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
+from reconciler.base.apphealth import AppHealth
 from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import Metrics
 from shared import model
@@ -305,3 +306,23 @@ class MirrorWriter:
             error=str(exc),
         )
         return "failed"
+
+
+class MirrorView(Protocol):
+    """What the mirror knows of the reservation app, for the components that act on
+    it without polling it themselves (``reconciler.mirror.sync.Syncer``)."""
+
+    @property
+    def writer(self) -> MirrorWriter:
+        """The writer of GPUReservation objects."""
+        ...
+
+    @property
+    def classes(self) -> Mapping[int, GpuClass]:
+        """The app's GPU classes by id, as last fetched."""
+        ...
+
+    @property
+    def health(self) -> AppHealth:
+        """The app's health as this process's calls see it."""
+        ...

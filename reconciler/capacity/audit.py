@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from reconciler.base import events
+from reconciler.base.component import Ground, Loop
 from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import Metrics
 from reconciler.base.upkeep import until_ready
@@ -43,6 +44,7 @@ from shared.policy.inventory import Inventory
 from shared.resources import LEASES
 
 _log = logging.getLogger(__name__)
+AUDIT_TASK = "capacity-audit"
 
 
 def app_side(classes: Mapping[int, GpuClass] | None) -> dict[str, int] | None:
@@ -116,6 +118,10 @@ class CapacityAuditor:
     def deficits(self) -> dict[str, int]:
         """Every overcommitted class now, with its deficit (guard 4 of the lease path)."""
         return {c: r.deficit for c, r in self.live().items() if r.overcommitted}
+
+    def loops(self) -> list[Loop]:
+        """The audit's loop."""
+        return [(AUDIT_TASK, self.run)]
 
     def reset(self) -> None:
         """Forget the last audit (a later leader term audits afresh)."""
@@ -221,3 +227,18 @@ class CapacityAuditor:
         type_ = events.WARNING if reason == vocab.AUDIT_REASON_OVERCOMMITTED else events.NORMAL
         body = events.object_event_body(self._ns, lease, reason, message, type_, self._clock.now())
         await self._recorder.send(self._gateway, body)
+
+
+def setup(ground: Ground, classes: Callable[[], Mapping[int, GpuClass] | None]) -> CapacityAuditor:
+    """The capacity audit of one leader term over the node inventory and the app's
+    ``classes`` (None until they were fetched)."""
+    return CapacityAuditor(
+        ground.gateway,
+        ground.settings.common.namespace,
+        ground.clock,
+        ground.metrics,
+        ground.caches.inventory,
+        classes,
+        float(ground.settings.capacity_check_s),
+        recorder=ground.recorder,
+    )

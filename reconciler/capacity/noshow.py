@@ -30,6 +30,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from reconciler.base.caches import ledger_only
+from reconciler.base.component import Ground, Loop
 from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import Metrics
 from reconciler.base.pods import PodView
@@ -45,6 +47,7 @@ from shared.policy import noshow
 from shared.resources import GPU_RESERVATIONS, PODS
 
 _log = logging.getLogger(__name__)
+NOSHOW_TASK = "no-show"
 #: Budget of one status write (re-reads on 409 included).
 WRITE_DEADLINE_S = 10.0
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -155,6 +158,10 @@ class NoShows:
     def touch(self) -> None:
         """Pass again soon (a reservation or a pod's hold changed)."""
         self._wake.set()
+
+    def loops(self) -> list[Loop]:
+        """The no-show loop."""
+        return [(NOSHOW_TASK, self.run)]
 
     def reset(self) -> None:
         """Forget the armed deadlines and retry times (a later leader term re-arms them)."""
@@ -360,3 +367,34 @@ class NoShows:
             deadline=deadline,
             monotonic=self._mono.monotonic,
         )
+
+
+def setup(
+    ground: Ground, app: Canceller, mirror: Callable[[Reservation], Awaitable[None]]
+) -> tuple[NoShows, Holding]:
+    """The no-show loop of one leader term, and the count of each booking's live
+    holders that wakes it; woken too when a reservation's facts or no-show record
+    change (not its holds: the pods tell which bookings are held)."""
+    caches = ground.caches
+    noshows = NoShows(
+        ground.gateway,
+        app,
+        ground.settings,
+        ground.clock,
+        ground.metrics,
+        lambda: caches.pods.items,
+        caches.by_name,
+        caches.ready,
+        mirror=mirror,
+    )
+    holding = Holding(noshows.touch)
+    caches.pods.listeners.append(holding.changed)
+
+    def reservation_changed(
+        _key: str, old: GPUReservation | None, new: GPUReservation | None
+    ) -> None:
+        if not ledger_only(old, new):
+            noshows.touch()
+
+    caches.reservations.listeners.append(reservation_changed)
+    return noshows, holding

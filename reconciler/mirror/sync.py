@@ -20,6 +20,7 @@ from datetime import date
 from typing import Any, Protocol
 
 from reconciler.base.apphealth import AppHealth
+from reconciler.base.component import Loop
 from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import Metrics
 from reconciler.base.mirroring import MirrorWriter, facts_from, installed_first, plan
@@ -32,6 +33,7 @@ from shared.logs import log
 from shared.resources import GPU_RESERVATIONS, PODS
 
 _log = logging.getLogger(__name__)
+SYNC_TASK = "reservation-sync"
 _FINISHED = frozenset({"Succeeded", "Failed"})
 #: Mirror writes of one sync in flight at once (a first sync writes every mirror).
 WRITE_CONCURRENCY = 16
@@ -62,8 +64,10 @@ class Syncer:
         clock: Clock,
         metrics: Metrics,
         lookahead_days: int,
+        interval_s: float = 300.0,
     ) -> None:
         self.source = source
+        self._interval_s = interval_s
         self._gateway = gateway
         self._ns = namespace
         self.clock = clock
@@ -81,6 +85,10 @@ class Syncer:
         self.classes_known = False
         #: Objects a deferring sync created, by name, as created: status still to write.
         self._unwritten: dict[str, dict[str, Any]] = {}
+
+    def loops(self) -> list[Loop]:
+        """The poll, every ``interval_s`` (RESERVATION_FETCH_INTERVAL)."""
+        return [(SYNC_TASK, lambda: self.run(self._interval_s))]
 
     async def run(self, interval_s: float) -> None:
         """Sync every ``interval_s`` (the first pass already ran at startup)."""

@@ -38,9 +38,10 @@ from reconciler.admission.relink import Relinker
 from reconciler.admission.step import Admission
 from reconciler.base.apphealth import AppHealth, Health
 from reconciler.base.caches import Caches
+from reconciler.base.component import Ground
 from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import LeaseMetrics
-from reconciler.base.mirroring import MirrorWriter
+from reconciler.base.mirroring import MirrorView, MirrorWriter
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
 from reconciler.base.upkeep import until_ready, wait_either
@@ -335,3 +336,31 @@ class Leaser:
             log(_log, logging.WARNING, "ondemand.ungate_failed", pod=pod.key, error=str(exc))
             return
         log(_log, logging.INFO, "ondemand.ungated", pod=pod.key)
+
+
+def setup(
+    ground: Ground,
+    app: LeaseApp,
+    step: Admission,
+    mirror: MirrorView,
+    overcommit: Callable[[], Mapping[str, int]],
+    relinker: Relinker,
+) -> Leaser:
+    """The lease path of one leader term: it admits through ``step`` (shared with the
+    reserved queue), mirrors grants through the ``mirror``'s writer and shares its view
+    of the app's health and classes; subscribed to the pod, node and reservation
+    caches."""
+    return Leaser(
+        app,
+        ground.gateway,
+        ground.caches,
+        step,
+        mirror.writer,
+        ground.settings,
+        ground.clock,
+        lambda: mirror.classes,
+        ground.metrics.registry,
+        overcommit=overcommit,
+        relinker=relinker,
+        health=mirror.health,
+    )

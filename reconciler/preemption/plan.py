@@ -17,6 +17,7 @@ from typing import Protocol
 
 from reconciler.admission.guarantees import live_end
 from reconciler.base.pods import PodView
+from shared.appclient import PreemptionCandidate
 from shared.model import GPUReservation, ReservationFacts, State, parse_reference
 from shared.policy.preemption import Holder, Room
 from shared.policy.windows import chain, kin, kin_key
@@ -129,3 +130,15 @@ def holders_of(
             Holder(pod.uid, pod.namespace, pod.name, cls, pod.gpus, pod.node, rid, end, claims)
         )
     return found
+
+
+def candidate_of(h: Holder) -> PreemptionCandidate:
+    """The app's view of a holder it may choose as a victim."""
+    return PreemptionCandidate(
+        pod_uid=h.uid,
+        namespace=h.namespace,
+        pod_name=h.name,
+        gpu_class=h.gpu_class,
+        gpu_count=h.gpus,
+        reservation_id=h.reservation_id,
+    )

@@ -28,9 +28,11 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
+from reconciler.base.caches import ledger_only
+from reconciler.base.component import Ground
 from reconciler.base.events import Emit
 from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import SweepMetrics
@@ -39,7 +41,8 @@ from reconciler.base.settings import PreemptionSettings
 from reconciler.base.upkeep import until_ready, wait_either
 from reconciler.preemption import warn
 from reconciler.preemption.kills import Killer, Victim, mono
-from reconciler.preemption.plan import InventoryFigures, holders_of, rooms_from
+from reconciler.preemption.overstay import OverstayReporter
+from reconciler.preemption.plan import InventoryFigures, candidate_of, holders_of, rooms_from
 from shared import vocab
 from shared.appclient import PreemptionCandidate
 from shared.appclient.outcomes import OverstayResult, Victims, VictimsResult
@@ -51,13 +54,11 @@ from shared.model import GPUReservation
 from shared.policy import outlook, preemption
 from shared.policy.matching import MatchRules
 from shared.policy.preemption import Holder, Need, Phase, Room, Tally
-from shared.policy.wording import termination_warning
 
 _log = logging.getLogger(__name__)
 SWEEP_TASK = "preemption-sweep"
 
 
-@runtime_checkable
 class VictimApp(Protocol):
     """What the sweep asks of the reservation app (``shared.appclient.AppClient``)."""
 
@@ -191,7 +192,11 @@ class Sweeper:
             await self._boundary(boundary, now, bookings, covered, holders, rooms, tally, result)
         headroom = await self._headroom(now, pods, holders, tally, result)
         if self.settings.warnings:
-            result.warnings = self._plan_warnings(now, bookings, holders, rooms, tally, headroom)
+            delegated = self.settings.delegate and self._app is not None
+            result.warnings = warn.plan(
+                now, bookings, holders, rooms, tally, headroom,
+                self.settings, delegated=delegated, zone=self._zone,
+            )  # fmt: skip
         for uid, latency in await self._killer.kill_all(result.victims, now):
             result.deleted.append(uid)
             result.latencies_s.append(latency)
@@ -277,7 +282,7 @@ class Sweeper:
         if self.settings.delegate and self._app is not None:
             offered = Need(need.gpu_class, need.gpus, tuple(alive), need.boundary, need.node)
             answer = await self._app.select_victims(
-                {need.gpu_class: need.gpus}, [_candidate(h) for h in alive]
+                {need.gpu_class: need.gpus}, [candidate_of(h) for h in alive]
             )
             if isinstance(answer, Victims):
                 self._count("app")
@@ -347,46 +352,40 @@ class Sweeper:
             return True
         return warned_at is not None and warned_at <= now
 
-    # --- warnings (R33) ---------------------------------------------------------------
 
-    def _plan_warnings(
-        self,
-        now: datetime,
-        bookings: Sequence[Any],
-        holders: Sequence[Holder],
-        rooms: Mapping[str, Room],
-        tally: Tally,
-        headroom: Mapping[str, datetime],
-    ) -> dict[str, warn.Warning]:
-        survivors = tally.alive(holders)
-        after = preemption.without(rooms, [h for h in holders if h.uid in tally.doomed])
-        lead, until = self.settings.lead, now + self.settings.warning_lead
-        delegated = self.settings.delegate and self._app is not None
-        found = outlook.ahead(now, lead, until, bookings, survivors, after, delegated=delegated)
-        risks = outlook.warnings(found, lead, survivors)
-        by_uid = {h.uid: h for h in survivors}
-        plan: dict[str, warn.Warning] = {}
-        for uid, risk in risks.items():
-            h = by_uid[uid]
-            running = h.guarantee_end if h.guarantee_end and h.guarantee_end > now else None
-            text = termination_warning(h.gpu_class, risk.at, risk.boundary, self._zone, running)
-            plan[uid] = warn.Warning(risk.at, risk.risk, text)
-        for uid, at in headroom.items():
-            h2 = by_uid.get(uid)
-            if h2 is None or (uid in plan and plan[uid].at <= at):
-                continue
-            plan[uid] = warn.Warning(
-                at, 1.0, termination_warning(h2.gpu_class, at, None, self._zone)
-            )
-        return plan
-
-
-def _candidate(h: Holder) -> PreemptionCandidate:
-    return PreemptionCandidate(
-        pod_uid=h.uid,
-        namespace=h.namespace,
-        pod_name=h.name,
-        gpu_class=h.gpu_class,
-        gpu_count=h.gpus,
-        reservation_id=h.reservation_id,
+def setup(ground: Ground, victims: VictimApp | None, lock: asyncio.Lock) -> Sweeper:
+    """The preemption sweep of one leader term, woken when a reservation's facts
+    change, and the overstay reporter when it is on. ``victims``: the app's victim
+    selection and overstay report (None: the sweep chooses, nothing is reported);
+    ``lock``: the re-linker's, so a kill and a re-link never act on one pod at once."""
+    settings = ground.settings
+    caches = ground.caches
+    sweeper = Sweeper(
+        ground.gateway,
+        ground.clock,
+        ground.emit,
+        pods=lambda: caches.pods.items,
+        reservations=caches.by_name,
+        inventory=caches.inventory,
+        ready=caches.ready,
+        app=victims,
+        settings=settings.preemption,
+        rules=settings.rules,
+        zone=settings.common.display_timezone,
+        lock=lock,
+        metrics=SweepMetrics(ground.metrics.registry),
     )
+
+    def reservation_changed(
+        _key: str, old: GPUReservation | None, new: GPUReservation | None
+    ) -> None:
+        if not ledger_only(old, new):
+            sweeper.touch()
+
+    caches.reservations.listeners.append(reservation_changed)
+    if settings.preemption.overstay_report and victims is not None:
+        reporter = OverstayReporter(
+            victims, ground.clock, caches.by_name, use_group=settings.rules.use_group
+        )
+        caches.pods.listeners.append(reporter.pod_changed)
+    return sweeper

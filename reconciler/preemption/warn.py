@@ -6,26 +6,33 @@ set instant, risk and message when at risk and any differs; remove all three whe
 no longer is. The patch's first op tests the booking reference, so a pod re-linked
 meanwhile is left for the next sweep. An Event ``TerminationWarning`` (Warning) is
 sent when a pod gets a warning or its instant moves — not when only the risk moves —
-so ``kubectl describe pod`` shows it once per warning.
+so ``kubectl describe pod`` shows it once per warning. ``plan`` (pure) is the sweep's
+plan of warnings: the pods a booking ahead is likely to preempt, and the headroom
+victims chosen ahead.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from reconciler.admission.guarantees import patch_ops
 from reconciler.base.events import Emit
 from reconciler.base.kube import KubeWriter
 from reconciler.base.pods import PodView
+from reconciler.base.settings import PreemptionSettings
 from shared import vocab
 from shared.clock import format_utc
 from shared.errors import KubeError
 from shared.logs import log
 from shared.pointer import annotation
+from shared.policy import outlook, preemption
+from shared.policy.preemption import Holder, Room, Tally
+from shared.policy.wording import termination_warning
 from shared.resources import PODS
 
 _log = logging.getLogger(__name__)
@@ -136,3 +143,39 @@ async def reconcile(
             if on_event is not None:
                 on_event()
     return outstanding
+
+
+def plan(
+    now: datetime,
+    bookings: Sequence[Any],
+    holders: Sequence[Holder],
+    rooms: Mapping[str, Room],
+    tally: Tally,
+    headroom: Mapping[str, datetime],
+    settings: PreemptionSettings,
+    *,
+    delegated: bool,
+    zone: ZoneInfo | None,
+) -> dict[str, Warning]:
+    """The warnings a sweep wants on pods (R33), by uid: the pods a booking ahead
+    (within ``TERMINATION_WARNING_LEAD_MINUTES``) is likely to preempt, after this
+    sweep's kills, and the headroom victims chosen ahead (``headroom``: uid → when),
+    whichever comes first."""
+    survivors = tally.alive(holders)
+    after = preemption.without(rooms, [h for h in holders if h.uid in tally.doomed])
+    lead, until = settings.lead, now + settings.warning_lead
+    found = outlook.ahead(now, lead, until, bookings, survivors, after, delegated=delegated)
+    risks = outlook.warnings(found, lead, survivors)
+    by_uid = {h.uid: h for h in survivors}
+    chosen: dict[str, Warning] = {}
+    for uid, risk in risks.items():
+        h = by_uid[uid]
+        running = h.guarantee_end if h.guarantee_end and h.guarantee_end > now else None
+        text = termination_warning(h.gpu_class, risk.at, risk.boundary, zone, running)
+        chosen[uid] = Warning(risk.at, risk.risk, text)
+    for uid, at in headroom.items():
+        h2 = by_uid.get(uid)
+        if h2 is None or (uid in chosen and chosen[uid].at <= at):
+            continue
+        chosen[uid] = Warning(at, 1.0, termination_warning(h2.gpu_class, at, None, zone))
+    return chosen

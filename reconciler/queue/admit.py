@@ -33,6 +33,7 @@ from reconciler.admission.announce import Admitted, guaranteed_until
 from reconciler.admission.step import Admission, Attempt
 from reconciler.base import upkeep
 from reconciler.base.caches import Caches, ledger_only
+from reconciler.base.component import Ground
 from reconciler.base.metrics import QueueMetrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
@@ -317,3 +318,9 @@ class Admitter:
             if isinstance(one, Admitted):
                 done.append(one)
         return done
+
+
+def setup(ground: Ground, step: Admission) -> Admitter:
+    """The reserved queue of one leader term, admitting through ``step`` (shared with
+    the on-demand path), subscribed to the pod and reservation caches."""
+    return Admitter(step, ground.caches, ground.settings, ground.clock, ground.queue_metrics)

@@ -41,6 +41,7 @@ from reconciler.admission.evicting import EvictingPass, PassContext, eviction_re
 from reconciler.admission.guarantees import GuaranteeKeeper
 from reconciler.admission.relink import Relinker
 from reconciler.base.caches import Caches, ledger_only
+from reconciler.base.component import Ground
 from reconciler.base.events import Emit
 from reconciler.base.kube import KubeWriter
 from reconciler.base.pods import PodView
@@ -222,3 +223,17 @@ class Upholders:
         if not ledger_only(old, new):
             self.keeper.touch_all()
             self.evictor.touch()
+
+
+def setup(ground: Ground) -> Upholders:
+    """The guarantee keeper, the re-linker and the evictor of one leader term,
+    subscribed to the pod and reservation caches."""
+    evictions = ground.queue_metrics.evictions
+    return Upholders(
+        ground.caches,
+        ground.gateway,
+        ground.settings,
+        ground.clock,
+        ground.emit,
+        on_evicted=lambda reason: evictions.labels(reason).inc(),
+    )

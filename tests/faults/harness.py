@@ -165,7 +165,9 @@ class FaultWorld:
         }
         self.settings, _ = rs.load(env)
         app = wrap(self.app_client)
-        return Reconciler(self.settings, wrap(self.gateway), app, self.clock, leases=app)
+        return Reconciler(
+            self.settings, wrap(self.gateway), app, self.clock, leases=app, victims=app
+        )
 
     def restart(self, wrap: Callable[[Any], Any] = lambda x: x) -> None:
         """A new reconciler process on the same cluster and app: nothing in memory
