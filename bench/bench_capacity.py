@@ -3,7 +3,7 @@
 Two cluster sizes — 50 nodes / 1,000 pods and 500 nodes / 10,000 pods — each in a
 fresh child process (``python -m bench.bench_capacity <nodes> <pods>``) that imports
 the reconciler (``reconciler.process``, so the code a replica loads is resident) and
-fills the leader's real caches (``reconciler.caches.Caches``: the node and pod
+fills the leader's real caches (``reconciler.base.caches.Caches``: the node and pod
 ``Watched`` caches, projected by the product's own functions) from an in-memory LIST
 stand-in. Nodes: 5 classes, 8 GPUs each, every 10th one cordoned or NotReady; pods:
 1 GPU, bound round-robin, every 20th finished.
@@ -37,7 +37,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = ((50, 1_000), (500, 10_000))
@@ -116,8 +116,9 @@ class Listing:
 def child(nodes: int, pods: int) -> dict[str, Any]:
     """Measure one size in this process (see the module docstring)."""
     import reconciler.process  # noqa: F401 - the reconciler's code, resident as in a replica
-    from reconciler.caches import Caches
-    from reconciler.settings import load
+    from reconciler.base.caches import Caches
+    from reconciler.base.kube import KubeWatcher
+    from reconciler.base.settings import load
     from shared.clock import ManualClock, utc
     from shared.policy.capacity import audit
     from shared.resources import NODES, PODS
@@ -129,7 +130,9 @@ def child(nodes: int, pods: int) -> dict[str, Any]:
     }
     env = {"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k"}
     settings, _ = load(env)
-    caches = Caches(Listing(raw), settings, ManualClock(utc(2026, 12, 3)), lambda: CLASSES)
+    # LIST only: the caches are filled by relisting, never by a watch stream.
+    listing = cast(KubeWatcher, Listing(raw))
+    caches = Caches(listing, settings, ManualClock(utc(2026, 12, 3)), lambda: CLASSES)
 
     async def fill() -> None:
         await caches.nodes.relist()

@@ -7,10 +7,10 @@ by a 1-GPU pod (10,000). Per class 400 reservations: 200 ended bookings of 5 GPU
 75 upcoming bookings of 4 GPUs — 10 starting inside the preemption lead (40 GPUs to
 reclaim per class, 200 victims in all), 20 inside the warning lead, 45 hours later.
 
-1. **Sweep CPU**: ``reconciler.sweep.Sweeper.once`` (plan, victim choice, warnings
+1. **Sweep CPU**: ``reconciler.preemption.sweep.Sweeper.once`` (plan, victim choice, warnings
    planned and reconciled, kills) against an in-memory API stand-in that answers at
    once, so the figure is the sweep's own work; the planning part alone is timed too.
-2. **Forecast CPU**: ``reconciler.forecast``'s computation (holders, rooms, model) and
+2. **Forecast CPU**: ``reconciler.preemption.forecast``'s computation (holders, rooms, model) and
    the JSON encoding of the body.
 3. **Decided → deleted** for 50 victims: the sandbox's Kubernetes emulator runs in this
    process over real HTTP; the sweep chooses 50 overstaying pods and each is re-read,
@@ -37,10 +37,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from reconciler import events
-from reconciler.pods import PodView, project_pod
-from reconciler.preemption import PreemptionSettings, holders_of, rooms_from
-from reconciler.sweep import Sweeper
+from reconciler.base import events
+from reconciler.base.pods import PodView, project_pod
+from reconciler.base.settings import PreemptionSettings
+from reconciler.preemption.plan import holders_of, rooms_from
+from reconciler.preemption.sweep import Sweeper
 from sandbox.runner import Sandbox, SandboxContext
 from shared import model, vocab
 from shared.clock import ManualClock

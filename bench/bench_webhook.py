@@ -19,7 +19,7 @@ store), then end to end, as a user's pod creation meets it:
   as a ratio. The claim booking has 256 GPUs, and while each
   cell a stand-in for the reconciler's upkeep, a process of its own
   (``bench.standin``), passes over it back to back (``ledger.amend``, as
-  ``reconciler.upkeep`` does while pods stream in): the claim load processes feed it
+  ``reconciler.base.upkeep`` does while pods stream in): the claim load processes feed it
   the claim id of every admitted answer (a UNIX datagram socket), and each pass binds
   the holds fed — those a pod now carries — and drops all but the newest 32 bound
   ones (the older pods finished), keeping holds never fed until the claim TTL, so the

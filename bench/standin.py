@@ -39,10 +39,10 @@ from shared.gateway import Gateway
 #: Bound holds left after each pass (the older pods have finished).
 KEEP_HOLDS = 32
 #: Pause between two passes: the reconciler's pass follows the pod events at once
-#: (``reconciler.upkeep.Keeper``: woken by each pod event, no debounce); this stands for
+#: (``reconciler.base.upkeep.Keeper``: woken by each pod event, no debounce); this stands for
 #: the watch delivering the new pods and the pass's own work.
 PAUSE_S = 0.01
-#: The reconciler's default ``LEDGER_CLAIM_TTL_SECONDS`` (``reconciler.settings``): an
+#: The reconciler's default ``LEDGER_CLAIM_TTL_SECONDS`` (``reconciler.base.settings``): an
 #: unbound hold older than this is dropped.
 CLAIM_TTL_S = 120.0
 #: Receive buffer of the feed socket (the load processes must rarely find it full).

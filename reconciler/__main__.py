@@ -13,9 +13,9 @@ import signal
 import sys
 
 from reconciler import cli
-from reconciler import settings as settings_module
+from reconciler.base import settings as settings_module
+from reconciler.base.settings import ReconcilerSettings
 from reconciler.process import Reconciler
-from reconciler.settings import ReconcilerSettings
 from shared import logs
 from shared.appclient import AppClient
 from shared.gateway import Gateway
@@ -44,7 +44,7 @@ async def run(settings: ReconcilerSettings) -> None:
     clock = settings.clock.build()
     gateway = Gateway.for_process(settings.common)
     client = AppClient(settings.api_url, settings.api_key.value, clock=clock)
-    reconciler = Reconciler(settings, gateway, client, clock, leases=client)
+    reconciler = Reconciler(settings, gateway, client, clock, leases=client, victims=client)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

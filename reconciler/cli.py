@@ -1,6 +1,6 @@
 """``python -m reconciler explain|list`` and the kubectl plugin ``kubectl gpures``.
 
-The shell around ``reconciler.explain``: it reads the pod, its Events, the owner's
+The shell around ``reconciler.explain.explain``: it reads the pod, its Events, the owner's
 GPUReservations and GPU pods, and the controller's leader Lease (is a leader running,
 and the app health it publishes) with the caller's own kubeconfig (no controller API),
 builds a ``Scene`` and prints what the pure functions say. Kubeconfig files are chosen
@@ -25,9 +25,11 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from reconciler import explain, leader
-from reconciler.apphealth import parse_health
-from reconciler.pods import PodView, project_pod
+from reconciler import leader
+from reconciler.base.apphealth import parse_health
+from reconciler.base.pods import PodView, project_pod
+from reconciler.explain import explain
+from reconciler.explain.scene import Controller, Said, Scene
 from shared import model, vocab
 from shared.clock import Clock, parse_utc
 from shared.errors import KubeError, NotFound
@@ -183,7 +185,7 @@ def _when(event: dict[str, Any]) -> datetime | None:
     return None
 
 
-def ours(events: Sequence[dict[str, Any]]) -> tuple[explain.Said, ...]:
+def ours(events: Sequence[dict[str, Any]]) -> tuple[Said, ...]:
     """The reservation system's Events, oldest first (malformed ones skipped)."""
     found = []
     for event in events:
@@ -193,7 +195,7 @@ def ours(events: Sequence[dict[str, Any]]) -> tuple[explain.Said, ...]:
         reason, message = event.get("reason"), event.get("message")
         if isinstance(reason, str) and isinstance(message, str):
             kind = str(event.get("type") or "Normal")
-            found.append(explain.Said(reason, message, _when(event), kind))
+            found.append(Said(reason, message, _when(event), kind))
     return tuple(sorted(found, key=lambda s: s.at or datetime.min.replace(tzinfo=UTC)))
 
 
@@ -241,13 +243,13 @@ async def neighbours_of(ctx: Context, namespace: str) -> tuple[PodView, ...]:
     return tuple(view for _raw, view in projected(listed.items, ctx.rules))
 
 
-async def controller_of(ctx: Context) -> explain.Controller | None:
+async def controller_of(ctx: Context) -> Controller | None:
     """The controller's leader Lease as the user may read it (the chart's userAccess
     grants ``get`` on that one Lease); None when it cannot be read (nothing is said)."""
     try:
         raw = await ctx.gateway.get(LEASES, vocab.LEADER_LEASE_NAME, ctx.controller_namespace)
     except NotFound:
-        return explain.Controller(found=False)
+        return Controller(found=False)
     except KubeError:
         return None
     view = leader.view_of(raw)
@@ -255,10 +257,10 @@ async def controller_of(ctx: Context) -> explain.Controller | None:
     health = (
         parse_health(notes.get(vocab.APP_HEALTH_ANNOTATION)) if isinstance(notes, dict) else None
     )
-    return explain.Controller(True, view.holder, view.renewed, view.duration_s, health)
+    return Controller(True, view.holder, view.renewed, view.duration_s, health)
 
 
-async def pod_events(ctx: Context, pod: dict[str, Any]) -> tuple[explain.Said, ...]:
+async def pod_events(ctx: Context, pod: dict[str, Any]) -> tuple[Said, ...]:
     meta = pod.get("metadata") or {}
     selector = f"involvedObject.uid={meta.get('uid', '')}"
     try:
@@ -273,10 +275,10 @@ async def scene_of(
     raw: dict[str, Any],
     reservations: tuple[tuple[model.GPUReservation, ...] | None, str | None],
     neighbours: tuple[PodView, ...],
-    controller: explain.Controller | None = None,
-) -> explain.Scene:
+    controller: Controller | None = None,
+) -> Scene:
     meta = raw.get("metadata") or {}
-    return explain.Scene(
+    return Scene(
         key=f"{meta.get('namespace')}/{meta.get('name')}",
         pod=gpu_view(raw, ctx.rules),
         now=ctx.clock.now(),

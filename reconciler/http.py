@@ -3,11 +3,11 @@
 ``GET /health`` — 200 ``{"status": "ok", "leader": …}`` while every guarded task
 runs and every running watch can LIST; 503 naming each crashed or exited task, and
 (``unsynced``) each watched resource whose LIST/WATCH has kept failing for
-``reconciler.caches.STALL_S`` seconds (a cache that never syncs, e.g. an RBAC
+``reconciler.base.caches.STALL_S`` seconds (a cache that never syncs, e.g. an RBAC
 refusal of its LIST). ``GET /metrics`` — Prometheus text.
-``POST /api/reservations/push`` — the inbound push (``reconciler.push``).
+``POST /api/reservations/push`` — the inbound push (``reconciler.mirror.push``).
 ``GET /api/forecast/preemption-risk[?namespace=]`` — the preemption-risk forecast
-(``reconciler.forecast``); same bearer token as the push; 503 while the token is
+(``reconciler.preemption.forecast``); same bearer token as the push; 503 while the token is
 unset or this replica's pod/node picture is unknown.
 """
 
@@ -22,11 +22,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from reconciler import push
-from reconciler.forecast import Forecaster
-from reconciler.metrics import Metrics
-from reconciler.sync import Syncer
-from reconciler.tasks import Tasks
+from reconciler.base.metrics import Metrics
+from reconciler.base.tasks import Tasks
+from reconciler.mirror import push
+from reconciler.mirror.sync import Syncer
+from reconciler.preemption.forecast import Forecaster
 from shared.errors import KubeError
 from shared.logs import log
 from shared.settings import SecretStr

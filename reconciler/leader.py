@@ -23,7 +23,7 @@ hangs (the step is cut off at that deadline), and it renews at least every
 leader releases the Lease (empty holder) so a standby takes over at its next look.
 
 The leader's writes also carry what it publishes for users on the Lease (the
-reservation app's health, ``reconciler.apphealth``): one writer, one write per renew,
+reservation app's health, ``reconciler.base.apphealth``): one writer, one write per renew,
 so publishing never makes a renew conflict with itself.
 """
 
@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
-from reconciler.settings import LeaderSettings
+from reconciler.base.settings import LeaderSettings
 from shared import vocab
 from shared.clock import Clock, parse_utc
 from shared.errors import Conflict, KubeError, NotFound
@@ -141,7 +141,7 @@ def lease_body(
     annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Lease to write for ``action`` (keeps the read metadata and resourceVersion);
-    ``annotations`` are set on it (what the leader publishes, ``reconciler.apphealth``):
+    ``annotations`` are set on it (what the leader publishes, ``reconciler.base.apphealth``):
     carried by the election's own write, they never race it."""
     view = view_of(raw) if raw is not None else None
     spec = dict((raw or {}).get("spec") or {})

@@ -16,31 +16,33 @@ import contextlib
 import functools
 import logging
 import socket
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Generator
 from typing import Protocol
 
 import uvicorn
 
-from reconciler import backstop, events
-from reconciler.admit import Admitter
-from reconciler.audit import CapacityAuditor
-from reconciler.caches import STALL_S, Caches, ledger_only
-from reconciler.evict import Upholders
-from reconciler.forecast import Standby, forecaster
+from reconciler.admission import step as admission_step
+from reconciler.backstop import backstop
+from reconciler.base import events
+from reconciler.base.caches import STALL_S, Caches
+from reconciler.base.component import Component, Ground, Loop
+from reconciler.base.kube import KubeWatcher
+from reconciler.base.metrics import Metrics, QueueMetrics
+from reconciler.base.settings import ReconcilerSettings
+from reconciler.base.tasks import Tasks, end_within
+from reconciler.capacity import audit, noshow
+from reconciler.capacity.noshow import Canceller
 from reconciler.http import HttpState, build_app
 from reconciler.leader import Elector
-from reconciler.metrics import Metrics
-from reconciler.noshow import Canceller, Holding, NoShows
-from reconciler.ondemand import LeaseApp, Leaser
-from reconciler.overstay import OverstayReporter
-from reconciler.queue import QueueMetrics
+from reconciler.mirror.sync import ReservationSource, Syncer
+from reconciler.ondemand import leaser
+from reconciler.ondemand.asking import LeaseApp
+from reconciler.preemption import sweep
+from reconciler.preemption.forecast import Standby, forecaster
+from reconciler.preemption.sweep import VictimApp
+from reconciler.queue import admit, evict
 from reconciler.rotation import Rotator
-from reconciler.settings import ReconcilerSettings
-from reconciler.sweep import Sweeper, SweepMetrics, VictimApp
-from reconciler.sync import ReservationSource, Syncer
-from reconciler.tasks import Tasks, end_within
-from reconciler.waiting import Knowledge
-from shared import model
+from shared.appclient import GpuClass
 from shared.clock import Clock
 from shared.gateway import Gateway
 from shared.logs import log
@@ -49,9 +51,6 @@ _log = logging.getLogger(__name__)
 ELECTION_TASK = "leader-election"
 #: The start of a leader term: the startup sync, then the loops are spawned.
 LEAD_TASK = "leader-start"
-SYNC_TASK = "reservation-sync"
-AUDIT_TASK = "capacity-audit"
-NOSHOW_TASK = "no-show"
 
 
 class AppSource(ReservationSource, Canceller, Protocol):
@@ -76,13 +75,22 @@ class Reconciler:
         source: AppSource,
         clock: Clock,
         leases: LeaseApp | None = None,
+        victims: VictimApp | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.metrics = Metrics()
         self.tasks = Tasks()
         ns = settings.common.namespace
-        self.syncer = Syncer(source, gateway, ns, clock, self.metrics, settings.lookahead_days)
+        self.syncer = Syncer(
+            source,
+            gateway,
+            ns,
+            clock,
+            self.metrics,
+            settings.lookahead_days,
+            interval_s=float(settings.fetch_interval_s),
+        )
         self.elector = Elector(
             gateway,
             ns,
@@ -99,109 +107,44 @@ class Reconciler:
             self._class_labels,
             on_unseen=self.metrics.unseen_released.inc,
         )
-        queue_metrics = QueueMetrics(self.metrics.registry)
         self.metrics.watch_ledgers(lambda: self.caches.by_name().values())
-
-        def counted(reason: str) -> None:
-            queue_metrics.events.labels(reason).inc()
-
-        # One recorder for every Event of this process, so repeats fold into a count.
-        recorder = events.Recorder()
-
-        self.upholders = Upholders(
-            self.caches,
-            gateway,
-            settings,
-            clock,
-            functools.partial(recorder.emit, on_sent=counted),
-            on_evicted=lambda reason: queue_metrics.evictions.labels(reason).inc(),
-        )
-        self.backstop = backstop.Backstop(
-            self.upholders.context,
-            ns,
-            scope=backstop.Scope(ns, settings.exempt_namespaces),
-            mirror_current=lambda: self.syncer.fetched,
-            on_evicted=lambda reason: self.metrics.unadmitted.labels(reason).inc(),
-            nodes=lambda: self.caches.nodes.items,
-            group=self.caches.by_reference.pods,
-            times=backstop.Times(float(settings.ledger_claim_ttl_s), settings.unseen_s),
-        )
-        backstop.wire(self.backstop, self.caches)
-        self.admitter = Admitter(
-            gateway,
-            self.caches,
-            settings,
-            clock,
-            queue_metrics,
-            Knowledge(lambda: self.syncer.fetched, self._class_labels),
-            recorder.emit,
-        )
-        self.auditor = CapacityAuditor(
-            gateway,
-            ns,
-            clock,
-            self.metrics,
-            self.caches.inventory,
-            lambda: self.syncer.classes if self.syncer.classes_known else None,
-            float(settings.capacity_check_s),
-            recorder=recorder,
-        )
+        self.metrics.watch_inventory(self.caches.inventory)
+        ground = self._ground(gateway)
+        self.upholders = evict.setup(ground)
+        self.backstop = backstop.setup(ground, self.upholders.context)
+        # The admission step the reserved queue and the on-demand path share.
+        step = admission_step.setup(ground)
+        self.admitter = admit.setup(ground, step)
+        self.auditor = audit.setup(ground, self._classes_if_known)
         self.leaser = (
-            Leaser(
+            leaser.setup(
+                ground,
                 leases,
-                gateway,
-                self.caches,
-                self.admitter,
-                self.syncer.writer,
-                settings,
-                clock,
-                lambda: self.syncer.classes,
-                self.metrics.registry,
+                step,
+                self.syncer,
                 overcommit=self.auditor.deficits,
                 relinker=self.upholders.relinker,
-                health=self.syncer.health,
             )
             if leases is not None
             else None
         )
         self.rotator = Rotator(gateway, settings.rotation, clock)
-        self.sweeper = Sweeper(
-            gateway,
-            clock,
-            functools.partial(recorder.emit, on_sent=counted),
-            pods=lambda: self.caches.pods.items,
-            reservations=self.caches.by_name,
-            inventory=self.caches.inventory,
-            ready=self.caches.ready,
-            app=source if isinstance(source, VictimApp) else None,
-            settings=settings.preemption,
-            rules=settings.rules,
-            zone=settings.common.display_timezone,
-            lock=self.upholders.relinker.lock,
-            metrics=SweepMetrics(self.metrics.registry),
-        )
-        if settings.preemption.overstay_report and isinstance(source, VictimApp):
-            reporter = OverstayReporter(
-                source, clock, self.caches.by_name, use_group=settings.rules.use_group
-            )
-            self.caches.pods.listeners.append(reporter.pod_changed)
+        self.sweeper = sweep.setup(ground, victims, lock=self.upholders.relinker.lock)
+        self.noshows, self.holding = noshow.setup(ground, source, mirror=self.syncer.record)
+        #: What the leader runs, in the order its loops start.
+        self.components: list[Component] = [
+            self.syncer,
+            self.caches,
+            self.upholders,
+            self.backstop,
+            self.admitter,
+            *([self.leaser] if self.leaser is not None else []),
+            self.rotator,
+            self.sweeper,
+            self.auditor,
+            self.noshows,
+        ]
         self.standby = Standby(Caches(gateway, settings, clock, self._class_labels))
-        self.metrics.watch_inventory(self.caches.inventory)
-        self.noshows = NoShows(
-            gateway,
-            source,
-            settings,
-            clock,
-            self.metrics,
-            lambda: self.caches.pods.items,
-            self.caches.by_name,
-            self.caches.ready,
-            mirror=self.syncer.record,
-        )
-        self.caches.reservations.listeners.append(self._reservation_changed)
-        #: Wakes the no-show loop when a booking gains its first or loses its last holder.
-        self.holding = Holding(self.noshows.touch)
-        self.caches.pods.listeners.append(self.holding.changed)
         self._leading = False
         self._stopping = False
         self._lead_task: asyncio.Task[None] | None = None
@@ -213,34 +156,35 @@ class Reconciler:
     def is_leader(self) -> bool:
         return self._leading
 
-    def leader_loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+    def leader_loops(self) -> list[Loop]:
         """The loops only the leader runs (started after the startup sync)."""
-        interval = self.settings.fetch_interval_s
-        return [
-            (SYNC_TASK, lambda: self.syncer.run(interval)),
-            *self.caches.loops(),
-            *self.upholders.loops(),
-            (
-                backstop.BACKSTOP_TASK,
-                lambda: self.backstop.run(float(self.settings.queue_interval_s)),
-            ),
-            *self.admitter.loops(),
-            *(self.leaser.loops() if self.leaser is not None else []),
-            *self.rotator.loops(),
-            *self.sweeper.loops(),
-            (AUDIT_TASK, self.auditor.run),
-            (NOSHOW_TASK, self.noshows.run),
-        ]
+        return [loop for component in self.components for loop in component.loops()]
 
-    def _reservation_changed(
-        self, key: str, old: model.GPUReservation | None, new: model.GPUReservation | None
-    ) -> None:
-        """Wake the no-show loop and the preemption sweep when a reservation's facts or
-        no-show record changed: neither reads the holds (the pods tell which bookings
-        are held and what they use)."""
-        if not ledger_only(old, new):
-            self.noshows.touch()
-            self.sweeper.touch()
+    def _ground(self, gateway: KubeWatcher) -> Ground:
+        """What every component's setup is handed: one Event recorder for the whole
+        process (repeats fold into a count), its Events counted by reason."""
+        queue_metrics = QueueMetrics(self.metrics.registry)
+
+        def counted(reason: str) -> None:
+            queue_metrics.events.labels(reason).inc()
+
+        recorder = events.Recorder()
+        return Ground(
+            gateway,
+            self.settings,
+            self.clock,
+            self.caches,
+            self.metrics,
+            queue_metrics,
+            recorder,
+            functools.partial(recorder.emit, on_sent=counted),
+            lambda: self.syncer.fetched,
+            self._class_labels,
+        )
+
+    def _classes_if_known(self) -> dict[int, GpuClass] | None:
+        """The app's classes once their list was fetched (the audit waits till then)."""
+        return self.syncer.classes if self.syncer.classes_known else None
 
     def _class_labels(self) -> set[str] | None:
         """The app's class labels once its class list was fetched (else unknown)."""

@@ -18,43 +18,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
-from certs.apply import CertsError, KubeAccess, Outcome, Target, ensure
-from certs.plan import Policy
-from certs.settings import FLAG_VARIABLES, read_ensure
+from certs.apply import CertsError, KubeAccess, Outcome, ensure
+from reconciler.base.settings import RotationSettings
 from shared.clock import Clock
 from shared.errors import KubeError
 from shared.logs import log
-from shared.settings import EnvReader, SettingsError
 
 _log = logging.getLogger(__name__)
 
 ROTATION_TASK = "cert-rotation"
-INTERVAL_VARIABLE = "CERT_CHECK_INTERVAL"
-
-
-@dataclass(frozen=True)
-class RotationSettings:
-    """Where the certificates are and how often to look at them."""
-
-    interval_s: float
-    target: Target
-    policy: Policy
-
-
-def rotation_from(reader: EnvReader) -> RotationSettings | None:
-    """``None`` when the check is off; problems of the names join the reader's."""
-    interval = reader.number(INTERVAL_VARIABLE, 0.0, minimum=0.0)
-    if interval <= 0:
-        return None
-    names = {v: reader.raw(v) for v in FLAG_VARIABLES.values()}
-    try:
-        certs = read_ensure({k: v for k, v in names.items() if v is not None})
-    except SettingsError as exc:
-        reader.problems.extend(f"{INTERVAL_VARIABLE} is set: {p}" for p in exc.problems)
-        return None
-    return RotationSettings(interval, certs.target, certs.policy)
 
 
 class Rotator:

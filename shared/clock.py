@@ -1,8 +1,10 @@
-"""Clocks: where every component gets "now" and waits.
+"""Clocks: where every component gets "now" and waits, and how long work may take.
 
 All instants are timezone-aware UTC ``datetime`` values. Components take a ``Clock``
 so tests run on virtual time (``ManualClock``) and the sandbox can run scenarios
-faster than real time (``ScaledClock``).
+faster than real time (``ScaledClock``). Deadlines of work (how long one ledger write
+may take) are measured on a ``MonotonicClock`` instead, which the wall clock's jumps
+cannot move; components take it too, so a test can run out a deadline at will.
 """
 
 from __future__ import annotations
@@ -25,6 +27,22 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` of this clock's time (negative or zero: yield once)."""
         ...
+
+
+class MonotonicClock(Protocol):
+    """Seconds that never go back: what deadlines of work are measured on (never an
+    instant of the domain, which is ``Clock.now``)."""
+
+    def monotonic(self) -> float:
+        """Seconds since an arbitrary start; only differences mean anything."""
+        ...
+
+
+class SystemMonotonic:
+    """The operating system's monotonic clock."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
 
 class SystemClock:

@@ -22,7 +22,7 @@ cache holds before it is put in (the webhook's writes of its own the server's st
 not show yet: ``webhook.cache``), and ``peek`` may recognise a watch line before it is
 decoded (an event the cache has applied already: it is never decoded).
 
-Used by the reconciler's caches (``reconciler.caches``) and the webhook's
+Used by the reconciler's caches (``reconciler.base.caches``) and the webhook's
 GPUReservation cache (``webhook.cache``).
 """
 

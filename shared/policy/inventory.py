@@ -32,7 +32,7 @@ Terms
   A class never seen anywhere is absent: ``capacity(c)`` is ``None``, meaning
   *unknown*, which callers must treat as "no data" (fail open), never as zero.
 
-Use from the reconciler: ``Caches.inventory()`` (``reconciler.caches``) builds this
+Use from the reconciler: ``Caches.inventory()`` (``reconciler.base.caches``) builds this
 from the node and pod caches and the app's last class list; it is ``None`` until
 both caches hold a full LIST.
 """
@@ -118,7 +118,7 @@ class PodPlacement:
 
     ``holds`` is true for a pod bound to ``node`` that has not finished and is not
     terminating (its GPUs are taken). Built from the reconciler's pod view by
-    ``reconciler.caches.placement_of``, so this module stays independent of it.
+    ``reconciler.base.caches.placement_of``, so this module stays independent of it.
     """
 
     node: str | None

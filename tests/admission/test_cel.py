@@ -89,15 +89,17 @@ def test_an_evaluation_error_is_reported_not_raised(expression: str) -> None:
     assert "resulted in error" in outcome.error
 
 
-_LABELS = st.dictionaries(st.sampled_from(["gpu-class", "app", "galends/x"]), st.just("v"))
+_LABELS = st.dictionaries(
+    st.sampled_from([vocab.GPU_CLASS_LABEL, "app", f"{vocab.ANNOTATION_PREFIX}x"]), st.just("v")
+)
 _RESOURCES = st.dictionaries(
-    st.sampled_from(["cpu", "nvidia.com/gpu", "amd.com/gpu", "example.com/fpga"]), st.just("1")
+    st.sampled_from(["cpu", vocab.GPU_RESOURCE, "amd.com/gpu", "example.com/fpga"]), st.just("1")
 )
 _TOLERATIONS = st.lists(
     st.fixed_dictionaries(
         {},
         optional={
-            "key": st.sampled_from(["", "gpu-class-reservation", "other"]),
+            "key": st.sampled_from(["", vocab.RESERVATION_TAINT_KEY, "other"]),
             "operator": st.sampled_from(["Exists", "Equal"]),
         },
     ),
@@ -128,7 +130,7 @@ def pods(draw: st.DrawFn) -> dict[str, object]:
 def _chart_conditions() -> list[cel.Condition]:
     from sandbox import chart
 
-    configuration = chart.objects("gpu-reservation").webhook_configuration
+    configuration = chart.objects(vocab.PRODUCT_NAME).webhook_configuration
     return [
         cel.compile_condition(c["name"], c["expression"])
         for hook in configuration["webhooks"]

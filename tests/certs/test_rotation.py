@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 
 from certs.plan import Action, Policy
-from reconciler import settings as reconciler_settings
-from reconciler.rotation import ROTATION_TASK, RotationSettings, Rotator, rotation_from
+from reconciler.base import settings as reconciler_settings
+from reconciler.base.settings import RotationSettings, rotation_from
+from reconciler.rotation import ROTATION_TASK, Rotator
 from shared.clock import ManualClock
 from shared.errors import Forbidden
 from shared.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from certs import settings as certs_settings
-from reconciler import settings as reconciler_settings
+from reconciler.base import settings as reconciler_settings
 from tests.chart import render
 from tests.chart.cases import APP_PEERS, MONITORING
 from tests.chart.objects import env, one

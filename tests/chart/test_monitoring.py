@@ -13,10 +13,14 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from reconciler.metrics import InventoryCollector, LeaseMetrics, LedgerCollector
-from reconciler.metrics import Metrics as ReconcilerMetrics
-from reconciler.queue import QueueMetrics
-from reconciler.sweep import SweepMetrics
+from reconciler.base.metrics import (
+    InventoryCollector,
+    LeaseMetrics,
+    LedgerCollector,
+    QueueMetrics,
+    SweepMetrics,
+)
+from reconciler.base.metrics import Metrics as ReconcilerMetrics
 from tests.chart import dashboard
 from tests.chart.cases import CASES
 from tests.chart.render import CHART, ROOT, render, values

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from reconciler import settings as rs
+from reconciler.base import settings as rs
 from reconciler.process import Reconciler
 from sandbox.app.policies import Policies
 from sandbox.app.seed import build_state, parse_section
@@ -165,7 +165,9 @@ class FaultWorld:
         }
         self.settings, _ = rs.load(env)
         app = wrap(self.app_client)
-        return Reconciler(self.settings, wrap(self.gateway), app, self.clock, leases=app)
+        return Reconciler(
+            self.settings, wrap(self.gateway), app, self.clock, leases=app, victims=app
+        )
 
     def restart(self, wrap: Callable[[Any], Any] = lambda x: x) -> None:
         """A new reconciler process on the same cluster and app: nothing in memory

@@ -27,10 +27,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from reconciler import push
-from reconciler import settings as reconciler_settings
-from reconciler.backstop import Scope, findings, message
-from reconciler.pods import project_pod
+from reconciler.backstop.rules import Scope, findings, message
+from reconciler.base import settings as reconciler_settings
+from reconciler.base.pods import project_pod
+from reconciler.mirror import push
 from shared import model, vocab
 from shared.appclient import AppClient, Failure, Fetched
 from shared.appclient.backoff import PageRetryPolicy

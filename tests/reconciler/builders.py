@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+from reconciler.base.kube import KubeWatcher
 from shared import vocab
 from shared.appclient import Fetched, GpuClass, Reservation, Transient, TransientReason
 from shared.clock import format_utc, utc
@@ -81,3 +82,10 @@ def pod(name: str, ref: str | None, phase: str = "Running", ns: str = "alice") -
         },
         "status": {"phase": phase},
     }
+
+
+def relisting(gateway: object) -> KubeWatcher:
+    """A double that serves LIST (and the writes) but no watch stream, as the caches'
+    gateway: a test fills the caches by relisting them (``Watched.relist``), never by
+    running their watches."""
+    return cast(KubeWatcher, gateway)

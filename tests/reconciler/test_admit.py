@@ -10,13 +10,15 @@ import jsonpatch
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reconciler.admit import ON_DEMAND_ATTEMPTS, Admitter
-from reconciler.announce import Admitted
-from reconciler.caches import Caches
-from reconciler.pods import PodView, project_pod
-from reconciler.queue import QueueMetrics, admission_patch, next_start
-from reconciler.settings import load
-from reconciler.waiting import Knowledge
+from reconciler.admission.announce import Admitted
+from reconciler.admission.pending import admission_patch, next_start
+from reconciler.admission.step import ON_DEMAND_ATTEMPTS, Admission
+from reconciler.admission.waiting import Knowledge
+from reconciler.base.caches import Caches
+from reconciler.base.metrics import QueueMetrics
+from reconciler.base.pods import PodView, project_pod
+from reconciler.base.settings import load
+from reconciler.queue.admit import Admitter
 from shared import ledger, model, vocab
 from shared.clock import ManualClock, format_utc
 from shared.errors import Invalid, ServerError
@@ -24,7 +26,7 @@ from shared.policy.matching import MatchRules
 from shared.policy.tolerations import granted_toleration
 from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import END, NS, START
+from tests.reconciler.builders import END, NS, START, relisting
 
 GATE = vocab.SANDBOX_SCHEDULING_GATE
 BEFORE = START - timedelta(minutes=5)
@@ -76,15 +78,17 @@ class World:
             "EVENT_DISPLAY_TIMEZONE": "Europe/Berlin",
         }
         self.settings, _ = load({**base, **env})
-        self.caches = Caches(self.kube, self.settings, self.clock)
-        self.admitter = Admitter(
+        self.caches = Caches(relisting(self.kube), self.settings, self.clock)
+        metrics = QueueMetrics(CollectorRegistry())
+        admission = Admission(
             self.kube,
             self.caches,
             self.settings,
             self.clock,
-            QueueMetrics(CollectorRegistry()),
+            metrics,
             Knowledge(lambda: True, lambda: {"a100"}),
         )
+        self.admitter = Admitter(admission, self.caches, self.settings, self.clock, metrics)
 
     def book(self, f: model.ReservationFacts, holds: tuple[model.Hold, ...] = ()) -> None:
         res = model.GPUReservation(f, holds)
@@ -207,11 +211,13 @@ def test_announce_once_also_for_webhook_admissions_and_after_restart() -> None:
         # A new process (fresh memory) reads the announced flag from the ledger.
         w2 = World(now=START + timedelta(minutes=2))
         w2.kube = w.kube
-        w2.caches = Caches(w.kube, w2.settings, w2.clock)
-        w2.admitter = Admitter(
-            w.kube, w2.caches, w2.settings, w2.clock, QueueMetrics(CollectorRegistry()),
+        w2.caches = Caches(relisting(w.kube), w2.settings, w2.clock)
+        metrics = QueueMetrics(CollectorRegistry())
+        admission = Admission(
+            w.kube, w2.caches, w2.settings, w2.clock, metrics,
             Knowledge(lambda: True, lambda: None),
         )  # fmt: skip
+        w2.admitter = Admitter(admission, w2.caches, w2.settings, w2.clock, metrics)
         await w2.step()
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
 
@@ -374,7 +380,7 @@ async def lease_world(gpus: int = 1) -> World:
 
 async def admit_lease(w: World) -> Admitted | None:
     """The on-demand path's admission of ``p`` under the lease, announced by the caller."""
-    return await w.admitter.admit_under(
+    return await w.admitter.step.admit_under(
         view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False
     )
 
@@ -448,7 +454,7 @@ def test_an_on_demand_admission_keeps_the_queues_backoff_for_its_pod() -> None:
         await w.step()
         del w.kube.faults["patch pods"]
         too_small = w.ledger_of(2)
-        got = await w.admitter.admit_under(view(w.pod("p")), too_small, w.clock.now())
+        got = await w.admitter.step.admit_under(view(w.pod("p")), too_small, w.clock.now())
         assert got is None
         await w.step()  # the pod is unchanged: no retry before the backstop tick
         assert w.ledger_of().holds == ()
@@ -471,11 +477,11 @@ def test_a_queue_pass_between_a_lease_admission_and_its_announcement_says_nothin
         assert got is not None
         await w.step()  # the queue's pass sees the admitted pod and its unannounced hold
         assert w.kube.events(vocab.REASON_RUNTIME_GUARANTEED) == []
-        await w.admitter.announce([got], w.clock.now())
+        await w.admitter.step.announce([got], w.clock.now())
         await w.step()
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
         assert w.ledger_of().holds[0].announced
-        assert w.admitter.announcer.expected == set()
+        assert w.admitter.step.announcer.expected == set()
 
     run(scenario())
 
@@ -489,7 +495,7 @@ def test_a_failed_lease_admission_leaves_its_pod_to_the_queues_announcer() -> No
         w.kube.faults["patch pods"] = Invalid(422, "refused", "Invalid")
         got = await admit_lease(w)
         assert got is None
-        assert w.admitter.announcer.expected == set()
+        assert w.admitter.step.announcer.expected == set()
 
     run(scenario())
 
@@ -502,11 +508,11 @@ def test_a_lease_admission_given_the_pods_read_uses_it_first_and_reads_again_aft
         w.book(facts(gpus=1))
         w.kube.add(PODS, gpu_pod("p", gated=False))
         await w.sync()
-        read = await w.admitter.reread(view(w.pod("p")))
+        read = await w.admitter.step.reread(view(w.pod("p")))
         assert read is not None
         gets = w.kube.calls.count(("get", PODS.plural))
         w.kube.faults["patch pods"] = Invalid(422, "refused", "Invalid")
-        got = await w.admitter.admit_under(
+        got = await w.admitter.step.admit_under(
             view(w.pod("p")), w.ledger_of(), w.clock.now(), announce=False, fresh=read
         )
         assert got is None
@@ -558,5 +564,44 @@ def test_the_announcer_binds_an_unbound_claim_to_the_first_persisted_carrier() -
         assert (hold.pod, hold.pod_uid, hold.announced) == ("orig", "uid-orig", True)
         [event] = w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)
         assert event["involvedObject"]["name"] == "orig"
+
+    run(scenario())
+
+
+class Stalled:
+    """A monotonic clock that jumps a minute at every reading: any deadline taken from it
+    is already past when the ledger looks again."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def monotonic(self) -> float:
+        self.seconds += 60.0
+        return self.seconds
+
+
+def test_the_admission_deadline_is_measured_on_the_injected_monotonic_clock() -> None:
+    """The claim's deadline comes from the step's monotonic clock, not the system's: with
+    one that has run past it, the claim stops (reason ``deadline``), nothing is held and
+    the pod is not patched."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.book(facts(gpus=2))
+        w.kube.add(PODS, gpu_pod("p", gpus=1))
+        await w.sync()
+        step = Admission(
+            w.kube,
+            w.caches,
+            w.settings,
+            w.clock,
+            QueueMetrics(CollectorRegistry()),
+            Knowledge(lambda: True, lambda: {"a100"}),
+            mono=Stalled(),
+        )
+        got = await step.admit_under(view(w.pod("p")), w.ledger_of(), w.clock.now())
+        assert got is None
+        assert w.ledger_of().holds == ()
+        assert vocab.ADMISSION_CLAIM not in (w.pod("p")["metadata"].get("annotations") or {})
 
     run(scenario())

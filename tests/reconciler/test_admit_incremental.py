@@ -13,9 +13,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from reconciler.admit import Admitter
-from reconciler.queue import QueueMetrics
-from reconciler.waiting import Knowledge
+from reconciler.admission.step import Admission
+from reconciler.admission.waiting import Knowledge
+from reconciler.base.metrics import QueueMetrics
+from reconciler.queue.admit import Admitter
 from shared import vocab
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.reconciler.builders import NS, START
@@ -30,10 +31,11 @@ class Queue(World):
     def __init__(self, now: Any = OPEN) -> None:
         super().__init__(now=now)
         self.metrics = QueueMetrics(CollectorRegistry())
-        self.admitter = Admitter(
+        admission = Admission(
             self.kube, self.caches, self.settings, self.clock, self.metrics,
             Knowledge(lambda: True, lambda: {"a100"}),
         )  # fmt: skip
+        self.admitter = Admitter(admission, self.caches, self.settings, self.clock, self.metrics)
 
     def depth(self) -> dict[str, float]:
         samples = next(iter(self.metrics.depth.collect())).samples

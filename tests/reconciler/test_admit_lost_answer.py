@@ -87,7 +87,9 @@ def test_the_announcer_forgets_admissions_once_the_ledger_says_announced() -> No
         assert sorted(str(h.pod_uid) for h in holds) == ["uid-a", "uid-b", "uid-c"]
         assert all(h.announced for h in holds)
         await w.step()  # the pass after: the cache shows every hold announced
-        assert w.admitter.announcer.announced == {}  # memory does not grow with every admission
+        assert (
+            w.admitter.step.announcer.announced == {}
+        )  # memory does not grow with every admission
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 3
 
     run(scenario())
@@ -99,15 +101,15 @@ def test_pods_that_left_unseen_are_forgotten() -> None:
         w.book(facts())
         w.kube.add(PODS, gpu_pod("waits"))
         await w.step()
-        assert w.admitter.teller._recalled == {"uid-waits"}
-        assert set(w.admitter._waited_open) == {"uid-waits"}
+        assert w.admitter.step.teller._recalled == {"uid-waits"}
+        assert set(w.admitter.step.waited_open) == {"uid-waits"}
         # The pod is deleted while this replica does not watch (a new leader term
         # starts from an empty cache, so no deletion is ever seen).
         del w.kube.objects[(PODS.plural, "alice", "waits")]
         w.caches.reset()
         await w.step()
-        assert w.admitter.teller._recalled == set()
-        assert w.admitter._waited_open == {}
+        assert w.admitter.step.teller._recalled == set()
+        assert w.admitter.step.waited_open == {}
 
     run(scenario())
 

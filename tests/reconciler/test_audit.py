@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from reconciler.audit import CapacityAuditor
-from reconciler.caches import Caches
-from reconciler.metrics import Metrics
-from reconciler.settings import load
+from reconciler.base.caches import Caches
+from reconciler.base.metrics import Metrics
+from reconciler.base.settings import load
+from reconciler.capacity.audit import CapacityAuditor
 from shared import vocab
 from shared.appclient import GpuClass
 from shared.clock import ManualClock
@@ -19,7 +19,7 @@ from shared.logs import fields_of
 from shared.resources import EVENTS, LEASES, NODES
 from tests.cluster.builders import node, reservation_taint
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import NS, START
+from tests.reconciler.builders import NS, START, relisting
 
 ENV = {"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
 H100 = GpuClass(id=1, name="H100", label_value="h100", total_gpus=12)
@@ -32,7 +32,7 @@ class World:
         self.metrics = Metrics()
         settings, _ = load(ENV)
         labels = lambda: {c.label_value for c in (self.classes or {}).values() if c.label_value}  # noqa: E731
-        self.caches = Caches(self.kube, settings, ManualClock(START), labels)
+        self.caches = Caches(relisting(self.kube), settings, ManualClock(START), labels)
         self.auditor = CapacityAuditor(
             self.kube, NS, ManualClock(START), self.metrics, self.caches.inventory,
             lambda: self.classes, 3600.0,
@@ -60,7 +60,7 @@ class World:
 def test_overcommit_is_logged_exported_and_shown_on_the_lease_then_cleared(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="reconciler.audit")
+    caplog.set_level(logging.INFO, logger="reconciler.capacity.audit")
 
     async def scenario(w: World) -> None:
         body = {"metadata": {"name": vocab.LEADER_LEASE_NAME}, "spec": {}}

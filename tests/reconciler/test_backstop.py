@@ -8,8 +8,9 @@ from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from reconciler.backstop import Backstop, Breach, Scope, findings, message, wire
-from reconciler.upkeep import Keeper, uses_by_reservation
+from reconciler.backstop.backstop import Backstop, wire
+from reconciler.backstop.rules import Breach, Scope, findings, message
+from reconciler.base.upkeep import Keeper, uses_by_reservation
 from shared import model, vocab
 from shared.clock import format_utc
 from shared.errors import ServerError

@@ -9,8 +9,9 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from reconciler.backstop import Backstop, Breach, Finding, Scope, findings, message, wire
-from reconciler.pods import project_pod
+from reconciler.backstop.backstop import Backstop, wire
+from reconciler.backstop.rules import Breach, Finding, Scope, findings, message
+from reconciler.base.pods import project_pod
 from shared import vocab
 from shared.clock import format_utc
 from shared.policy.inventory import NodeFacts, project_node_facts

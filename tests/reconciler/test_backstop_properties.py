@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.backstop import Breach, Scope, Times, findings
-from reconciler.pods import PodView, project_pod
+from reconciler.backstop.rules import Breach, Scope, Times, findings
+from reconciler.base.pods import PodView, project_pod
 from shared import model, vocab
 from shared.clock import format_utc
 from shared.ledger import rebuild

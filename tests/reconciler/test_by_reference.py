@@ -1,4 +1,4 @@
-"""The pod cache's index by booking reference (``reconciler.caches.ByReference``): upkeep
+"""The pod cache's index by booking reference (``reconciler.base.caches.ByReference``): upkeep
 reads one reservation's pods from it, so it must equal a full scan of the cache after
 every change — watch events, a relist's differences, a reset."""
 
@@ -10,12 +10,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.caches import Caches
-from reconciler.settings import load
-from reconciler.upkeep import uses_by_reservation
+from reconciler.base.caches import Caches
+from reconciler.base.settings import load
+from reconciler.base.upkeep import uses_by_reservation
 from shared.clock import ManualClock
 from shared.gateway import ListResult, WatchEvent
-from tests.reconciler.builders import START
+from tests.reconciler.builders import START, relisting
 from tests.reconciler.upholdkit import raw_pod
 
 NAMES = ("a", "b", "c")
@@ -43,7 +43,7 @@ def pod(name: str, ref: str | None, phase: str = "Running", uid: str = "") -> di
 def caches() -> tuple[Caches, Listed]:
     listed = Listed()
     env = {"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k"}
-    built = Caches(listed, load(env)[0], ManualClock(START))
+    built = Caches(relisting(listed), load(env)[0], ManualClock(START))
     return built, listed
 
 

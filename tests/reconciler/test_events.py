@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from reconciler import events
-from reconciler.events import emit, event_body
+from reconciler.base import events
+from reconciler.base.events import emit, event_body
 from shared import model, vocab
 from shared.clock import utc
 from shared.errors import ServerError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from reconciler.evict import evictions, message
+from reconciler.queue.evict import evictions, message
 from shared import model, vocab
 from shared.errors import ServerError
 from tests.reconciler.builders import START

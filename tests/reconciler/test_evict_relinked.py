@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from reconciler.evict import Evictor
+from reconciler.queue.evict import Evictor
 from shared import model, vocab
 from shared.errors import Forbidden, ServerError
 from shared.resources import PODS

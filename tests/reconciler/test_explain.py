@@ -1,4 +1,4 @@
-"""``reconciler.explain``: one state per situation, notes added, bad input survived.
+"""``reconciler.explain.explain``: one state per situation, notes added, bad input survived.
 
 Each case is a pure ``Scene`` (virtual now, builders): the table picks the state, the
 headline and lines say what holds the pod and what would release it.
@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 
-from reconciler import cli, explain
-from reconciler.pods import project_pod
+from reconciler import cli
+from reconciler.base.pods import project_pod
+from reconciler.explain import explain
+from reconciler.explain.scene import Said, Scene
+from reconciler.explain.states import STATES
 from shared import vocab
 from shared.clock import format_utc
 from shared.model import GPUReservation
@@ -30,9 +33,9 @@ def scene(
     reservations: tuple[GPUReservation, ...] | None = (),
     neighbours: tuple[dict[str, Any], ...] = (),
     **extra: Any,
-) -> explain.Scene:
+) -> Scene:
     meta = raw["metadata"]
-    return explain.Scene(
+    return Scene(
         key=f"{meta['namespace']}/{meta['name']}",
         pod=project_pod(raw, RULES),
         now=NOW,
@@ -153,7 +156,7 @@ def test_jit_eligible_points_at_the_lease_events() -> None:
     # No lease Event on the pod yet: none is named as if it were there.
     assert not any("OnDemand" in line for line in found.lines)
     assert "No lease Event is on it yet" in "\n".join(found.lines)
-    said = (explain.Said(vocab.REASON_ONDEMAND_LEASE_DELAYED, "unreachable", NOW),)
+    said = (Said(vocab.REASON_ONDEMAND_LEASE_DELAYED, "unreachable", NOW),)
     found = explain.explain(scene(raw, (), said=said))
     assert f"in its Events ({vocab.REASON_ONDEMAND_LEASE_DELAYED}; the newest" in found.lines[1]
     assert vocab.REASON_ONDEMAND_LEASE_DENIED not in "\n".join(found.lines)
@@ -172,7 +175,7 @@ def test_a_pod_placed_in_the_ordinary_pool_is_not_called_waiting() -> None:
     """Bound without an admission (it tolerated the ordinary pool's taint and no gate
     held it): not waiting, whatever its route — here a booking opening later."""
     later = reservation(2, gpus=1, start=NOW + timedelta(minutes=10), end=NOW + 2 * HOUR)
-    said = explain.Said(vocab.REASON_WAITING_FOR_RESERVATION, "Waiting for res-2.", NOW)
+    said = Said(vocab.REASON_WAITING_FOR_RESERVATION, "Waiting for res-2.", NOW)
     found = explain.explain(scene(running(gpu_pod(), node="h100-o1"), (later,), said=(said,)))
     assert found.state == "running-outside-bookings"
     assert (
@@ -209,7 +212,7 @@ def test_a_placed_pod_is_told_how_to_run_under_a_booking_only_when_one_could_tak
 ) -> None:
     raw = running(gpu_pod(gpus=2), node="h100-o1")
     raw["status"]["phase"] = "Pending"  # bound, containers not started yet
-    said = explain.Said(vocab.REASON_NO_RESERVATION, "No reservation matches this pod.", NOW)
+    said = Said(vocab.REASON_NO_RESERVATION, "No reservation matches this pod.", NOW)
     found = explain.explain(scene(raw, bookings, said=(said,)))
     assert found.state == "running-outside-bookings"
     assert found.headline.endswith("(Pending): not admitted, not waiting")
@@ -272,7 +275,7 @@ def test_malformed_annotations_read_as_unknown(key: str, value: str) -> None:
 
 
 def test_unreadable_reservations_fall_back_to_the_events() -> None:
-    said = explain.Said(vocab.REASON_WAITING_FOR_RESERVATION, "Waiting for res-2.", NOW)
+    said = Said(vocab.REASON_WAITING_FOR_RESERVATION, "Waiting for res-2.", NOW)
     found = explain.explain(
         scene(gpu_pod().build(), None, unreadable="Forbidden: no", said=(said,))
     )
@@ -296,8 +299,8 @@ def test_finished_deleting_and_not_gpu_pods() -> None:
 
 
 def test_every_state_is_reachable_from_the_table() -> None:
-    assert [s.name for s in explain.STATES][-1] == "no-booking"
-    assert len({s.name for s in explain.STATES}) == len(explain.STATES)
+    assert [s.name for s in STATES][-1] == "no-booking"
+    assert len({s.name for s in STATES}) == len(STATES)
 
 
 def test_list_shows_bookings_and_estimates() -> None:

@@ -15,8 +15,9 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from reconciler import cli, explain
-from reconciler.apphealth import Health, format_health
+from reconciler import cli
+from reconciler.base.apphealth import Health, format_health
+from reconciler.explain.scene import Controller
 from shared import model, vocab
 from shared.clock import ManualClock
 from shared.errors import from_status
@@ -173,7 +174,7 @@ def test_the_controller_is_read_from_its_lease(
 
 def test_no_lease_reads_as_not_running_and_a_refused_read_as_unknown() -> None:
     found = asyncio.run(cli.controller_of(ctx_of(FakeKube())))
-    assert found == explain.Controller(found=False)
+    assert found == Controller(found=False)
     assert not found.running(NOW)
 
     class Refusing(FakeKube):

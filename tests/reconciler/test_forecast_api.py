@@ -10,11 +10,11 @@ from typing import Any
 
 import httpx
 
-from reconciler.forecast import forecaster, pending_jit
+from reconciler.base.pods import project_pod
+from reconciler.base.settings import load
 from reconciler.http import HttpState, build_app
-from reconciler.pods import project_pod
+from reconciler.preemption.forecast import forecaster, pending_jit
 from reconciler.process import Reconciler
-from reconciler.settings import load
 from shared import model, vocab
 from shared.clock import ManualClock
 from shared.policy.matching import MatchRules

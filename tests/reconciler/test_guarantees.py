@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.guarantees import differing, next_end, patch_ops, wanted_notes
+from reconciler.admission.guarantees import differing, next_end, patch_ops, wanted_notes
 from shared import model, vocab
 from shared.clock import format_utc, parse_utc
 from shared.pointer import annotation as pointer

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from reconciler.caches import Caches
-from reconciler.inventory import placement_of
-from reconciler.pods import project_pod
-from reconciler.settings import load
+from reconciler.base.caches import Caches
+from reconciler.base.inventory import placement_of
+from reconciler.base.pods import project_pod
+from reconciler.base.settings import load
 from shared import vocab
 from shared.clock import ManualClock
 from shared.logs import fields_of
@@ -20,7 +20,7 @@ from shared.policy.matching import MatchRules
 from shared.resources import NODES, PODS
 from tests.cluster.builders import node, pod, reservation_taint
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import NS, START
+from tests.reconciler.builders import NS, START, relisting
 
 ENV = {"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
 
@@ -40,7 +40,9 @@ class World:
         self.kube = FakeKube()
         self.classes = classes
         settings, _ = load(ENV)
-        self.caches = Caches(self.kube, settings, ManualClock(START), lambda: self.classes)
+        self.caches = Caches(
+            relisting(self.kube), settings, ManualClock(START), lambda: self.classes
+        )
 
     async def sync(self) -> None:
         await self.caches.nodes.relist()
@@ -129,7 +131,7 @@ def test_reset_forgets_the_inventory() -> None:
 
 
 def test_node_changes_are_logged_once_each(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="reconciler.inventory")
+    caplog.set_level(logging.DEBUG, logger="reconciler.base.inventory")
 
     async def scenario() -> None:
         w = World()
@@ -150,7 +152,7 @@ def test_node_changes_are_logged_once_each(caplog: pytest.LogCaptureFixture) -> 
     seen = sorted(
         (r.getMessage(), fields_of(r)["node"], r.levelname)
         for r in caplog.records
-        if r.name == "reconciler.inventory"
+        if r.name == "reconciler.base.inventory"
     )
     assert seen == [
         ("k8s.node_allocatable_invalid", "junk", "WARNING"),

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from reconciler.base.settings import LeaderSettings
 from reconciler.leader import Action, Elector, LeaseView, decide, format_micro, wait_seconds
-from reconciler.settings import LeaderSettings
 from shared import vocab
 from shared.clock import ManualClock, utc
 from shared.resources import LEASES

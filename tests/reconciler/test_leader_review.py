@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from reconciler.base.settings import LeaderSettings
 from reconciler.leader import Elector
-from reconciler.settings import LeaderSettings
 from shared.clock import ManualClock, utc
 from shared.resources import Resource
 from tests.fakekube import FakeKube

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from reconciler.relink import Relinker
+from reconciler.admission.relink import Relinker
 from shared import model, vocab
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS, PODS

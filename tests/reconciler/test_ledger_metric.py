@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconciler.metrics import Metrics, over_budget
+from reconciler.base.metrics import Metrics, over_budget
 from shared.model import GPUReservation, State
 from tests.policy.builders import reservation
 

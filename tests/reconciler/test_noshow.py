@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from reconciler.caches import Caches
-from reconciler.metrics import Metrics
-from reconciler.noshow import Holding, NoShows
-from reconciler.pods import project_pod
-from reconciler.settings import load
+from reconciler.base.caches import Caches
+from reconciler.base.metrics import Metrics
+from reconciler.base.pods import project_pod
+from reconciler.base.settings import load
+from reconciler.capacity.noshow import Holding, NoShows
 from shared import model
 from shared.appclient import Cancelled, CancelReason, CancelResult, Transient, TransientReason
 from shared.clock import ManualClock, format_utc
@@ -22,7 +22,7 @@ from shared.policy import noshow
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import END, NS, START, pod, reservation
+from tests.reconciler.builders import END, NS, START, pod, relisting, reservation
 
 ENV = {
     "RESERVATION_API_URL": "http://app",
@@ -60,7 +60,7 @@ class World:
         self.clock = ManualClock(now)
         self.app = FakeApp()
         self.settings, _ = load(ENV)
-        self.caches = Caches(self.kube, self.settings, self.clock)
+        self.caches = Caches(relisting(self.kube), self.settings, self.clock)
         self.noshows = self.leader()
 
     def leader(self) -> NoShows:
@@ -249,7 +249,7 @@ def test_a_malformed_record_is_logged_once_and_treated_as_undeclared(
         assert rec is not None
         assert "cancelledAt" in rec
 
-    with caplog.at_level(logging.WARNING, logger="reconciler.noshow"):
+    with caplog.at_level(logging.WARNING, logger="reconciler.capacity.noshow"):
         asyncio.run(scenario())
     bad = [fields_of(r) for r in caplog.records if r.getMessage() == "noshow.record_malformed"]
     assert len(bad) == 1
@@ -419,7 +419,7 @@ def test_a_declaration_at_a_sub_second_instant_is_logged_and_counted_once(
         )  # fmt: skip
         w.book(booking())
         await advance_to(w, w.clock.now())
-        with caplog.at_level(logging.INFO, logger="reconciler.noshow"):
+        with caplog.at_level(logging.INFO, logger="reconciler.capacity.noshow"):
             assert await advance_to(w, DUE + timedelta(milliseconds=400)) == ["res-1"]
             await advance_to(w, DUE + timedelta(minutes=1))
         declared = [fields_of(r) for r in caplog.records if r.getMessage() == "noshow.declared"]

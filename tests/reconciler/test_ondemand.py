@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reconciler.admit import Admitter
-from reconciler.caches import Caches
-from reconciler.metrics import Metrics
-from reconciler.mirror import MirrorWriter
-from reconciler.ondemand import SETTLE_MAX_S, SETTLE_S, Leaser
-from reconciler.queue import QueueMetrics
-from reconciler.settings import load
-from reconciler.waiting import Knowledge
+from reconciler.admission.step import Admission
+from reconciler.admission.waiting import Knowledge
+from reconciler.base.caches import Caches
+from reconciler.base.metrics import Metrics, QueueMetrics
+from reconciler.base.mirroring import MirrorWriter
+from reconciler.base.settings import load
+from reconciler.ondemand.leaser import SETTLE_MAX_S, SETTLE_S, Leaser
+from reconciler.queue.admit import Admitter
 from shared import model, vocab
 from shared.appclient import (
     AdmissionCandidate,
@@ -57,7 +57,7 @@ from shared.policy.ondemand import Held
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
 from tests.cluster.builders import node as cluster_node
 from tests.cluster.builders import reservation_taint
-from tests.reconciler.builders import NS, START
+from tests.reconciler.builders import NS, START, relisting
 from tests.reconciler.test_admit import Kube
 
 UNSCHEDULABLE = {
@@ -160,10 +160,10 @@ class World:
             "EVENT_DISPLAY_TIMEZONE": "UTC",
         }
         self.settings, _ = load({**base, **env})
-        self.caches = Caches(self.kube, self.settings, self.clock, lambda: {"a100"})
+        self.caches = Caches(relisting(self.kube), self.settings, self.clock, lambda: {"a100"})
         self.app = App()
         metrics = QueueMetrics(CollectorRegistry())
-        self.admitter = Admitter(
+        self.admission = Admission(
             self.kube,
             self.caches,
             self.settings,
@@ -171,11 +171,12 @@ class World:
             metrics,
             Knowledge(lambda: True, lambda: {"a100"}),
         )
+        self.admitter = Admitter(self.admission, self.caches, self.settings, self.clock, metrics)
         self.leaser = Leaser(
             self.app,
             self.kube,
             self.caches,
-            self.admitter,
+            self.admission,
             MirrorWriter(self.kube, NS, Metrics()),
             self.settings,
             self.clock,
@@ -566,7 +567,7 @@ def test_a_batch_that_asked_says_what_it_did_in_one_line(caplog: pytest.LogCaptu
         w = World()
         w.kube.add(PODS, jit_pod("a"), "alice")
         w.kube.add(PODS, jit_pod("b", verdict=False), "alice")  # held: no verdict yet
-        with caplog.at_level(logging.INFO, logger="reconciler.ondemand"):
+        with caplog.at_level(logging.INFO, logger="reconciler.ondemand.leaser"):
             await w.step()
             await w.step()  # nothing due: no line
         lines = [fields_of(r) for r in caplog.records if r.getMessage() == "ondemand.batch"]

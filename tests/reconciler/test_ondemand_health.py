@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from reconciler.apphealth import AppHealth, Health, format_health, is_outage, parse_health
+from reconciler.base.apphealth import AppHealth, Health, format_health, is_outage, parse_health
+from reconciler.base.settings import LeaderSettings
 from reconciler.leader import Elector
-from reconciler.settings import LeaderSettings
 from shared import vocab
 from shared.appclient import Denied, Fetched, Rejected, Transient, TransientReason
 from shared.appclient.outcomes import Denial

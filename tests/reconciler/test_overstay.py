@@ -6,8 +6,14 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from reconciler.overstay import DELETED, TERMINATED, OverstayReporter, leaving_reason, report_for
-from reconciler.pods import PodView, project_pod
+from reconciler.base.pods import PodView, project_pod
+from reconciler.preemption.overstay import (
+    DELETED,
+    TERMINATED,
+    OverstayReporter,
+    leaving_reason,
+    report_for,
+)
 from shared import model, vocab
 from shared.appclient.outcomes import Invalid
 from shared.appclient.requests import OverstayReport

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from reconciler import cli, queue
-from reconciler.pods import ANY_CLASS, project_pod
+from reconciler import cli
+from reconciler.base.pods import ANY_CLASS, project_pod, waits
 from shared import vocab
 from shared.policy.matching import MatchRules
 
@@ -48,7 +48,7 @@ def test_a_plain_pod_bound_or_pinned_to_a_node_is_kept_slim() -> None:
         False,
         (),
     )
-    assert not queue.waits(view)  # never routed by the reserved queue
+    assert not waits(view)  # never routed by the reserved queue
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_a_plain_pod_declaring_a_reservation_toleration_is_kept(
     assert view is not None
     assert view.declared
     assert view.declared_classes == classes
-    assert not queue.waits(view)
+    assert not waits(view)
 
 
 def test_a_plain_pod_carrying_galends_keys_is_kept() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from reconciler.pods import PodView, project_pod
-from reconciler.preemption import holders_of
+from reconciler.base.pods import PodView, project_pod
+from reconciler.preemption.plan import holders_of
 from shared import model, vocab
 from shared.policy.matching import MatchRules
 from tests.reconciler.builders import START

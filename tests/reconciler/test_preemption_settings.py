@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from reconciler.settings import load
+from reconciler.base.settings import load
 
 BASE = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k"}
 

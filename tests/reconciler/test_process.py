@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import pytest
 
-from reconciler import settings as rs
-from reconciler.caches import STALL_S, Caches
+from reconciler.base import settings as rs
+from reconciler.base.caches import STALL_S, Caches
+from reconciler.base.metrics import Metrics
+from reconciler.base.tasks import Tasks
 from reconciler.http import HttpState, build_app
-from reconciler.metrics import Metrics
-from reconciler.sync import Syncer
-from reconciler.tasks import Tasks
+from reconciler.mirror.sync import Syncer
+from reconciler.process import Reconciler
 from shared.clock import ManualClock, SystemClock
 from shared.errors import Forbidden
 from shared.resources import PODS
 from shared.settings import SettingsError
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import NS, FakeSource
+from tests.reconciler.builders import NS, START, FakeSource, relisting
 
 REQUIRED = {"RESERVATION_API_URL": "http://app/", "RESERVATION_API_KEY": "gpures_x"}
 
@@ -141,7 +143,7 @@ def test_health_is_503_naming_a_cache_whose_list_keeps_failing() -> None:
     async def scenario() -> None:
         kube, clock, metrics = FakeKube(), ManualClock(), Metrics()
         settings, _ = rs.load({**REQUIRED, "POD_NAMESPACE": NS})
-        caches = Caches(kube, settings, clock)
+        caches = Caches(relisting(kube), settings, clock)
         now = [0.0]
         for cache in (caches.pods, caches.nodes, caches.reservations):
             cache._monotonic = lambda: now[0]
@@ -174,3 +176,42 @@ def test_health_is_503_naming_a_cache_whose_list_keeps_failing() -> None:
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+class Victims:
+    """An app that selects victims and takes overstay reports (nothing is called)."""
+
+    async def select_victims(self, *args: Any) -> Any:
+        raise AssertionError("not called")
+
+    async def report_overstay(self, *args: Any) -> Any:
+        raise AssertionError("not called")
+
+
+def composed(victims: Victims | None, **env: str) -> Reconciler:
+    base = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
+    settings, _ = rs.load({**base, **env})
+    kube = relisting(FakeKube())
+    return Reconciler(settings, kube, FakeSource(), ManualClock(START), victims=victims)  # type: ignore[arg-type]
+
+
+def test_the_leader_runs_the_loops_of_its_components_in_order() -> None:
+    """``process.py`` lists components; the leader's loops are theirs, in that order."""
+    r = composed(None)
+    names = [name for name, _ in r.leader_loops()]
+    assert names == [name for c in r.components for name, _ in c.loops()]
+    assert names[0] == "reservation-sync"
+    assert names[-2:] == ["capacity-audit", "no-show"]
+    assert "ondemand-leases" not in names  # no lease app handed over
+
+
+def test_preemption_asks_the_app_only_when_it_is_handed_over_as_victims() -> None:
+    """The sweep asks the app for victims, and overstays are reported, only through
+    the capability the process is handed (``victims``), never found by inspection."""
+    alone = composed(None, OVERSTAY_REPORT_ENABLED="true")
+    victims = Victims()
+    asked = composed(victims, OVERSTAY_REPORT_ENABLED="true")
+    assert alone.sweeper._app is None
+    assert asked.sweeper._app is victims
+    # The overstay reporter listens to the pod cache only when there is an app to tell.
+    assert len(asked.caches.pods.listeners) == len(alone.caches.pods.listeners) + 1

@@ -8,11 +8,11 @@ from typing import Any
 import httpx
 import pytest
 
+from reconciler.base.metrics import Metrics
+from reconciler.base.tasks import Tasks
 from reconciler.http import HttpState, build_app
-from reconciler.metrics import Metrics
-from reconciler.push import apply
-from reconciler.sync import Syncer
-from reconciler.tasks import Tasks
+from reconciler.mirror.push import apply
+from reconciler.mirror.sync import Syncer
 from shared.clock import ManualClock, utc
 from shared.resources import GPU_RESERVATIONS
 from shared.settings import SecretStr

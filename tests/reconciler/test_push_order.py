@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from reconciler import push
-from reconciler.metrics import Metrics
-from reconciler.sync import Syncer
+from reconciler.base.metrics import Metrics
+from reconciler.mirror import push
+from reconciler.mirror.sync import Syncer
 from shared.appclient import Reservation
 from shared.clock import ManualClock, utc
 from tests.fakekube import FakeKube

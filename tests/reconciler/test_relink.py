@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from reconciler.relink import Cause, overstaying, target
+from reconciler.admission.adoption import Cause, overstaying, target
 from shared import vocab
 from shared.clock import format_utc
 from shared.model import claim_key

@@ -13,10 +13,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.inventory import placement_of
-from reconciler.pods import PodView, project_pod
-from reconciler.preemption import PreemptionSettings, holders_of, rooms_from
-from reconciler.sweep import Sweeper
+from reconciler.base.inventory import placement_of
+from reconciler.base.pods import PodView, project_pod
+from reconciler.base.settings import PreemptionSettings
+from reconciler.preemption.plan import holders_of, rooms_from
+from reconciler.preemption.sweep import Sweeper
 from shared import model, vocab
 from shared.appclient import PreemptionCandidate
 from shared.appclient.outcomes import Recorded, Transient, TransientReason, Victims

@@ -6,9 +6,9 @@ import asyncio
 from datetime import date
 from typing import Any
 
-from reconciler.metrics import Metrics
-from reconciler.mirror import facts_from, plan
-from reconciler.sync import Syncer
+from reconciler.base.metrics import Metrics
+from reconciler.base.mirroring import facts_from, plan
+from reconciler.mirror.sync import Syncer
 from shared import model
 from shared.clock import ManualClock, utc
 from shared.resources import GPU_RESERVATIONS, PODS

@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
+from reconciler.base.settings import load
+from reconciler.base.tasks import Tasks
 from reconciler.process import LEAD_TASK, Reconciler
-from reconciler.settings import load
-from reconciler.tasks import Tasks
 from shared.clock import ManualClock
 from shared.logs import fields_of
 from tests.fakekube import FakeKube
@@ -36,7 +36,7 @@ def test_cancel_goes_on_without_a_task_that_ignores_its_cancel(
         stuck = tasks.spawn("stubborn", ignores_its_first_cancel)
         fine = tasks.spawn("fine", waits_forever)
         await asyncio.sleep(0)  # both start and wait
-        with caplog.at_level(logging.ERROR, logger="reconciler.tasks"):
+        with caplog.at_level(logging.ERROR, logger="reconciler.base.tasks"):
             await tasks.cancel()
         assert fine.cancelled()
         assert tasks.running() == []
@@ -83,7 +83,7 @@ def test_losing_leadership_goes_on_when_the_terms_start_swallows_its_cancel(
         r.syncer.sync_once = stubborn_sync  # type: ignore[method-assign]
         r._on_leadership(True)
         await syncing.wait()
-        with caplog.at_level(logging.ERROR, logger="reconciler.tasks"):
+        with caplog.at_level(logging.ERROR, logger="reconciler.base.tasks"):
             async with asyncio.timeout(30):  # generous: without the bound it never returns
                 await r._stop_leading()
         stuck_logs = [fields_of(r) for r in caplog.records if r.getMessage() == "task.cancel_stuck"]

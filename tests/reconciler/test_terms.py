@@ -6,8 +6,8 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from reconciler.base.settings import load
 from reconciler.process import Reconciler
-from reconciler.settings import load
 from shared import model, vocab
 from shared.clock import ManualClock
 from shared.model import Hold

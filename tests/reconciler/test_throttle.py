@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from reconciler.throttle import ANNOTATIONS, HOLD, Throttle
+from reconciler.base.throttle import ANNOTATIONS, HOLD, Throttle
 from shared import vocab
 from shared.clock import ManualClock
 

@@ -6,10 +6,10 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from reconciler.caches import Caches
-from reconciler.pods import PodView, project_pod
-from reconciler.settings import load
-from reconciler.upkeep import Keeper, stale, uses_by_reservation
+from reconciler.base.caches import Caches
+from reconciler.base.pods import PodView, project_pod
+from reconciler.base.settings import load
+from reconciler.base.upkeep import Keeper, stale, uses_by_reservation
 from shared import ledger, model, vocab
 from shared.clock import ManualClock
 from shared.ledger import PodUse
@@ -17,7 +17,7 @@ from shared.model import Hold, claim_key
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS
 from tests.fakekube import FakeKube
-from tests.reconciler.builders import END, NS, START
+from tests.reconciler.builders import END, NS, START, relisting
 
 NOW = START + timedelta(minutes=10)
 TTL = 60.0
@@ -233,7 +233,7 @@ def test_a_ledger_change_wakes_upkeep_for_that_reservation() -> None:
     unbound and young: nothing to do). When the newer ledger arrives — the hold bound
     to the pod that left meanwhile — upkeep must look again at once, not at the tick."""
     settings, _ = load({"RESERVATION_API_URL": "http://app", "RESERVATION_API_KEY": "k"})
-    caches = Caches(FakeKube(), settings, ManualClock(NOW))
+    caches = Caches(relisting(FakeKube()), settings, ManualClock(NOW))
     unbound = model.GPUReservation(facts(), (Hold("c1", 1, NOW, "p1"),))
     bound = model.GPUReservation(facts(), (Hold("c1", 1, NOW, "p1", "uid-p1"),))
     for listener in caches.reservations.listeners:

@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from reconciler.settings import load
-from reconciler.upkeep import Keeper
+from reconciler.base.settings import load
+from reconciler.base.upkeep import Keeper
 from shared.clock import ManualClock
 from shared.model import Hold, claim_key
 from shared.settings import SettingsError

@@ -7,9 +7,9 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from reconciler.pods import project_pod
+from reconciler.base.pods import project_pod
+from reconciler.base.settings import load
 from reconciler.process import Reconciler
-from reconciler.settings import load
 from shared import model
 from shared.clock import ManualClock
 from shared.policy.matching import MatchRules

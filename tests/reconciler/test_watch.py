@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-from reconciler.caches import project_reservation, same_reservation
-from reconciler.pods import project_pod
+from reconciler.base.caches import project_reservation, same_reservation
+from reconciler.base.pods import project_pod
 from shared import model, vocab
 from shared.clock import SystemClock, utc
 from shared.errors import Gone

@@ -12,10 +12,11 @@ import itertools
 from datetime import datetime, timedelta
 from typing import Any
 
-from reconciler.evict import Evictor, PassContext
-from reconciler.guarantees import GuaranteeKeeper
-from reconciler.pods import PodView, project_pod
-from reconciler.relink import Relinker
+from reconciler.admission.evicting import PassContext
+from reconciler.admission.guarantees import GuaranteeKeeper
+from reconciler.admission.relink import Relinker
+from reconciler.base.pods import PodView, project_pod
+from reconciler.queue.evict import Evictor
 from shared import model, vocab
 from shared.clock import ManualClock
 from shared.model import Hold

@@ -2,7 +2,7 @@
 
 Every ``galends/*`` key and every Event reason of the vocabulary has a row in the
 reference, every row names something the vocabulary has, a reason's documented type is
-the one ``reconciler.events`` gives it, and a row that says *live* names a constant the
+the one ``reconciler.base.events`` gives it, and a row that says *live* names a constant the
 product code uses. The downward-API example is a valid Pod for the Kubernetes versions
 we support and projects exactly the controller-written keys.
 """

@@ -14,8 +14,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from reconciler import evict, ondemand_status, relink
-from reconciler.pods import project_pod
+from reconciler.admission import adoption
+from reconciler.base.pods import project_pod
+from reconciler.ondemand import status as ondemand_status
+from reconciler.queue import evict
 from shared import vocab
 from shared.clock import utc
 from shared.model import GPUReservation, Kind
@@ -62,11 +64,11 @@ REBUILT: dict[str, Callable[[], str]] = {
     vocab.REASON_BEST_EFFORT_ADMITTED: lambda: wording.best_effort_admitted(
         booking(43, kind=Kind.BEST_EFFORT)
     ),
-    vocab.REASON_OVERSTAY_RELINKED: lambda: relink.relinked_message(
-        relink.Cause.OVERSTAY, "res-42", booking(44), utc(2026, 12, 3, 18), UTC_ZONE
+    vocab.REASON_OVERSTAY_RELINKED: lambda: adoption.relinked_message(
+        adoption.Cause.OVERSTAY, "res-42", booking(44), utc(2026, 12, 3, 18), UTC_ZONE
     ),
-    vocab.REASON_RESERVATION_RELINKED: lambda: relink.relinked_message(
-        relink.Cause.REPLACED, "res-42", booking(44), utc(2026, 12, 3, 18), UTC_ZONE
+    vocab.REASON_RESERVATION_RELINKED: lambda: adoption.relinked_message(
+        adoption.Cause.REPLACED, "res-42", booking(44), utc(2026, 12, 3, 18), UTC_ZONE
     ),
     vocab.REASON_WAITING_FOR_RESERVATION: lambda: wording.waiting_for_reservation(
         booking(), UTC_ZONE

@@ -64,5 +64,5 @@ def test_every_documented_log_grep_matches_a_real_log_line() -> None:
         prefix = re.search(r'"event"\s*:\s*"([a-z_.]+)', pattern)
         assert prefix is not None, (page, pattern)
         event = prefix[1] + ("x" if prefix[1].endswith(".") else "")  # "queue." → "queue.x"
-        line = JsonFormatter().line(0.0, "INFO", "reconciler.admit", event, {"pod": "p"})
+        line = JsonFormatter().line(0.0, "INFO", "reconciler.queue.admit", event, {"pod": "p"})
         assert re.search(pattern, line), (page, pattern, line)

@@ -1,0 +1,222 @@
+"""Saying once that a pod was admitted: ``RuntimeGuaranteed`` / ``BestEffortAdmitted``.
+
+Every admitted pod whose ledger hold is not marked announced — admitted by the
+reconciler's queue, by an on-demand lease, or by the webhook at creation — gets the
+Event, then its hold is bound to the pod and marked (``ledger.announce_all``: one write
+per reservation for all the holds one call announced), so a restart does not say it
+twice. For a hold this process did not create, the pod's Events are read back first (a
+status wiped between the Event and the mark must not announce twice). What this process
+announced is remembered only until the cache shows the mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from reconciler.base.caches import Caches
+from reconciler.base.kube import KubeWriter
+from reconciler.base.metrics import QueueMetrics
+from reconciler.base.pods import PodView
+from reconciler.base.settings import ReconcilerSettings
+from shared import ledger, vocab
+from shared.clock import MonotonicClock, SystemMonotonic
+from shared.errors import KubeError
+from shared.model import GPUReservation, Hold, Kind
+from shared.policy import noshow, wording
+from shared.policy.matching import MatchRules
+from shared.policy.windows import guarantee_end
+from shared.resources import EVENTS
+
+#: Seconds the ledger mark of one announcement may take.
+MARK_DEADLINE_S = 10.0
+
+Send = Callable[[PodView, str, str, datetime], Awaitable[bool]]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """One admission made by this process, to announce."""
+
+    pod: PodView
+    reservation: GPUReservation
+    claim: str
+
+
+def find_hold(res: GPUReservation, pod: PodView) -> Hold | None:
+    """The pod's hold in ``res``: by uid, else by its claim id while that hold is bound
+    to no pod (a hold bound to another pod's uid is that pod's: ``pod`` carries a copy
+    of its claim)."""
+    by_uid = next((h for h in res.holds if h.pod_uid and h.pod_uid == pod.uid), None)
+    if by_uid is not None or pod.claim is None:
+        return by_uid
+    return next((h for h in res.holds if h.claim == pod.claim and not h.bound), None)
+
+
+def guaranteed_until(
+    res: GPUReservation, pool: list[GPUReservation], now: datetime, rules: MatchRules
+) -> datetime:
+    """Until when a pod admitted under ``res`` now is guaranteed (the chained window)."""
+    facts = [r.facts for r in pool]
+    no_shows = noshow.declared(pool)
+    return guarantee_end(res.facts, facts, now, use_group=rules.use_group, no_shows=no_shows)
+
+
+class Announcer:
+    """The announcements of one leader term."""
+
+    def __init__(
+        self,
+        gateway: KubeWriter,
+        caches: Caches,
+        settings: ReconcilerSettings,
+        metrics: QueueMetrics,
+        send: Send,
+        *,
+        mono: MonotonicClock | None = None,
+    ) -> None:
+        self._mono = mono or SystemMonotonic()
+        self._gateway = gateway
+        self._caches = caches
+        self._settings = settings
+        self._metrics = metrics
+        self._send = send
+        self._ns = settings.common.namespace
+        self._zone = settings.common.display_timezone
+        #: (reservation, claim) announced by this process → when; kept until the cache
+        #: shows the ledger's announced flag (or, flag never seen, for a claim TTL).
+        self.announced: dict[tuple[str, str], datetime] = {}
+        #: Pods (uids) whose admission by this process is under way or made and is
+        #: announced by ``announce`` (the on-demand path announces a batch's admissions
+        #: once its asks are done): ``all`` leaves them alone meanwhile, rather than take
+        #: their unannounced holds for the webhook's and announce them a second time.
+        self.expected: set[str] = set()
+
+    def expect(self, uid: str) -> None:
+        """The pod ``uid`` is being admitted here; ``announce`` will announce it."""
+        self.expected.add(uid)
+
+    def forget_expected(self, uid: str) -> None:
+        """The admission of ``uid`` did not happen (or was announced)."""
+        self.expected.discard(uid)
+
+    async def announce(self, admitted: list[Admitted], now: datetime) -> None:
+        """Announce admissions this process made."""
+        try:
+            await self._many([(a, False) for a in admitted], now)
+        finally:
+            for item in admitted:
+                self.expected.discard(item.pod.uid)
+
+    async def all(self, pods: list[PodView], admitted: list[Admitted], now: datetime) -> None:
+        """Announce ``admitted`` (this pass's) and every unannounced admitted pod."""
+        by_name = self._caches.by_name()
+        todo = {(a.reservation.name, a.claim): a for a in admitted}
+        found: list[tuple[PodView, GPUReservation, Hold]] = []
+        for pod in pods:
+            res = by_name.get(pod.reference or "")
+            if res is None or pod.finished or pod.deleting or pod.uid in self.expected:
+                continue
+            hold = find_hold(res, pod)
+            if hold is not None and not hold.announced:
+                found.append((pod, res, hold))
+        # Binding follows: of two pods carrying one unbound claim, the first persisted
+        # takes it (``ledger.persisted``, as upkeep and the backstop decide), whatever
+        # order the cache lists them in.
+        found.sort(key=lambda item: ledger.persisted(item[0].use()))
+        for pod, res, hold in found:
+            if (res.name, hold.claim) not in todo:
+                todo[(res.name, hold.claim)] = Admitted(pod, res, hold.claim)
+        self._forget(by_name, now)
+        ours = {(a.reservation.name, a.claim) for a in admitted}
+        fresh = [(a, key not in ours) for key, a in todo.items() if key not in self.announced]
+        await self._many(fresh, now)
+
+    async def _many(self, items: list[tuple[Admitted, bool]], now: datetime) -> None:
+        """Each item's Event (``True``: a hold this process did not create, read back
+        first), then one ledger write per reservation binding and marking every hold
+        whose Event went out — not one write per pod: a window opening for ten pods of
+        one booking would make ten writes race on one object."""
+        pool = list(self._caches.reservations.items.values())
+        ends: dict[str, datetime] = {}  # the guarantee end per reservation, this call
+        sent = await asyncio.gather(*(self._say(a, w, pool, ends, now) for a, w in items))
+        marks: dict[str, dict[str, tuple[str, str]]] = {}
+        for (item, _), ok in zip(items, sent, strict=True):
+            if ok:
+                marks.setdefault(item.reservation.name, {})[item.claim] = (
+                    item.pod.name,
+                    item.pod.uid,
+                )
+        await asyncio.gather(*(self._mark(name, pods, now) for name, pods in marks.items()))
+
+    async def _say(
+        self,
+        item: Admitted,
+        webhook: bool,
+        pool: list[GPUReservation],
+        ends: dict[str, datetime],
+        now: datetime,
+    ) -> bool:
+        """The Event of one admission (unless read back as sent); whether it is out."""
+        res, pod = item.reservation, item.pod
+        if res.facts.kind is Kind.BEST_EFFORT:
+            reason, text = vocab.REASON_BEST_EFFORT_ADMITTED, wording.best_effort_admitted(res)
+        else:
+            if res.name not in ends:
+                ends[res.name] = guaranteed_until(res, pool, now, self._settings.rules)
+            reason = vocab.REASON_RUNTIME_GUARANTEED
+            text = wording.runtime_guaranteed(res, ends[res.name], self._zone)
+        told = webhook and await self._told_before(pod, reason, res.name)
+        if not told and not await self._send(pod, reason, text, now):
+            return False
+        self.announced[(res.name, item.claim)] = now
+        if webhook:
+            self._metrics.admissions.labels("webhook").inc()
+        return True
+
+    async def _mark(self, name: str, pods: dict[str, tuple[str, str]], now: datetime) -> None:
+        """Bind the holds ``pods`` names (claim → pod name, uid) and mark them announced."""
+        deadline = self._mono.monotonic() + MARK_DEADLINE_S
+        await ledger.amend(
+            self._gateway,
+            self._ns,
+            name,
+            lambda cur: ledger.announce_all(cur, pods),
+            now=now,
+            deadline=deadline,
+            monotonic=self._mono.monotonic,
+        )
+
+    def _forget(self, by_name: dict[str, GPUReservation], now: datetime) -> None:
+        """Drop what the ledger now remembers: a hold the cache shows announced, or gone
+        (its reservation gone, or the hold absent for longer than a claim TTL)."""
+        cutoff = now - timedelta(seconds=self._settings.ledger_claim_ttl_s)
+        for key, at in list(self.announced.items()):
+            res = by_name.get(key[0])
+            hold = next((h for h in res.holds if h.claim == key[1]), None) if res else None
+            if (
+                res is None
+                or (hold is not None and hold.announced)
+                or (hold is None and at < cutoff)
+            ):
+                del self.announced[key]
+
+    async def _told_before(self, pod: PodView, reason: str, res_name: str) -> bool:
+        """Whether the pod already carries our announcement of ``res_name`` (read back).
+
+        Only for holds this process did not create (webhook admissions, rebuilt holds):
+        a status wiped between the Event and the flag must not announce twice."""
+        selector = f"involvedObject.uid={pod.uid},reason={reason}"
+        try:
+            listed = await self._gateway.list_all(EVENTS, pod.namespace, field_selector=selector)
+        except KubeError:
+            return False
+        return any(
+            e.get("reportingComponent") == vocab.PRODUCT_NAME
+            and e.get("reason") == reason
+            and (e.get("involvedObject") or {}).get("uid") == pod.uid
+            and res_name in (w.strip(".,:;()") for w in str(e.get("message", "")).split())
+            for e in listed.items
+        )

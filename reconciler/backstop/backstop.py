@@ -1,0 +1,236 @@
+"""The backstop's loop on the leader (DESIGN §3, §10): ``Backstop``, an evicting pass
+(``reconciler.admission.evicting``) over the rule of ``reconciler.backstop.rules``.
+
+It runs on every change of a pod, a node or a reservation that can move a verdict
+(``wire``), and every tick as a backstop. Before acting it re-reads the pod, its
+reservation and its node (and the earlier holder of a shared claim) and decides again
+on the fresh objects (a lagging cache must never evict: a reservation just reassigned
+to the pod's namespace, a pod just re-linked, a taint just removed), under the
+re-linker's lock. The eviction itself is ``reconciler.admission.evicting.remove``: a
+Warning Event ``UnadmittedToleration`` whose message names exactly why — only what the
+pod itself carries, never another user's booking — (not repeated after a restart),
+then a delete with a uid precondition.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from reconciler.admission.evicting import EvictingPass, PassContext, remove
+from reconciler.backstop.rules import (
+    Finding,
+    Group,
+    Ledgers,
+    Scope,
+    Times,
+    breach_of,
+    findings,
+    group_from,
+    in_scope,
+    message,
+)
+from reconciler.base.caches import Caches, ledger_only
+from reconciler.base.component import Ground, Loop
+from reconciler.base.pods import PodView
+from reconciler.base.upkeep import charged_to
+from shared import model, vocab
+from shared.errors import KubeError, NotFound
+from shared.logs import log
+from shared.model import GPUReservation
+from shared.policy.inventory import NodeFacts, project_node_facts
+from shared.resources import GPU_RESERVATIONS, NODES
+
+_log = logging.getLogger(__name__)
+BACKSTOP_TASK = "admission-backstop"
+
+
+class Backstop(EvictingPass[Finding]):
+    """Runs the rule over the leader's caches; evicts what it finds."""
+
+    def __init__(
+        self,
+        ctx: PassContext,
+        namespace: str,
+        *,
+        scope: Scope,
+        mirror_current: Callable[[], bool],
+        on_evicted: Callable[[str], None] | None = None,
+        nodes: Callable[[], Mapping[str, NodeFacts]] = dict,
+        group: Group | None = None,
+        times: Times | None = None,
+        tick_s: float = 300.0,
+    ) -> None:
+        super().__init__(ctx, on_evicted=on_evicted)
+        self._tick_s = tick_s
+        self._ns = namespace
+        self.scope = scope
+        self._mirror_current = mirror_current
+        self._nodes = nodes
+        #: The cache's index of live pods by reservation (None: scan the pod cache).
+        self._group = group
+        self._times = times or Times()
+
+    def loops(self) -> list[Loop]:
+        """The backstop's pass on changes, and every ``tick_s``."""
+        return [(BACKSTOP_TASK, lambda: self.run(self._tick_s))]
+
+    def _group_of(self, pods: Mapping[str, PodView]) -> Group:
+        return self._group if self._group is not None else group_from(pods.values())
+
+    def _due(
+        self, chosen: Mapping[str, PodView], pods: Mapping[str, PodView], now: datetime
+    ) -> list[Finding]:
+        group = self._group_of(pods)
+        if chosen is not pods:
+            # A pass over touched pods: the pods sharing a claim with one of them are
+            # decided too (a copy seen before its original is the copy once the
+            # original shows).
+            sharing: dict[str, PodView] = {}
+            for pod in chosen.values():
+                if pod.claim and pod.reference:
+                    for other in group(pod.reference):
+                        if other.claim == pod.claim:
+                            sharing[other.key] = other
+            chosen = {**chosen, **sharing}
+        return findings(
+            chosen.values(),
+            self._reservations(),
+            self.scope,
+            now,
+            mirror_current=self._mirror_current(),
+            nodes=self._nodes(),
+            group=group,
+            times=self._times,
+        )
+
+    async def _act(self, finding: Finding, now: datetime, taken: dict[str, int]) -> bool:
+        text = message(finding)
+        reason = vocab.REASON_UNADMITTED_TOLERATION
+        if not await remove(self._gateway, self._emit, finding.pod, reason, text, now):
+            return False
+        self._count(finding.breach)
+        log(
+            _log,
+            logging.WARNING,
+            "backstop.evicted",
+            pod=finding.pod.key,
+            breach=str(finding.breach),
+            reservation=finding.reference,
+            holder=finding.holder,
+            node=finding.pod.node,
+        )
+        return True
+
+    async def _still_due(self, finding: Finding, now: datetime) -> Finding | None:
+        """The finding decided again on fresh reads of the pod, its node, its reservation
+        and the claim's holder; None when it no longer holds or a read failed (an
+        unreadable object is unknown state, never a reason to evict)."""
+        try:
+            pod = await self._reread(finding.pod.namespace, finding.pod.name)
+            if pod is None or pod.uid != finding.pod.uid:
+                return None
+            nodes = await self._read_node(pod.node)
+            if not in_scope(pod, self.scope, nodes):
+                return None
+            reservations = await self._read_reservation(pod.reference)
+            swap: dict[str, PodView | None] = {pod.uid: pod}
+            if finding.holder is not None:
+                ns, _, name = finding.holder.partition("/")
+                first = await self._reread(ns, name)
+                cached = self._pods().get(finding.holder)
+                if cached is not None:
+                    swap[cached.uid] = first
+                if first is not None:
+                    swap[first.uid] = first
+        except (KubeError, ValueError) as exc:
+            log(_log, logging.WARNING, "backstop.read_failed", pod=finding.pod.key, error=str(exc))
+            return None
+        group = self._group_of(self._pods())
+
+        def fresh_group(name: str) -> list[PodView]:
+            members = [m for m in group(name) if m.uid not in swap]
+            return members + [p for p in swap.values() if p is not None and charged_to(p) == name]
+
+        ledgers = Ledgers(fresh_group, now, self._times)
+        current = self._mirror_current()
+        fresh = breach_of(pod, reservations, nodes, ledgers, now, mirror_current=current)
+        return fresh if fresh is not None and fresh.breach == finding.breach else None
+
+    async def _read_reservation(self, ref: str | None) -> dict[str, GPUReservation]:
+        """``{ref: reservation}``, or empty when it does not exist; ``ValueError`` when
+        the object exists but is malformed."""
+        if ref is None or model.parse_reference(ref) is None:
+            return {}
+        try:
+            raw = await self._gateway.get(GPU_RESERVATIONS, ref, self._ns)
+        except NotFound:
+            return {}
+        return {ref: model.from_object(raw)}
+
+    async def _read_node(self, name: str | None) -> dict[str, NodeFacts]:
+        """``{name: facts}`` when the node exists and carries a reservation taint. A
+        LIST by ``metadata.name`` (a consistent read): the reconciler may list and
+        watch nodes, not get them."""
+        if name is None:
+            return {}
+        found = await self._gateway.list_all(NODES, field_selector=f"metadata.name={name}")
+        for raw in found.items:
+            facts = project_node_facts(raw)
+            if facts is not None and facts.name == name:
+                return {name: facts}
+        return {}
+
+
+def wire(backstop: Backstop, caches: Caches) -> None:
+    """Wake ``backstop`` for a pod in scope that changed (on a reserved node, or
+    declaring a reservation toleration), for the pods under a reservation whose ledger
+    moved, for every pod when a reservation's facts or a node's reservation taints
+    changed."""
+
+    def pod_changed(key: str, old: PodView | None, new: PodView | None) -> None:
+        if new is None:
+            return
+        if new.declared or (new.node is not None and new.node in caches.nodes.items):
+            backstop.touch(key)
+
+    def node_changed(key: str, old: NodeFacts | None, new: NodeFacts | None) -> None:
+        before = old.classes if old is not None else ()
+        after = new.classes if new is not None else ()
+        if before != after:
+            backstop.touch()
+
+    def reservation_changed(
+        key: str, old: GPUReservation | None, new: GPUReservation | None
+    ) -> None:
+        if not ledger_only(old, new):
+            backstop.touch()
+        elif new is not None:  # the holds moved: the pods counted in it are judged again
+            for pod in caches.by_reference.pods(new.name):
+                backstop.touch(pod.key)
+
+    caches.pods.listeners.append(pod_changed)
+    caches.nodes.listeners.append(node_changed)
+    caches.reservations.listeners.append(reservation_changed)
+
+
+def setup(ground: Ground, ctx: PassContext) -> Backstop:
+    """The backstop of one leader term, on the evicting pass's context ``ctx``,
+    subscribed to the pod, node and reservation caches."""
+    settings = ground.settings
+    ns = settings.common.namespace
+    metrics = ground.metrics
+    backstop = Backstop(
+        ctx,
+        ns,
+        scope=Scope(ns, settings.exempt_namespaces),
+        mirror_current=ground.fetched,
+        on_evicted=lambda reason: metrics.unadmitted.labels(reason).inc(),
+        nodes=lambda: ground.caches.nodes.items,
+        group=ground.caches.by_reference.pods,
+        times=Times(float(settings.ledger_claim_ttl_s), settings.unseen_s),
+        tick_s=float(settings.queue_interval_s),
+    )
+    wire(backstop, ground.caches)
+    return backstop

@@ -1,0 +1,289 @@
+"""Ledger upkeep on the leader (DESIGN §3.2): keep every hold true to the live pods.
+
+For each reservation the wanted ledger is ``shared.ledger.rebuild`` over the live
+(unfinished) pods that carry its booking reference: holds are bound to their pod by
+uid, else by claim id (to the first pod persisted with it), holds of finished or
+deleted pods are dropped, unbound holds whose pod has not appeared within
+``LEDGER_UNSEEN_HOLD_SECONDS`` (never more than ``LEDGER_CLAIM_TTL_SECONDS``) are
+released — counted, and timed: the pass runs when the first of them comes due, not on
+the tick — and an admitted pod without a hold gets one while its booking is open and
+has room (adoption, in persisted order). The
+write goes through ``ledger.amend`` (CAS on ``/status``), which re-applies the same
+pure change to a fresh read, so a claim racing with the upkeep is never lost.
+
+Upkeep runs only once the pod cache is synced: an empty cache must never read as
+"every pod is gone". It runs for the reservations a pod event touched at once, and
+for all of them on the backstop tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import datetime
+
+from reconciler.base.pods import PodView
+from shared import ledger
+from shared.clock import Clock, MonotonicClock, SystemMonotonic
+from shared.ledger import LedgerGateway, PodUse
+from shared.logs import log
+from shared.model import GPUReservation, Hold
+
+_log = logging.getLogger(__name__)
+#: Seconds one reservation's upkeep may take before it is left to the next round.
+UPKEEP_DEADLINE_S = 10.0
+
+
+def charged_to(pod: PodView) -> str | None:
+    """The reservation whose ledger ``pod`` counts in: the one it references, while it
+    is live (not finished) and has a uid; None when it counts in none."""
+    if pod.finished or not pod.uid:
+        return None
+    return pod.reference
+
+
+def uses_by_reservation(pods: Iterable[PodView]) -> dict[str, list[PodUse]]:
+    """Live admitted pods, grouped by the reservation they reference."""
+    grouped: dict[str, list[PodUse]] = {}
+    for pod in pods:
+        ref = charged_to(pod)
+        if ref is not None:
+            grouped.setdefault(ref, []).append(pod.use())
+    return grouped
+
+
+def wanted(
+    res: GPUReservation,
+    uses: list[PodUse],
+    now: datetime,
+    ttl_s: float,
+    unseen_s: float | None = None,
+) -> GPUReservation:
+    """The ledger ``res`` should have (pure)."""
+    return ledger.rebuild(res, uses, now, ttl_s, unseen_s)
+
+
+def stale(
+    reservations: Mapping[str, GPUReservation],
+    uses: Mapping[str, list[PodUse]],
+    now: datetime,
+    ttl_s: float,
+    unseen_s: float | None = None,
+) -> list[str]:
+    """Names of reservations whose ledger differs from what the pods imply.
+
+    The order of the holds carries no meaning: a rebuild lists them in the order its
+    pods came, and upkeep (the pod cache's index by reference) and the queue pass (the
+    whole pod cache) hand the same pods over in different orders. Comparing in order,
+    the queue pass saw a ledger upkeep had just written as stale and waited for a write
+    that never came (every pod of the booking held back until the next tick)."""
+    return sorted(
+        name
+        for name, res in reservations.items()
+        if by_claim(wanted(res, uses.get(name, []), now, ttl_s, unseen_s).holds)
+        != by_claim(res.holds)
+    )
+
+
+def by_claim(holds: Iterable[Hold]) -> list[Hold]:
+    """The holds in claim order (one ledger's claims are unique)."""
+    return sorted(holds, key=lambda h: h.claim)
+
+
+#: How often a leader loop looks whether the caches it reads have synced.
+READY_POLL_S = 0.05
+
+
+async def until_ready(ready: Callable[[], bool]) -> None:
+    """Return once ``ready()`` holds (the caches a loop reads have done their LIST)."""
+    while not ready():  # noqa: ASYNC110 - polls the caches' sync flags
+        await asyncio.sleep(READY_POLL_S)
+
+
+async def wait_either(first: Awaitable[object], second: Awaitable[object]) -> bool:
+    """Wait for whichever finishes first (the other is cancelled); True if ``first``."""
+    a, b = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    try:
+        done, _ = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (a, b):
+            task.cancel()
+        await asyncio.gather(a, b, return_exceptions=True)
+    return a in done
+
+
+class Dirty:
+    """What a leader pass driven by cache events looks at next: the keys (pods) touched
+    since its last pass, or everything. Touches coalesce — however many arrive before
+    the pass runs, one pass drains them all — and a pass over the touched keys costs
+    what changed, not every pod in the cache (a window opening for 500 pods is 500 pod
+    events: a full pass for each was quadratic)."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+        #: The next pass looks at everything (at start, on the tick, a reservation change).
+        self.everything = True
+        self.wake = asyncio.Event()
+
+    def touch(self, key: str | None = None) -> None:
+        """Look at ``key`` soon (None: at everything)."""
+        if key is None:
+            self.everything = True
+        else:
+            self.keys.add(key)
+        self.wake.set()
+
+    def take(self) -> set[str] | None:
+        """The keys the next pass looks at (None: all), collecting afresh from now."""
+        keys = None if self.everything else self.keys
+        self.keys = set()
+        self.everything = False
+        self.wake.clear()
+        return keys
+
+
+async def passes(
+    ready: Callable[[], bool],
+    dirty: Dirty,
+    once: Callable[[set[str] | None], Awaitable[object]],
+    clock: Clock,
+    tick_s: float,
+) -> None:
+    """Run ``once`` over everything as soon as the caches are ready, then over the keys
+    touched whenever ``dirty`` wakes, and over everything every ``tick_s`` (the loop of
+    a leader pass driven by cache events)."""
+    await until_ready(ready)
+    while True:
+        await once(dirty.take())
+        if await wait_either(clock.sleep(tick_s), dirty.wake.wait()):
+            dirty.touch()
+
+
+class Keeper:
+    """Runs upkeep over the caches; ``touch`` asks for one reservation at once.
+
+    ``uses(name)`` gives the live pods charged to reservation ``name`` as the pod cache
+    holds them at the call (``reconciler.base.caches.ByReference``: an index, so a write
+    attempt costs the pods of its reservation, not a scan of every pod)."""
+
+    def __init__(
+        self,
+        gateway: LedgerGateway,
+        namespace: str,
+        clock: Clock,
+        ttl_s: float,
+        uses: Callable[[str], list[PodUse]],
+        reservations: Callable[[], Mapping[str, GPUReservation]],
+        ready: Callable[[], bool],
+        *,
+        unseen_s: float | None = None,
+        on_unseen: Callable[[int], None] | None = None,
+        mono: MonotonicClock | None = None,
+    ) -> None:
+        self._mono = mono or SystemMonotonic()
+        self._gateway = gateway
+        self._ns = namespace
+        self._clock = clock
+        self._ttl_s = ttl_s
+        #: Seconds an unbound hold waits for its pod (the TTL when not given).
+        self._unseen_s = ttl_s if unseen_s is None else min(unseen_s, ttl_s)
+        self._on_unseen = on_unseen
+        #: Unbound holds released because their pod never appeared.
+        self.unseen_released = 0
+        self._uses = uses
+        self._reservations = reservations
+        self._ready = ready
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self.writes = 0
+
+    def touch(self, name: str) -> None:
+        """Reconsider reservation ``name`` soon (a pod under it changed or left)."""
+        self._dirty.add(name)
+        self._wake.set()
+
+    async def run(self, tick_s: float) -> None:
+        """Upkeep the touched reservations at once, and all of them every ``tick_s`` (or
+        as soon as an unbound hold expires, if sooner).
+
+        The first full pass runs as soon as the caches are synced (a restart heals at
+        once, not a tick later)."""
+        await until_ready(self._ready)
+        await self.once()
+        while True:
+            nap = self.nap(tick_s)
+            ticked = await wait_either(self._clock.sleep(nap), self._wake.wait())
+            names = None if ticked else set(self._dirty)
+            self._wake.clear()
+            self._dirty.clear()
+            await self.once(names)
+
+    def nap(self, tick_s: float) -> float:
+        """Seconds until the next full pass: the tick, or sooner when an unbound hold
+        comes due for release before it (a hold whose pod never appears — a create
+        refused after the webhook, a hand-made review — would otherwise keep its GPUs
+        until the tick)."""
+        now = self._clock.now()
+        due = [
+            (h.at - now).total_seconds() + self._unseen_s
+            for r in self._reservations().values()
+            for h in r.holds
+            if not h.bound
+        ]
+        return min(tick_s, max(0.01, min(due, default=tick_s) + 0.01))
+
+    async def once(self, names: set[str] | None = None) -> list[str]:
+        """One pass (over ``names``, or all); the reservations written."""
+        if not self._ready():
+            return []
+        now = self._clock.now()
+        reservations = dict(self._reservations())
+        if names is not None:
+            reservations = {n: r for n, r in reservations.items() if n in names}
+        uses = {name: self._uses(name) for name in reservations}
+        ttl_s, unseen_s = self._ttl_s, self._unseen_s
+        written = []
+        for name in stale(reservations, uses, now, ttl_s, unseen_s):
+            released = [0]
+
+            def change(
+                cur: GPUReservation, name: str = name, released: list[int] = released
+            ) -> GPUReservation:
+                # The pods as the cache holds them now, not at the start of the pass:
+                # ``cur`` is a fresh read, and a hold bound since (the announcer binds a
+                # webhook admission's hold to its pod once the cache shows the pod) must
+                # be judged against a cache at least that new, or its pod would look
+                # gone and the hold be dropped while the pod runs — freeing its GPUs
+                # for one admission too many.
+                new = wanted(cur, self._uses(name), now, ttl_s, unseen_s)
+                released[0] = ledger.unseen(cur, new, now, unseen_s)
+                return new
+
+            deadline = self._mono.monotonic() + UPKEEP_DEADLINE_S
+            got = await ledger.amend(
+                self._gateway,
+                self._ns,
+                name,
+                change,
+                now=now,
+                deadline=deadline,
+                monotonic=self._mono.monotonic,
+            )
+            if got is not None:
+                written.append(name)
+                self.writes += 1
+                log(_log, logging.INFO, "ledger.upkeep", reservation=name, holds=len(got.holds))
+                if released[0]:
+                    self.unseen_released += released[0]
+                    if self._on_unseen is not None:
+                        self._on_unseen(released[0])
+                    log(
+                        _log,
+                        logging.WARNING,
+                        "ledger.unseen_released",
+                        reservation=name,
+                        holds=released[0],
+                        after_s=unseen_s,
+                    )
+        return written
