@@ -344,7 +344,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m reconciler") 
     context = args.context or current_context(files)
     namespace = args.namespace or context_namespace(files, context)
     try:
-        gateway = Gateway.from_kubeconfig(files, context)
+        # K8S_TLS_STRICT_VERIFY=false: the processes' escape hatch for a cluster PKI
+        # without Authority Key Identifiers works for the plugin too.
+        strict = reader.boolean("K8S_TLS_STRICT_VERIFY", True, strict=False)
+        gateway = Gateway.from_kubeconfig(files, context, strict_tls=strict)
     except Exception as exc:  # the client library raises its own types for bad files
         print(f"{prog}: cannot load kubeconfig {', '.join(files)}: {exc}", file=sys.stderr)
         return 1

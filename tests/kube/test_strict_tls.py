@@ -196,3 +196,26 @@ def test_a_process_logs_its_credentials_and_a_relaxed_verification(
     strict.close()
     assert strict.strict_tls
     assert not any("k8s.tls_relaxed" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("relaxed", [False, True])
+def test_the_kubectl_plugin_honours_the_setting(
+    relaxed: bool,
+    legacy_server: tuple[int, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``kubectl gpures`` talks to the same API server as the processes: the escape
+    hatch is read from its environment too."""
+    from reconciler import cli
+
+    port, ca = legacy_server
+    monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path, port, ca))
+    if relaxed:
+        monkeypatch.setenv("K8S_TLS_STRICT_VERIFY", "false")
+    else:
+        monkeypatch.delenv("K8S_TLS_STRICT_VERIFY", raising=False)
+    cli.main(["list", "-n", "alice"])
+    refused = "certificate verify failed" in capsys.readouterr().err.lower()
+    assert refused is not relaxed
