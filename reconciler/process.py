@@ -21,7 +21,7 @@ from typing import Protocol
 
 import uvicorn
 
-from reconciler import backstop, events
+from reconciler import backstop, events, usage
 from reconciler.admit import Admitter
 from reconciler.audit import CapacityAuditor
 from reconciler.caches import STALL_S, Caches, ledger_only
@@ -82,7 +82,15 @@ class Reconciler:
         self.metrics = Metrics()
         self.tasks = Tasks()
         ns = settings.common.namespace
-        self.syncer = Syncer(source, gateway, ns, clock, self.metrics, settings.lookahead_days)
+        self.syncer = Syncer(
+            source,
+            gateway,
+            ns,
+            clock,
+            self.metrics,
+            settings.lookahead_days,
+            retention=settings.usage.retention,  # usage (issue 31)
+        )
         self.elector = Elector(
             gateway,
             ns,
@@ -199,6 +207,10 @@ class Reconciler:
             mirror=self.syncer.record,
         )
         self.caches.reservations.listeners.append(self._reservation_changed)
+        # usage (issue 31): booked versus used accounting on the leader's caches.
+        self.usage = usage.setup(
+            gateway, ns, clock, self.caches, self.metrics.registry, settings.usage
+        )
         #: Wakes the no-show loop when a booking gains its first or loses its last holder.
         self.holding = Holding(self.noshows.touch)
         self.caches.pods.listeners.append(self.holding.changed)
@@ -230,6 +242,7 @@ class Reconciler:
             *self.sweeper.loops(),
             (AUDIT_TASK, self.auditor.run),
             (NOSHOW_TASK, self.noshows.run),
+            *self.usage.loops(),  # usage (issue 31)
         ]
 
     def _reservation_changed(
@@ -313,6 +326,7 @@ class Reconciler:
         self.holding.clear()
         self.noshows.reset()
         self.auditor.reset()
+        self.usage.reset()  # usage (issue 31)
 
     def _current_caches(self) -> Caches:
         """The caches this replica runs now: the leader's, or its standby watches."""

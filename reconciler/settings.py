@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from reconciler.preemption import PreemptionSettings, preemption_from
 from reconciler.rotation import RotationSettings, rotation_from
+from reconciler.usage.settings import UsageSettings, usage_from  # usage (issue 31)
 from shared.policy.matching import MatchRules
 from shared.settings import (
     ClockSettings,
@@ -139,6 +140,8 @@ class ReconcilerSettings:
     #: LEDGER_UNSEEN_HOLD_SECONDS (1..86400, default 10): an unbound ledger hold whose
     #: pod has not appeared this long after the hold was made is released.
     ledger_unseen_hold_s: int = 10
+    #: USAGE_* (issue 31): the usage pass, its checkpoints, the retention of ended ones.
+    usage: UsageSettings = field(default_factory=lambda: UsageSettings())
 
     @property
     def unseen_s(self) -> float:
@@ -181,6 +184,7 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         preemption=preemption_from(reader),
         exempt_namespaces=_namespaces(reader, "UNADMITTED_EXEMPT_NAMESPACES"),
         ledger_unseen_hold_s=reader.integer("LEDGER_UNSEEN_HOLD_SECONDS", 10, 1, 86400),
+        usage=usage_from(reader),  # usage (issue 31)
     )
     reader.check()
     return settings, reader

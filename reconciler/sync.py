@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Mapping
-from datetime import date
+from datetime import date, timedelta
 from typing import Any, Protocol
 
 from reconciler.apphealth import AppHealth
@@ -61,6 +61,7 @@ class Syncer:
         clock: Clock,
         metrics: Metrics,
         lookahead_days: int,
+        retention: timedelta = timedelta(0),
     ) -> None:
         self.source = source
         self._gateway = gateway
@@ -68,6 +69,8 @@ class Syncer:
         self.clock = clock
         self._metrics = metrics
         self._lookahead = lookahead_days
+        #: How long an ended mirror is kept for its usage record (issue 31).
+        self.retention = retention
         self.writer = MirrorWriter(gateway, namespace, metrics)
         #: The app's health as the poll sees it (the lease path adds its own calls).
         self.health = AppHealth(clock)
@@ -159,7 +162,7 @@ class Syncer:
         raw_objects = (await self._gateway.list_all(GPU_RESERVATIONS, self._ns)).items
         existing, phases = _parse_existing(raw_objects)
         referenced = await self._referenced()
-        decided = plan(fetched, existing, phases, referenced, now)
+        decided = plan(fetched, existing, phases, referenced, now, self.retention)
         # Concurrently (bounded), but every active entry's write ends before the first
         # other one starts (``installed_first``); deletes and status refreshes after.
         for _, batch in itertools.groupby(decided.upserts, key=installed_first):

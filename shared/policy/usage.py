@@ -346,3 +346,44 @@ def unchanged(a: Record, b: Record) -> bool:
     """Whether two records differ only in ``as_of`` (nothing to write for the
     structure; the figures follow from the open runs)."""
     return replace(a, as_of=None) == replace(b, as_of=None)
+
+
+# --- a pod's run, from its status -------------------------------------------------------
+
+_RAN = frozenset({"Running", "Succeeded", "Failed"})
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+def run_times(status: Mapping[str, Any]) -> tuple[str, str]:
+    """When a pod began running and when it finished, as its ``status`` says, as text
+    ("" when not yet, or unreadable): the earliest container ``startedAt`` (running or
+    terminated), else ``startTime`` once the phase is Running or later; the latest
+    ``finishedAt`` once the phase is Succeeded or Failed. Pending time is never
+    running time."""
+    phase = status.get("phase")
+    if phase not in _RAN:
+        return ("", "")
+    starts: list[str] = []
+    ends: list[str] = []
+    containers = status.get("containerStatuses")
+    for c in containers if isinstance(containers, list) else []:
+        state = c.get("state") if isinstance(c, Mapping) else None
+        if not isinstance(state, Mapping):
+            continue
+        for name in ("running", "terminated"):
+            part = state.get(name)
+            if not isinstance(part, Mapping):
+                continue
+            started = part.get("startedAt")
+            if isinstance(started, str) and _instant_or_none(started) is not None:
+                starts.append(started)
+            finished = part.get("finishedAt")
+            readable = isinstance(finished, str) and _instant_or_none(finished) is not None
+            if name == "terminated" and readable:
+                ends.append(str(finished))
+    fallback = status.get("startTime")
+    if not starts and isinstance(fallback, str) and _instant_or_none(fallback) is not None:
+        starts.append(fallback)
+    start = min(starts, key=parse_utc) if starts else ""
+    end = max(ends, key=parse_utc) if ends and phase in _FINISHED else ""
+    return (start, end)

@@ -298,3 +298,70 @@ def test_restarting_from_the_stored_record_gives_the_same_figures() -> None:
     straight = usage.advance(rec, WIN, pods, at(45))
     assert again == straight
     assert usage.figures(again, WIN, at(45)).used == 2 * 45 * 60 + 20 * 60
+
+
+# --- a pod's run from its status ------------------------------------------------------
+
+
+def test_run_times_from_container_states() -> None:
+    status = {
+        "phase": "Succeeded",
+        "startTime": "2026-03-02T09:59:00Z",
+        "containerStatuses": [
+            {
+                "state": {
+                    "terminated": {
+                        "startedAt": "2026-03-02T10:01:00Z",
+                        "finishedAt": "2026-03-02T10:30:00Z",
+                    }
+                }
+            },
+            {
+                "state": {
+                    "terminated": {
+                        "startedAt": "2026-03-02T10:00:30Z",
+                        "finishedAt": "2026-03-02T10:20:00Z",
+                    }
+                }
+            },
+        ],
+    }
+    assert usage.run_times(status) == ("2026-03-02T10:00:30Z", "2026-03-02T10:30:00Z")
+
+
+def test_run_times_of_a_running_pod_fall_back_to_start_time() -> None:
+    status = {"phase": "Running", "startTime": "2026-03-02T10:00:00Z", "containerStatuses": []}
+    assert usage.run_times(status) == ("2026-03-02T10:00:00Z", "")
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {},
+        {"phase": "Pending", "startTime": "2026-03-02T10:00:00Z"},
+        {"phase": "Running", "startTime": "never"},
+        {"phase": "Running", "containerStatuses": "x"},
+        {"phase": "Running", "containerStatuses": [1, {"state": 2}, {"state": {"running": 3}}]},
+        {"phase": "Running", "containerStatuses": [{"state": {"running": {"startedAt": 5}}}]},
+    ],
+)
+def test_run_times_of_malformed_or_pending_statuses_are_empty(status: dict[str, object]) -> None:
+    assert usage.run_times(status) == ("", "")
+
+
+def test_a_finished_time_counts_only_once_the_pod_finished() -> None:
+    status = {
+        "phase": "Running",
+        "containerStatuses": [
+            {"state": {"running": {"startedAt": "2026-03-02T10:00:00Z"}}},
+            {
+                "state": {
+                    "terminated": {
+                        "startedAt": "2026-03-02T10:00:00Z",
+                        "finishedAt": "2026-03-02T10:05:00Z",
+                    }
+                }
+            },
+        ],
+    }
+    assert usage.run_times(status) == ("2026-03-02T10:00:00Z", "")
