@@ -138,6 +138,9 @@ class Record:
     open: tuple[Open, ...] = ()
     peak: int = 0
     first_start: datetime | None = None
+    #: ``closed`` by hour of the window: entry i holds the closed GPU-seconds of
+    #: ``[start + i h, start + (i+1) h)`` (for ``--since`` cuts and the plot).
+    hours: tuple[int, ...] = ()
 
     def used(self, window: Window, now: datetime) -> int:
         """Used GPU-seconds up to ``now``: the closed total and the open runs so far."""
@@ -162,6 +165,34 @@ class Figures:
     first_start: datetime | None
     #: Seconds from the window's start to the first pod's start (None: no pod ran).
     to_first_use: int | None
+
+
+HOUR = 3600
+
+
+def spread(hours: list[int], window: Window, gpus: int, start: datetime, stop: datetime) -> None:
+    """Add ``gpus`` x the seconds of ``[start, stop)`` inside the window to ``hours``
+    (grown as needed), hour by hour of the window."""
+    lo, hi = max(start, window.start), min(stop, window.stop)
+    if hi <= lo or gpus <= 0:
+        return
+    a = seconds(window.start, lo)
+    b = seconds(window.start, hi)
+    while a < b:
+        index = a // HOUR
+        edge = min(b, (index + 1) * HOUR)
+        while len(hours) <= index:
+            hours.append(0)
+        hours[index] += gpus * (edge - a)
+        a = edge
+
+
+def used_by_hour(record: Record, window: Window, now: datetime) -> list[int]:
+    """Used GPU-seconds by hour of the window up to ``now`` (closed and open runs)."""
+    hours = list(record.hours)
+    for run in record.open:
+        spread(hours, window, run.gpus, run.since, whole(now))
+    return hours
 
 
 def figures(record: Record, window: Window, now: datetime) -> Figures:
@@ -196,6 +227,7 @@ def advance(record: Record, window: Window, runs: Iterable[Run], now: datetime) 
     seen = {run.uid: run for run in runs}
     folded_before = set(record.folded)
     closed = record.closed
+    hours = list(record.hours)
     folded: list[str] = []
     opened: list[Open] = []
     first = record.first_start
@@ -217,6 +249,7 @@ def advance(record: Record, window: Window, runs: Iterable[Run], now: datetime) 
             first = start_in if first is None else min(first, start_in)
         if run.stopped is not None:
             closed += run.gpus * window.clip(since, whole(run.stopped))
+            spread(hours, window, run.gpus, since, whole(run.stopped))
             folded.append(run.uid)
         else:
             opened.append(Open(run.uid, run.gpus, since))
@@ -224,6 +257,7 @@ def advance(record: Record, window: Window, runs: Iterable[Run], now: datetime) 
     for gone in record.open:
         if gone.uid not in seen:
             closed += gone.gpus * window.clip(gone.since, min(vanished_at, now))
+            spread(hours, window, gone.gpus, gone.since, min(vanished_at, now))
     opened.sort(key=lambda r: r.uid)
     current = (
         sum(r.gpus for r in opened if r.since <= now) if window.start <= now < window.stop else 0
@@ -235,6 +269,7 @@ def advance(record: Record, window: Window, runs: Iterable[Run], now: datetime) 
         open=tuple(opened),
         peak=max(record.peak, current),
         first_start=first,
+        hours=tuple(hours),
     )
 
 
@@ -250,6 +285,7 @@ def record_to_status(record: Record, window: Window) -> dict[str, Any]:
         "folded": list(record.folded),
         "open": [{"uid": r.uid, "gpus": r.gpus, "since": format_utc(r.since)} for r in record.open],
         "peakGpus": record.peak,
+        "closedByHour": list(record.hours),
     }
     if at is not None:
         out["asOf"] = format_utc(at)
@@ -275,6 +311,7 @@ def record_from_status(status: Mapping[str, Any]) -> Record:
     if not isinstance(raw, Mapping):
         raise ValueError("status.usage: not an object")
     opened = _entries(raw.get("open"), "open")
+    hours = _entries(raw.get("closedByHour"), "closedByHour")
     folded = _entries(raw.get("folded"), "folded")
     runs = []
     for i, entry in enumerate(opened):
@@ -294,6 +331,7 @@ def record_from_status(status: Mapping[str, Any]) -> Record:
         folded=tuple(_text(u, f"status.usage.folded[{i}]") for i, u in enumerate(folded)),
         open=tuple(runs),
         peak=_count(raw.get("peakGpus", 0), "status.usage.peakGpus"),
+        hours=tuple(_count(h, f"status.usage.closedByHour[{i}]") for i, h in enumerate(hours)),
         first_start=(
             _instant(raw["firstPodStart"], "status.usage.firstPodStart")
             if raw.get("firstPodStart") is not None

@@ -158,6 +158,8 @@ def test_record_round_trips() -> None:
         {"closedGpuSeconds": 1.5},
         {"closedGpuSeconds": -1},
         {"peakGpus": "2"},
+        {"closedByHour": [1, -2]},
+        {"closedByHour": "x"},
         {"asOf": 5},
         {"firstPodStart": "soon"},
     ],
@@ -271,6 +273,7 @@ def test_random_histories_with_restarts_never_double_count(
     rec, _last = simulate(pods, passes, down, writes)
     now = rec.as_of or at(passes[0])  # a record read back tells its figures as of its pass
     assert usage.figures(rec, WIN, now).used <= reference(pods, WIN, now)
+    assert sum(usage.used_by_hour(rec, WIN, now)) == usage.figures(rec, WIN, now).used
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -287,7 +290,9 @@ def test_restarts_give_the_reference_when_nothing_was_missed(
     down = set(data.draw(st.lists(st.sampled_from(passes), max_size=20))) - unseen
     rec, last = simulate(pods, passes, down, [True] * len(passes))
     for minute in (last, last + 30):
-        assert usage.figures(rec, WIN, at(minute)).used == reference(pods, WIN, at(minute))
+        used = usage.figures(rec, WIN, at(minute)).used
+        assert used == reference(pods, WIN, at(minute))
+        assert sum(usage.used_by_hour(rec, WIN, at(minute))) == used
 
 
 def test_restarting_from_the_stored_record_gives_the_same_figures() -> None:
@@ -365,3 +370,10 @@ def test_a_finished_time_counts_only_once_the_pod_finished() -> None:
         ],
     }
     assert usage.run_times(status) == ("2026-03-02T10:00:00Z", "")
+
+
+def test_used_by_hour_splits_runs_at_the_hour() -> None:
+    win = Window(at(0), at(180), 2)
+    rec = usage.advance(Record(), win, [Run("a", 2, at(30), at(90))], at(100))
+    rec = usage.advance(rec, win, [Run("b", 1, at(150))], at(150))
+    assert usage.used_by_hour(rec, win, at(170)) == [2 * 1800, 2 * 1800, 1200]
