@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -76,6 +77,12 @@ class UsageMetrics:
             namespace=_NAMESPACE,
             registry=registry,
         )
+        self.cpu = Counter(
+            "usage_pass_cpu_seconds",
+            "CPU seconds (thread time) the usage passes took, their writes included.",
+            namespace=_NAMESPACE,
+            registry=registry,
+        )
         self.writes = Counter(
             "usage_record_writes",
             "status.usage writes by outcome (ok, failed).",
@@ -114,6 +121,15 @@ class _Book:
     #: The record as last stored (read at the term's start, or written since).
     stored: Record
     counted: Figures | None = None
+    #: ``usage.form_of(record, window)``, for the record and window it was made of.
+    form: tuple[Record, Window, usage.Form] | None = None
+
+    def figures(self, window: Window, now: datetime) -> Figures:
+        """The record's figures at ``now`` (its line kept between passes)."""
+        kept = self.form
+        if kept is None or kept[0] is not self.record or kept[1] != window:
+            kept = self.form = (self.record, window, usage.form_of(self.record, window))
+        return usage.figures(self.record, window, now, kept[2])
 
 
 class UsageKeeper:
@@ -218,6 +234,13 @@ class UsageKeeper:
         of records written."""
         if not self._ready():
             return 0
+        began = time.thread_time()
+        try:
+            return await self._once(full)
+        finally:
+            self.metrics.cpu.inc(time.thread_time() - began)
+
+    async def _once(self, full: bool) -> int:
         now = usage.whole(self._clock.now())
         reservations = self._reservations()
         names: Iterable[str] = reservations if full else list(self._dirty)
@@ -253,22 +276,40 @@ class UsageKeeper:
             touched = True
         if not touched and not book.record.open and _final(book.record, window):
             return None  # ended, written, no pod: nothing moves
-        if touched or book.record.open or book.record.folded:
+        advanced = touched or self._checkpoint_due(book, window, now)
+        if advanced:
             runs = [run_of(p) for p in self._pods.get(name, {}).values()]
             gone = self._gone.get(name, {})
             present = {r.uid for r in runs}
             runs += [r for uid, r in gone.items() if uid not in present]
-            book.record = usage.advance(book.record, window, runs, now)
+            record = usage.advance(book.record, window, runs, now)
             if gone:
-                kept = {u: r for u, r in gone.items() if u not in book.record.folded}
+                # A pod that left is never reported here again: once folded, its uid
+                # need not be kept (nor its run remembered).
+                done = {u for u in gone if u in record.folded and u not in present}
+                record = replace(record, folded=tuple(u for u in record.folded if u not in done))
+                kept = {u: r for u, r in gone.items() if u not in done}
                 if kept:
                     self._gone[name] = kept
                 else:
                     self._gone.pop(name, None)
-        self._count(res, book, usage.figures(book.record, window, now))
-        if self._due(book, window, now):
+            book.record = record
+        self._count(res, book, book.figures(window, now))
+        if (advanced or book.record is not book.stored) and self._due(book, window, now):
             return (name, res, book.record)
         return None
+
+    def _checkpoint_due(self, book: _Book, window: Window, now: datetime) -> bool:
+        """Whether an untouched record must move its ``as_of`` now: its window stopped
+        since it was last advanced, or its open runs were written a checkpoint ago.
+        Otherwise a pass only reads the figures off the record (its open runs give
+        them at any instant), so a steady pass costs no pod reads."""
+        record, stored = book.record, book.stored
+        if record.as_of is None or record.as_of < window.stop <= now:
+            return True
+        if record.open and stored.as_of is not None:
+            return (now - stored.as_of).total_seconds() >= self.settings.checkpoint_s
+        return False
 
     def _due(self, book: _Book, window: Window, now: datetime) -> bool:
         """Whether the record must be written now."""

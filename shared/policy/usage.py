@@ -27,7 +27,7 @@ No I/O, no clock: ``now`` is always a parameter.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -195,17 +195,49 @@ def used_by_hour(record: Record, window: Window, now: datetime) -> list[int]:
     return hours
 
 
-def figures(record: Record, window: Window, now: datetime) -> Figures:
-    """The record's figures at ``now`` (``now`` at or after ``record.as_of``)."""
+@dataclass(frozen=True, slots=True)
+class Form:
+    """A record's open runs as one line: from ``settled`` on (every run's clipped start
+    passed), used = closed + ``gpus`` x t(min(now, stop)) − ``offset`` (t: Unix
+    seconds). A pass reads thousands of records' figures; this makes each O(1)."""
+
+    gpus: int
+    offset: int
+    settled: datetime
+
+
+def form_of(record: Record, window: Window) -> Form:
+    """``record``'s line in ``window`` (runs starting at or after its stop count 0)."""
+    gpus = offset = 0
+    settled = window.start
+    for run in record.open:
+        begin = max(run.since, window.start)
+        if begin >= window.stop:
+            continue
+        gpus += run.gpus
+        offset += run.gpus * int(begin.timestamp())
+        settled = max(settled, begin)
+    return Form(gpus, offset, settled)
+
+
+def figures(record: Record, window: Window, now: datetime, form: Form | None = None) -> Figures:
+    """The record's figures at ``now`` (``now`` at or after ``record.as_of``);
+    ``form``: ``form_of(record, window)``, kept by a caller that asks often."""
     now = whole(now)
     booked = window.gpus * window.clip(window.start, now)
-    used = record.used(window, now)
+    if form is not None and now >= form.settled:
+        end = int(min(now, window.stop).timestamp())
+        used = record.closed + form.gpus * end - form.offset
+        current = form.gpus if window.start <= now < window.stop else 0
+    else:
+        used = record.used(window, now)
+        current = record.current(window, now)
     first = record.first_start
     return Figures(
         booked=booked,
         used=used,
         idle=max(0, booked - used),
-        current=record.current(window, now),
+        current=current,
         peak=record.peak,
         first_start=first,
         to_first_use=None if first is None else seconds(window.start, first),
@@ -383,7 +415,14 @@ def _instant_or_none(value: Any) -> datetime | None:
 def unchanged(a: Record, b: Record) -> bool:
     """Whether two records differ only in ``as_of`` (nothing to write for the
     structure; the figures follow from the open runs)."""
-    return replace(a, as_of=None) == replace(b, as_of=None)
+    return (a.closed, a.open, a.folded, a.peak, a.first_start, a.hours) == (
+        b.closed,
+        b.open,
+        b.folded,
+        b.peak,
+        b.first_start,
+        b.hours,
+    )
 
 
 # --- a pod's run, from its status -------------------------------------------------------

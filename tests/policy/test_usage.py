@@ -292,6 +292,8 @@ def test_restarts_give_the_reference_when_nothing_was_missed(
     for minute in (last, last + 30):
         used = usage.figures(rec, WIN, at(minute)).used
         assert used == reference(pods, WIN, at(minute))
+        fast = usage.figures(rec, WIN, at(minute), usage.form_of(rec, WIN))
+        assert fast == usage.figures(rec, WIN, at(minute))
         assert sum(usage.used_by_hour(rec, WIN, at(minute))) == used
 
 
