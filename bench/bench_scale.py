@@ -226,7 +226,6 @@ async def measure(n: int, state: Path) -> dict[str, Any]:
             "rss_mib": {"ready": rss_ready, "after": rss_after},
             "cpu_s_per_pass": per_pass,
             "usage_cpu_share": usage_spent / spent if spent > 0 else float("nan"),
-            "usage_worst": usage_pass_cost(n // 5, n, per_pass / TICK_S),
         }
     finally:
         if replica is not None:
@@ -352,7 +351,10 @@ def run() -> list[str]:
     for n in sizes():
         state = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-"))
         try:
-            found.append(asyncio.run(measure(n, state)))
+            measured = asyncio.run(measure(n, state))
+            per_s = measured["cpu_s_per_pass"] / TICK_S
+            measured["usage_worst"] = usage_pass_cost(n // 5, n, per_s)
+            found.append(measured)
         finally:
             shutil.rmtree(state, ignore_errors=True)
     path = write_json("scale", {"conditions": conditions(), "sizes": found, "tick_s": TICK_S})

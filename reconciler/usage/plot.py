@@ -56,20 +56,27 @@ def figure(report: Report) -> Any:
         at += timedelta(hours=1)
     for ax, cls in zip(axes, classes, strict=True):
         groups = sorted(data.get(cls, {}))
-        used = [[data[cls][g].get(t, (0.0, 0.0))[1] for t in slots] for g in groups]
-        booked = [[data[cls][g].get(t, (0.0, 0.0))[0] for t in slots] for g in groups]
-        if groups:
-            ax.stackplot(slots, used, labels=[f"{g} used" for g in groups], step="post", alpha=0.6)
-            total = [0.0] * len(slots)
+        # Each hour's value holds until the next hour: the last one is drawn to its end.
+        edges = [*slots, slots[-1] + timedelta(hours=1)] if slots else []
+        used = [_closed([data[cls][g].get(t, (0.0, 0.0))[1] for t in slots]) for g in groups]
+        booked = [_closed([data[cls][g].get(t, (0.0, 0.0))[0] for t in slots]) for g in groups]
+        if groups and edges:
+            ax.stackplot(edges, used, labels=[f"{g} used" for g in groups], step="post", alpha=0.6)
+            total = [0.0] * len(edges)
             for group, row in zip(groups, booked, strict=True):
                 total = [a + b for a, b in zip(total, row, strict=True)]
-                ax.step(slots, total, where="post", linestyle="--", label=f"{group} booked")
+                ax.step(edges, total, where="post", linestyle="--", label=f"{group} booked")
             ax.legend(loc="upper left", fontsize="small", ncols=2)
         ax.set_title(f"{cls}: booked vs used GPUs by group")
         ax.set_ylabel("GPUs")
         ax.set_xlabel("time (UTC)")
         ax.set_ylim(bottom=0)
     return fig
+
+
+def _closed(values: list[float]) -> list[float]:
+    """``values`` with the last repeated (the value at the last hour's end)."""
+    return [*values, values[-1]] if values else []
 
 
 def write(report: Report, path: str) -> None:
