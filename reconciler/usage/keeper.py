@@ -6,16 +6,18 @@ deleted, or re-linked elsewhere — is remembered as stopped at that instant unt
 is folded) and to the reservation cache. Its pass (on pod changes, and every
 ``USAGE_INTERVAL_SECONDS``) folds each touched reservation's pods into its record
 (``shared.policy.usage.advance``) and writes ``status.usage`` with a merge patch when
-the record changed (a run opened, closed or was forgotten), when its open runs were last
-written ``USAGE_CHECKPOINT_SECONDS`` ago, or once its window has stopped. Every pass
-adds what each reservation's figures grew by since the last pass to the counters.
+the record changed (a run opened, closed or was forgotten), when an open reservation's
+record was last written ``USAGE_CHECKPOINT_SECONDS`` ago, or once its window has
+stopped. Every pass adds what each reservation's figures grew by since the last pass
+to the counters.
 
 The record in memory is this term's truth; at the first pass of a term for a
 reservation it starts from the stored record (``status.usage``) and the pods as listed,
 which give the same figures as an uninterrupted run (the property the policy module's
-tests check). The counters start from the figures of that first pass: what accrued
-between the previous leader's last pass and this one is not counted in the metrics
-(it is in the records).
+tests check). The counters go on from the stored record's figures at its ``asOf``:
+what the previous leader counted after its last write is counted again (at most a
+checkpoint's worth), nothing is lost; a reservation never written starts at the
+figures of its first pass.
 """
 
 from __future__ import annotations
@@ -273,6 +275,10 @@ class UsageKeeper:
                 log(_log, logging.WARNING, "usage.malformed", reservation=name, error=str(exc))
                 stored = Record()
             book = self._books[name] = _Book(stored, stored)
+            if stored.as_of is not None:
+                # The counters go on from the figures the previous term wrote: what it
+                # counted past its last write is counted again (at most a checkpoint).
+                book.counted = usage.figures(stored, window, stored.as_of)
             touched = True
         if not touched and not book.record.open and _final(book.record, window):
             return None  # ended, written, no pod: nothing moves
@@ -301,15 +307,19 @@ class UsageKeeper:
 
     def _checkpoint_due(self, book: _Book, window: Window, now: datetime) -> bool:
         """Whether an untouched record must move its ``as_of`` now: its window stopped
-        since it was last advanced, or its open runs were written a checkpoint ago.
+        since it was last advanced, or it is open and was written a checkpoint ago.
         Otherwise a pass only reads the figures off the record (its open runs give
         them at any instant), so a steady pass costs no pod reads."""
         record, stored = book.record, book.stored
         if record.as_of is None or record.as_of < window.stop <= now:
             return True
-        if record.open and stored.as_of is not None:
-            return (now - stored.as_of).total_seconds() >= self.settings.checkpoint_s
-        return False
+        return window.start <= now < window.stop and self._stale(stored)
+
+    def _stale(self, stored: Record) -> bool:
+        """The stored record is a checkpoint old (or was never written)."""
+        if stored.as_of is None:
+            return True
+        return (self._clock.now() - stored.as_of).total_seconds() >= self.settings.checkpoint_s
 
     def _due(self, book: _Book, window: Window, now: datetime) -> bool:
         """Whether the record must be written now."""
@@ -320,9 +330,7 @@ class UsageKeeper:
             return True
         if now >= window.stop:
             return stored.as_of is None or stored.as_of < window.stop
-        if record.open and stored.as_of is not None:
-            return (now - stored.as_of).total_seconds() >= self.settings.checkpoint_s
-        return False
+        return window.start <= now and self._stale(stored)
 
     def _count(self, res: GPUReservation, book: _Book, fig: Figures) -> None:
         before = book.counted

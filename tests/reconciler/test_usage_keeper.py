@@ -213,7 +213,9 @@ async def test_pending_pods_and_other_reservations_are_not_counted() -> None:
     w.keeper.pod_changed("alice/r", None, view(pod_obj("r", model.reference(2), 1, START)))
     clock.set(START + timedelta(minutes=20))
     await w.keeper.once()
-    assert w.stored(model.reference(1)) == {}
+    pending_only = w.stored(model.reference(1))
+    assert (pending_only["usedGpuSeconds"], pending_only["open"]) == (0, [])
+    assert pending_only["bookedGpuSeconds"] == 4 * 20 * 60
     assert w.stored(model.reference(2))["open"][0]["uid"] == "uid-r"
 
 
@@ -262,3 +264,31 @@ def test_ended_mirrors_are_kept_for_the_retention() -> None:
     later = mirror.plan([], existing, {}, set(), END + timedelta(days=7), timedelta(days=7))
     assert later.deletes == (ended.name,)
     assert mirror.plan([], existing, {}, set(), now).deletes == (ended.name,)
+
+
+def test_an_open_booking_is_checkpointed_and_a_new_term_counts_on_from_it() -> None:
+    asyncio.run(_checkpoints())
+
+
+async def _checkpoints() -> None:
+    clock = ManualClock(START)
+    w = World(clock)
+    install(w.kube, facts(), clock.now())
+    ref = model.reference(1)
+    await w.keeper.once()
+    first = w.stored(ref)["asOf"]
+    clock.set(START + timedelta(minutes=5))
+    assert await w.keeper.once() == 0  # no pod, no change: not a checkpoint yet
+    clock.set(START + timedelta(minutes=10))
+    assert await w.keeper.once() == 1  # 600 s after the last write
+    assert w.stored(ref)["asOf"] != first
+    assert w.stored(ref)["bookedGpuSeconds"] == 4 * 600
+    # The old leader counted on to minute 12; a new one counts from the record's asOf
+    # (minute 10): the two minutes are counted twice, never lost.
+    clock.set(START + timedelta(minutes=12))
+    await w.keeper.once()
+    other = World(clock, w.kube)
+    clock.set(START + timedelta(minutes=20))
+    await other.keeper.once()
+    assert other.counter("booked") == 4 * 600
+    assert w.counter("booked") + other.counter("booked") == 4 * 22 * 60
