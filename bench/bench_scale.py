@@ -314,7 +314,8 @@ def lines(found: list[dict[str, Any]]) -> list[str]:
     rows = [
         "| pods | GPU pods | reservations (mirrored) | nodes | ready s (first start / restart)"
         " | status s after ready | RSS MiB ready / after | CPU s per tick"
-        " | usage share (pass every tick) | usage worst case: pass s first / steady, share |",
+        " | usage share: pass every tick / at the default 30 s"
+        " | usage worst case: pass s first / steady, share |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for f in found:
@@ -326,7 +327,8 @@ def lines(found: list[dict[str, Any]]) -> list[str]:
             f"| {f['status_after_ready_s']:.1f} "
             f"| {rss['ready']:.0f} / {rss['after']:.0f} "
             f"| {f['cpu_s_per_pass']:.2f} "
-            f"| {100 * f['usage_cpu_share']:.2f} % "
+            f"| {100 * f['usage_cpu_share']:.2f} % / "
+            f"{100 * f['usage_cpu_share'] * TICK_S / USAGE_DEFAULT_S:.2f} % "
             f"| {worst['first_pass_cpu_s']:.3f} / {worst['steady_pass_cpu_s']:.3f}, "
             f"{100 * worst['share']:.2f} % |"
         )

@@ -123,6 +123,8 @@ class _Book:
     #: The record as last stored (read at the term's start, or written since).
     stored: Record
     counted: Figures | None = None
+    #: The ``status.phase`` as last written (or assumed right at the term's start).
+    phase: str | None = None
     #: ``usage.form_of(record, window)``, for the record and window it was made of.
     form: tuple[Record, Window, usage.Form] | None = None
 
@@ -280,7 +282,11 @@ class UsageKeeper:
                 # counted past its last write is counted again (at most a checkpoint).
                 book.counted = usage.figures(stored, window, stored.as_of)
             touched = True
-        if not touched and not book.record.open and _final(book.record, window):
+        phase = res.facts.phase(now).value
+        if book.phase is None:
+            book.phase = phase
+        settled = not touched and not book.record.open and book.phase == phase
+        if settled and _final(book.record, window):
             return None  # ended, written, no pod: nothing moves
         advanced = touched or self._checkpoint_due(book, window, now)
         if advanced:
@@ -301,6 +307,11 @@ class UsageKeeper:
                     self._gone.pop(name, None)
             book.record = record
         self._count(res, book, book.figures(window, now))
+        # Every write here carries the phase too: a mirror's status write that lost its
+        # race to one of these (it is conditional on the resourceVersion and leaves a
+        # conflict to the writer that won) must not leave a stale phase behind.
+        if book.phase != phase:
+            return (name, res, book.record)
         if (advanced or book.record is not book.stored) and self._due(book, window, now):
             return (name, res, book.record)
         return None
@@ -347,7 +358,9 @@ class UsageKeeper:
                 counter.labels(*labels).inc(grew)
 
     async def _write(self, name: str, res: GPUReservation, record: Record) -> int:
-        body = {"status": {usage.STATUS_KEY: usage.record_to_status(record, usage.window_of(res))}}
+        phase = res.facts.phase(self._clock.now()).value
+        status = {usage.STATUS_KEY: usage.record_to_status(record, usage.window_of(res))}
+        body = {"status": {**status, "phase": phase}}
         try:
             await self._gateway.patch(
                 GPU_RESERVATIONS,
@@ -369,6 +382,7 @@ class UsageKeeper:
         book = self._books.get(name)
         if book is not None:
             book.stored = record
+            book.phase = phase
         return 1
 
 

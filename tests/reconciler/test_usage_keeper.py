@@ -292,3 +292,27 @@ async def _checkpoints() -> None:
     await other.keeper.once()
     assert other.counter("booked") == 4 * 600
     assert w.counter("booked") + other.counter("booked") == 4 * 22 * 60
+
+
+def test_a_write_carries_the_phase_and_a_phase_change_is_written() -> None:
+    asyncio.run(_phases())
+
+
+async def _phases() -> None:
+    clock = ManualClock(START - timedelta(minutes=1))
+    w = World(clock)
+    install(w.kube, facts(), clock.now())
+    ref = model.reference(1)
+    await w.keeper.once()  # upcoming, nothing to write
+    clock.set(START + timedelta(minutes=1))
+    assert await w.keeper.once() == 1
+    assert w.kube.read(GPU_RESERVATIONS, ref, NS)["status"]["phase"] == "Open"
+    # The booking is cancelled (a spec write whose status write may have lost its race
+    # to ours): the next pass writes the new phase, whatever the record.
+    obj = w.kube.read(GPU_RESERVATIONS, ref, NS)
+    obj["spec"]["state"] = "cancelled"
+    obj["status"]["phase"] = "Open"
+    w.kube.add(GPU_RESERVATIONS, obj, NS)
+    clock.set(START + timedelta(minutes=1, seconds=5))
+    assert await w.keeper.once() == 1
+    assert w.kube.read(GPU_RESERVATIONS, ref, NS)["status"]["phase"] == "Cancelled"
