@@ -59,7 +59,7 @@ from reconciler.pods import PodView
 from reconciler.usage import UsageKeeper, UsageMetrics, UsageSettings
 from sandbox.reconciler_component import ReconcilerProcess, install
 from sandbox.runner import Sandbox, SandboxContext
-from shared import vocab
+from shared import model, vocab
 from shared.clock import ManualClock, SystemClock, format_utc
 from shared.gateway import Gateway
 from shared.model import GPUReservation, Kind, ReservationFacts, State
@@ -279,7 +279,7 @@ def usage_pass_cost(bookings: int, pods: int, process_cpu_per_s: float) -> dict[
     )
     started = format_utc(start + timedelta(minutes=5))
     for i in range(pods):
-        name = f"res-{i % bookings}"
+        name = model.reference(i % bookings)
         view = PodView(
             namespace="u",
             name=f"p{i}",
