@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml requirements.lock
 	  apt-get update -qq && apt-get install -y -qq python3-venv; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev]'
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,plot]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -74,7 +74,7 @@ fuzz: $(STAMP)
 
 # Coverage-guided (atheris, the optional `fuzz` extra) over the AdmissionReview parser.
 fuzz-atheris: $(STAMP)
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,fuzz]'
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,plot,fuzz]'
 	ATHERIS_RUNS=$${ATHERIS_RUNS:-100000} $(BIN)/python -m tests.fuzz.atheris_review
 
 lock:

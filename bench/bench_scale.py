@@ -21,6 +21,14 @@ reconciler``, leader election off) then starts against them; measured:
   idle interval of ``PASSES`` backstop ticks (``QUEUE_PROCESSOR_INTERVAL`` = ``TICK_S``),
   divided by the ticks: every loop's periodic work (queue pass, ledger upkeep, guarantees,
   watches) per tick.
+- **usage share**: the CPU the usage passes took over that interval (the reconciler's
+  ``gpu_reservation_usage_pass_cpu_seconds_total``, read from ``/metrics`` before and
+  after; a full pass every tick: ``USAGE_INTERVAL_SECONDS`` = ``TICK_S``, six times the
+  default rate) as a share of the process's CPU. The scenario's bookings are upcoming and
+  its pods queued, so it is also measured in-process on the worst steady case: N/5
+  bookings all open, N pods all running under them (``usage_pass_cost``): the CPU of one
+  full pass, and that cost at the default interval as a share of the process's CPU per
+  second measured above.
 
 Waiting Events are off (``RESERVATION_WAIT_EVENT_ENABLED=false``): N/5 first Events
 are a one-off burst, not steady state. Growth from 1k to 10k is printed as the ratio
@@ -37,18 +45,28 @@ import os
 import shutil
 import tempfile
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import httpx
+from prometheus_client import CollectorRegistry
 
 from bench.bench_webhook import conditions, write_json
 from bench.bench_window_open import one_class_app
 from bench.procstat import cpu_s, rss_mib
+from reconciler.base.metrics import UsageMetrics
+from reconciler.base.pods import PodView
+from reconciler.base.settings import UsageSettings
+from reconciler.usage import UsageKeeper
 from sandbox.reconciler_component import ReconcilerProcess, install
 from sandbox.runner import Sandbox, SandboxContext
-from shared import vocab
-from shared.clock import SystemClock
+from shared import model, vocab
+from shared.clock import ManualClock, SystemClock, format_utc
 from shared.gateway import Gateway
+from shared.model import GPUReservation, Kind, ReservationFacts, State
+from shared.policy.gpus import GpuRequest
+from shared.policy.matching import PodProfile
 from shared.resources import GPU_RESERVATIONS, PODS
 
 GPU_CLASS = "a100"
@@ -62,7 +80,11 @@ ENV = {
     "QUEUE_PROCESSOR_INTERVAL": str(TICK_S),
     "RESERVATION_WAIT_EVENT_ENABLED": "false",
     "POD_PROBLEM_EVENT_ENABLED": "false",
+    "USAGE_INTERVAL_SECONDS": str(TICK_S),
 }
+#: The default usage pass interval (``USAGE_INTERVAL_SECONDS``).
+USAGE_DEFAULT_S = 30.0
+USAGE_CPU = "gpu_reservation_usage_pass_cpu_seconds_total"
 
 
 def sizes() -> list[int]:
@@ -181,8 +203,11 @@ async def measure(n: int, state: Path) -> dict[str, Any]:
         await asyncio.sleep(TICK_S)  # the first passes after the start settle
         rss_ready = rss_mib(pid)
         before = cpu_s(pid)
+        usage_before = await scraped(replica.url, USAGE_CPU)
         await asyncio.sleep(TICK_S * PASSES)
-        per_pass = (cpu_s(pid) - before) / PASSES
+        spent = cpu_s(pid) - before
+        usage_spent = await scraped(replica.url, USAGE_CPU) - usage_before
+        per_pass = spent / PASSES
         mirrors = len((await gateway.list_all(GPU_RESERVATIONS, ctx.namespace)).items)
         rss_after = rss_mib(pid)
         await replica.stop()
@@ -202,6 +227,7 @@ async def measure(n: int, state: Path) -> dict[str, Any]:
             "status_after_ready_s": status_s,
             "rss_mib": {"ready": rss_ready, "after": rss_after},
             "cpu_s_per_pass": per_pass,
+            "usage_cpu_share": usage_spent / spent if spent > 0 else float("nan"),
         }
     finally:
         if replica is not None:
@@ -211,20 +237,102 @@ async def measure(n: int, state: Path) -> dict[str, Any]:
         gc.collect()
 
 
+async def scraped(url: str, name: str) -> float:
+    """The value of the unlabelled series ``name`` on ``url``/metrics (0 when absent)."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        text = (await client.get(f"{url}/metrics")).text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def usage_pass_cost(bookings: int, pods: int, process_cpu_per_s: float) -> dict[str, float]:
+    """The usage keeper in-process on ``bookings`` open bookings and ``pods`` running
+    pods under them: CPU seconds of the first full pass (every record built), of a
+    steady full pass (nothing changed), and the steady pass at the default interval as
+    a share of ``process_cpu_per_s`` (the reconciler's measured CPU per second)."""
+    now = datetime(2026, 3, 2, 12, tzinfo=UTC)
+    start = now - timedelta(hours=1)
+    reservations = {}
+    for i in range(bookings):
+        facts = ReservationFacts(
+            id=i,
+            owner=f"u{i % 200}",
+            gpu_class=GPU_CLASS,
+            gpu_class_name="A100",
+            gpu_count=8,
+            kind=Kind.BOOKING,
+            start=start,
+            end=start + timedelta(hours=8),
+            state=State.ACTIVE,
+            updated_at=start,
+            group=GROUP,
+        )
+        reservations[facts.name] = GPUReservation(facts)
+    keeper = UsageKeeper(
+        None,  # type: ignore[arg-type]  # the in-process pass writes nothing here
+        vocab.PRODUCT_NAME,
+        ManualClock(now),
+        lambda: reservations,
+        lambda: True,
+        UsageMetrics(CollectorRegistry()),
+        UsageSettings(checkpoint_s=10**6),
+    )
+    started = format_utc(start + timedelta(minutes=5))
+    for i in range(pods):
+        name = model.reference(i % bookings)
+        view = PodView(
+            namespace="u",
+            name=f"p{i}",
+            uid=f"uid{i}",
+            phase="Running",
+            profile=PodProfile(owner="u", gpu_class=GPU_CLASS, group=GROUP, gpus=GpuRequest(1)),
+            notes=((vocab.BOOKING_REFERENCE, name),),
+            tolerated=True,
+            gates=(),
+            deleting=False,
+            node="n",
+            resource_version="1",
+            ran=(started, ""),
+        )
+        keeper.pod_changed(view.key, None, view)
+
+    async def written(*_: Any, **__: Any) -> dict[str, Any]:
+        return {}
+
+    keeper._gateway = type("NoWrites", (), {"patch": staticmethod(written)})()
+    t0 = time.thread_time()
+    asyncio.run(keeper.once())
+    first = time.thread_time() - t0
+    t0 = time.thread_time()
+    asyncio.run(keeper.once())
+    steady = time.thread_time() - t0
+    share = steady / USAGE_DEFAULT_S / process_cpu_per_s if process_cpu_per_s > 0 else float("nan")
+    return {"first_pass_cpu_s": first, "steady_pass_cpu_s": steady, "share": share}
+
+
 def lines(found: list[dict[str, Any]]) -> list[str]:
     rows = [
         "| pods | GPU pods | reservations (mirrored) | nodes | ready s (first start / restart)"
-        " | status s after ready | RSS MiB ready / after | CPU s per tick |",
-        "|---|---|---|---|---|---|---|---|",
+        " | status s after ready | RSS MiB ready / after | CPU s per tick"
+        " | usage share: pass every tick / at the default 30 s"
+        " | usage worst case: pass s first / steady, share |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for f in found:
         rss = f["rss_mib"]
+        worst = f["usage_worst"]
         rows.append(
             f"| {f['pods']} | {f['gpu_pods']} | {f['reservations']} ({f['mirrored']}) "
             f"| {f['nodes']} | {f['ready_s']:.1f} / {f['restart_ready_s']:.1f} "
             f"| {f['status_after_ready_s']:.1f} "
             f"| {rss['ready']:.0f} / {rss['after']:.0f} "
-            f"| {f['cpu_s_per_pass']:.2f} |"
+            f"| {f['cpu_s_per_pass']:.2f} "
+            f"| {100 * f['usage_cpu_share']:.2f} % / "
+            f"{100 * f['usage_cpu_share'] * TICK_S / USAGE_DEFAULT_S:.2f} % "
+            f"| {worst['first_pass_cpu_s']:.3f} / {worst['steady_pass_cpu_s']:.3f}, "
+            f"{100 * worst['share']:.2f} % |"
         )
     if len(found) >= 2:
         small, big = found[0], found[-1]
@@ -247,7 +355,10 @@ def run() -> list[str]:
     for n in sizes():
         state = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-"))
         try:
-            found.append(asyncio.run(measure(n, state)))
+            measured = asyncio.run(measure(n, state))
+            per_s = measured["cpu_s_per_pass"] / TICK_S
+            measured["usage_worst"] = usage_pass_cost(n // 5, n, per_s)
+            found.append(measured)
         finally:
             shutil.rmtree(state, ignore_errors=True)
     path = write_json("scale", {"conditions": conditions(), "sizes": found, "tick_s": TICK_S})

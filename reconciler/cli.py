@@ -30,6 +30,7 @@ from reconciler.base.apphealth import parse_health
 from reconciler.base.pods import PodView, project_pod
 from reconciler.explain import explain
 from reconciler.explain.scene import Controller, Said, Scene
+from reconciler.usage import cli as usage_cli
 from shared import model, vocab
 from shared.clock import Clock, parse_utc
 from shared.errors import KubeError, NotFound
@@ -38,7 +39,7 @@ from shared.policy.matching import MatchRules
 from shared.resources import EVENTS, GPU_RESERVATIONS, LEASES, PODS
 from shared.settings import EnvReader, read_clock
 
-COMMANDS = ("explain", "list")
+COMMANDS = ("explain", "list", "usage")
 #: What the plugin is called as (``kubectl gpures …``), for usage texts.
 PLUGIN = f"kubectl {vocab.CRD_SHORT_NAME}"
 
@@ -101,6 +102,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
         action="store_true",
         help="every namespace you may list (each pod with its own namespace's bookings)",
     )
+    usage_cli.add_parser(sub, inner)
     return top
 
 
@@ -361,6 +363,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m reconciler") 
     try:
         if args.command == "list":
             text = asyncio.run(run_list(ctx, None if args.all_namespaces else namespace))
+        elif args.command == "usage":
+            owner = None if args.all_namespaces else namespace
+            try:
+                text = asyncio.run(usage_cli.run(ctx, owner, args))
+            except (ValueError, RuntimeError) as exc:
+                print(f"{prog}: {exc}", file=sys.stderr)
+                return 2
         else:
             try:
                 ns, name = target(args.pod, namespace)

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import uvicorn
 
+from reconciler import usage
 from reconciler.admission import step as admission_step
 from reconciler.backstop import backstop
 from reconciler.base import events
@@ -90,6 +91,7 @@ class Reconciler:
             self.metrics,
             settings.lookahead_days,
             interval_s=float(settings.fetch_interval_s),
+            retention=settings.usage.retention,
         )
         self.elector = Elector(
             gateway,
@@ -131,6 +133,7 @@ class Reconciler:
         self.rotator = Rotator(gateway, settings.rotation, clock)
         self.sweeper = sweep.setup(ground, victims, lock=self.upholders.relinker.lock)
         self.noshows, self.holding = noshow.setup(ground, source, mirror=self.syncer.record)
+        self.usage = usage.setup(ground)
         #: What the leader runs, in the order its loops start.
         self.components: list[Component] = [
             self.syncer,
@@ -143,6 +146,7 @@ class Reconciler:
             self.sweeper,
             self.auditor,
             self.noshows,
+            self.usage,
         ]
         self.standby = Standby(Caches(gateway, settings, clock, self._class_labels))
         self._leading = False
@@ -257,6 +261,7 @@ class Reconciler:
         self.holding.clear()
         self.noshows.reset()
         self.auditor.reset()
+        self.usage.reset()
 
     def _current_caches(self) -> Caches:
         """The caches this replica runs now: the leader's, or its standby watches."""

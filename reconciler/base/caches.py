@@ -30,6 +30,7 @@ from shared.clock import Clock
 from shared.ledger import LedgerGateway, PodUse
 from shared.logs import log
 from shared.policy.inventory import Inventory, NodeFacts, project_node_facts
+from shared.policy.usage import STATUS_KEY as USAGE_KEY
 from shared.resources import GPU_RESERVATIONS, NODES, PODS
 from shared.watch import Watched, WatchGateway
 
@@ -60,7 +61,7 @@ def same_reservation(old: model.GPUReservation, new: model.GPUReservation) -> bo
     Every loop re-decides on each reservation event (a full pass), so a burst of such
     writes (the startup sync's status of 2,000 new mirrors) would otherwise cost a
     burst of passes that all decide the same."""
-    return (old.facts, old.holds, old.status_extra) == (new.facts, new.holds, new.status_extra)
+    return (old.facts, old.holds, _facts_of(old)) == (new.facts, new.holds, _facts_of(new))
 
 
 def ledger_only(old: model.GPUReservation | None, new: model.GPUReservation | None) -> bool:
@@ -71,7 +72,14 @@ def ledger_only(old: model.GPUReservation | None, new: model.GPUReservation | No
     them pass over every pod."""
     if old is None or new is None:
         return False
-    return (old.facts, old.status_extra) == (new.facts, new.status_extra)
+    return (old.facts, _facts_of(old)) == (new.facts, _facts_of(new))
+
+
+def _facts_of(res: model.GPUReservation) -> dict[str, Any]:
+    """The status facts the loops decide on: every field but the usage record
+    (written by the usage keeper alone, read by no loop)."""
+    extra = res.status_extra
+    return {k: v for k, v in extra.items() if k != USAGE_KEY} if USAGE_KEY in extra else extra
 
 
 def touched_reservations(old: PodView | None, new: PodView | None) -> set[str]:

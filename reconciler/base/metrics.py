@@ -152,6 +152,8 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        #: Booked versus used (the usage keeper's).
+        self.usage = UsageMetrics(r)
 
     def render(self) -> bytes:
         """The text exposition format."""
@@ -359,4 +361,33 @@ class SweepMetrics:
             "TerminationWarning Events sent.",
             namespace=NAMESPACE,
             registry=registry,
+        )
+
+
+class UsageMetrics:
+    """The booked / used / idle GPU-second counters (labels: class, kind, owner,
+    group — each a bounded set: the app's classes, two kinds, its users, its groups)."""
+
+    LABELS = ("gpu_class", "kind", "owner", "group")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def counter(name: str, text: str, labels: tuple[str, ...] = self.LABELS) -> Counter:
+            return Counter(name, text, labels, namespace=NAMESPACE, registry=registry)
+
+        self.booked = counter(
+            "usage_booked_gpu_seconds",
+            "GPU-seconds booked (GPUs x open window passed), by class, kind, owner, group.",
+        )
+        self.used = counter(
+            "usage_used_gpu_seconds",
+            "GPU-seconds admitted pods ran inside their reservation's window.",
+        )
+        self.idle = counter("usage_idle_gpu_seconds", "GPU-seconds booked and not used.")
+        self.cpu = counter(
+            "usage_pass_cpu_seconds",
+            "CPU seconds (thread time) the usage passes took, their writes included.",
+            (),
+        )
+        self.writes = counter(
+            "usage_record_writes", "status.usage writes by outcome (ok, failed).", ("outcome",)
         )

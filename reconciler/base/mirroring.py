@@ -9,8 +9,9 @@ what a full sync changes (pure); ``MirrorWriter`` performs the writes. Rules:
 - a spec is written only when it changed, and only when the app's ``updated_at`` is at
   least the stored one, so a slow poll never undoes a newer push (checked again on
   every retry: writes carry the resourceVersion they were decided on);
-- an object whose window has ended and that no live pod references is deleted; an
-  ended reservation is never (re)created unless a pod references it;
+- an object whose window has ended (and the usage retention after it) and that no
+  live pod references is deleted; an ended reservation is never (re)created unless a
+  pod references it;
 - active entries are written before cancelled ones (``installed_first``), so a
   replacement exists before the leader sees its source cancelled;
 - status (ledger) is never touched here except to refresh ``phase``/``usedGpus``,
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from reconciler.base.apphealth import AppHealth
@@ -96,11 +97,14 @@ def plan(
     stored_phase: Mapping[str, str],
     referenced: set[str],
     now: datetime,
+    retention: timedelta = timedelta(0),
 ) -> Plan:
     """Decide a full sync (no side effects).
 
     ``existing`` maps object names to what is stored; ``stored_phase`` the phase in
-    each object's status; ``referenced`` the names live pods carry.
+    each object's status; ``referenced`` the names live pods carry; ``retention``
+    (USAGE_RETENTION_DAYS) how long an ended object is kept for its usage
+    record before it is deleted.
     """
     upserts: list[model.ReservationFacts] = []
     seen: set[str] = set()
@@ -118,7 +122,7 @@ def plan(
     deletes = tuple(
         name
         for name, res in existing.items()
-        if res.facts.end <= now and name not in referenced and name not in planned
+        if res.facts.end + retention <= now and name not in referenced and name not in planned
     )
     refresh = tuple(
         name

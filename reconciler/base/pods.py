@@ -26,6 +26,7 @@ from shared.model import claim_key
 from shared.policy.affinity import NodeConstraint, constraint_of
 from shared.policy.matching import MatchRules, PodProfile, annotations_of, profile
 from shared.policy.tolerations import EQUAL, is_granted, tolerates_reservation, tolerations_of
+from shared.policy.usage import run_times
 from shared.policy.verdict import POD_SCHEDULED, Scheduled
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -73,6 +74,9 @@ class PodView:
     #: would replace what is there.
     annotation_map: bool = True
     toleration_list: bool = True
+    #: When it began running and when it finished, as its status says ("" when not
+    #: yet): the usage accounting's input (``shared.policy.usage.run_times``).
+    ran: tuple[str, str] = ("", "")
 
     @property
     def key(self) -> str:
@@ -205,6 +209,7 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
         daemon=_controlled_by(meta, _DAEMON_SET),
         annotation_map=isinstance(meta.get("annotations"), Mapping),
         toleration_list=isinstance(spec.get("tolerations"), list),
+        ran=run_times(status),
     )
 
 

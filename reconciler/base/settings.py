@@ -85,6 +85,31 @@ class OnDemandSettings:
 
 
 @dataclass(frozen=True)
+class UsageSettings:
+    """How often usage is counted and written, and how long ended bookings stay."""
+
+    #: USAGE_INTERVAL_SECONDS (1..3600, default 30): the usage pass period (metrics).
+    interval_s: float = 30.0
+    #: USAGE_CHECKPOINT_SECONDS (1..86400, default 600): an open reservation has its
+    #: record rewritten at least this often (bounds what a pod that vanishes while no
+    #: leader watches can cost the figures, and what a new leader counts twice).
+    checkpoint_s: float = 600.0
+    #: USAGE_RETENTION_DAYS (0..365, default 7): an ended reservation's object (and its
+    #: usage record) is kept this long after its window stopped, then deleted.
+    retention: timedelta = timedelta(days=7)
+
+
+def usage_from(reader: EnvReader) -> UsageSettings:
+    """USAGE_INTERVAL_SECONDS, USAGE_CHECKPOINT_SECONDS, USAGE_RETENTION_DAYS
+    (docs/operator/usage.md; strict)."""
+    return UsageSettings(
+        interval_s=float(reader.integer("USAGE_INTERVAL_SECONDS", 30, 1, 3600)),
+        checkpoint_s=float(reader.integer("USAGE_CHECKPOINT_SECONDS", 600, 1, 86400)),
+        retention=timedelta(days=reader.integer("USAGE_RETENTION_DAYS", 7, 0, 365)),
+    )
+
+
+@dataclass(frozen=True)
 class ReconcilerSettings:
     """Everything the reconciler reads from the environment."""
 
@@ -141,6 +166,8 @@ class ReconcilerSettings:
     #: LEDGER_UNSEEN_HOLD_SECONDS (1..86400, default 10): an unbound ledger hold whose
     #: pod has not appeared this long after the hold was made is released.
     ledger_unseen_hold_s: int = 10
+    #: USAGE_*: the usage pass, its checkpoints, the retention of ended ones.
+    usage: UsageSettings = field(default_factory=lambda: UsageSettings())
 
     @property
     def unseen_s(self) -> float:
@@ -183,6 +210,7 @@ def load(env: Mapping[str, str] | None = None) -> tuple[ReconcilerSettings, EnvR
         preemption=preemption_from(reader),
         exempt_namespaces=_namespaces(reader, "UNADMITTED_EXEMPT_NAMESPACES"),
         ledger_unseen_hold_s=reader.integer("LEDGER_UNSEEN_HOLD_SECONDS", 10, 1, 86400),
+        usage=usage_from(reader),
     )
     reader.check()
     return settings, reader

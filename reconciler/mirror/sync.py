@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Mapping
-from datetime import date
+from datetime import date, timedelta
 from typing import Any, Protocol
 
 from reconciler.base.apphealth import AppHealth
@@ -65,6 +65,7 @@ class Syncer:
         metrics: Metrics,
         lookahead_days: int,
         interval_s: float = 300.0,
+        retention: timedelta = timedelta(0),
     ) -> None:
         self.source = source
         self._interval_s = interval_s
@@ -73,6 +74,8 @@ class Syncer:
         self.clock = clock
         self._metrics = metrics
         self._lookahead = lookahead_days
+        #: How long an ended mirror is kept for its usage record.
+        self.retention = retention
         self.writer = MirrorWriter(gateway, namespace, metrics)
         #: The app's health as the poll sees it (the lease path adds its own calls).
         self.health = AppHealth(clock)
@@ -168,7 +171,7 @@ class Syncer:
         raw_objects = (await self._gateway.list_all(GPU_RESERVATIONS, self._ns)).items
         existing, phases = _parse_existing(raw_objects)
         referenced = await self._referenced()
-        decided = plan(fetched, existing, phases, referenced, now)
+        decided = plan(fetched, existing, phases, referenced, now, self.retention)
         # Concurrently (bounded), but every active entry's write ends before the first
         # other one starts (``installed_first``); deletes and status refreshes after.
         for _, batch in itertools.groupby(decided.upserts, key=installed_first):

@@ -282,6 +282,55 @@ ROWS.append(
 )
 
 
+ROWS.append(
+    (
+        "Booked vs used",
+        [
+            (
+                "Booked and used GPUs by class",
+                "short",
+                [
+                    (
+                        "sum by (gpu_class) (gpu_reservation:usage_booked_gpus:rate5m)",
+                        "booked {{gpu_class}}",
+                    ),
+                    (
+                        "sum by (gpu_class) (gpu_reservation:usage_used_gpus:rate5m)",
+                        "used {{gpu_class}}",
+                    ),
+                ],
+            ),
+            (
+                "Utilisation of booked GPUs by class (1 h)",
+                "percentunit",
+                [("gpu_reservation:usage_utilisation:ratio_rate1h", "{{gpu_class}}")],
+            ),
+            (
+                "Idle booked GPU-hours by owner (top 10, 24 h)",
+                "short",
+                [
+                    (
+                        "topk(10, sum by (owner) "
+                        "(increase(gpu_reservation_usage_idle_gpu_seconds_total[24h])) / 3600)",
+                        "{{owner}}",
+                    )
+                ],
+            ),
+            (
+                "Used GPUs by group and kind",
+                "short",
+                [
+                    (
+                        "sum by (group, kind) (gpu_reservation:usage_used_gpus:rate5m)",
+                        "{{group}} {{kind}}",
+                    )
+                ],
+            ),
+        ],
+    )
+)
+
+
 def panels() -> list[g.Panel]:
     """A collapsed-free row header, then its time series three to a line."""
     out: list[g.Panel] = []

@@ -48,7 +48,8 @@ def rule_groups(vals: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def rules_by_name(groups: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["alert"]: r for g in groups for r in g["rules"]}
+    """The alerting rules by name (recording rules have none)."""
+    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
 
 
 DEFAULT_VALUES = values(prometheusRule={"enabled": True})
@@ -508,3 +509,41 @@ def test_the_no_leader_delay_follows_the_lease() -> None:
         return str(rules_by_name(rule_groups(vals))["GpuReservationNoLeader"]["for"])
 
     assert [delay(15, 5), delay(30, 10), delay(90, 30)] == ["60s", "60s", "180s"]
+
+
+def test_the_usage_recording_rules(tmp_path: Path) -> None:
+    """Booked 4 GPUs and used 1 of them for a whole hour (the leader's counters grow
+    4 and 1 GPU-seconds per second): the rates read as GPUs, the ratio as 25 %."""
+    labels = 'gpu_class="h100", kind="booking", owner="alice", group="lab"'
+    scraped = labels + ', pod="a"'
+    series = {
+        f"{REC}usage_booked_gpu_seconds_total{{{scraped}}}": "0+240x90",
+        f"{REC}usage_used_gpu_seconds_total{{{scraped}}}": "0+60x90",
+    }
+    expected = [
+        ("gpu_reservation:usage_booked_gpus:rate5m", f"{{{labels}}}", 4),
+        ("gpu_reservation:usage_used_gpus:rate5m", f"{{{labels}}}", 1),
+        ("gpu_reservation:usage_utilisation:ratio_rate1h", '{gpu_class="h100"}', 0.25),
+    ]
+    test: dict[str, Any] = {
+        "name": "usage recording rules",
+        "interval": "1m",
+        "input_series": [{"series": k, "values": v} for k, v in series.items()],
+        "promql_expr_test": [
+            {
+                "expr": name,
+                "eval_time": "80m",
+                "exp_samples": [{"labels": f"{name}{lbls}", "value": value}],
+            }
+            for name, lbls, value in expected
+        ],
+    }
+    result = run_promtool(tmp_path, rule_groups(DEFAULT_VALUES), [test])
+    assert result.returncode == 0, result.stdout + result.stderr
+    ratio = "gpu_reservation:usage_utilisation:ratio_rate1h"
+    claim = {"labels": f'{ratio}{{gpu_class="h100"}}', "value": 0.5}
+    wrong: dict[str, Any] = {
+        **test,
+        "promql_expr_test": [{"expr": ratio, "eval_time": "80m", "exp_samples": [claim]}],
+    }
+    assert run_promtool(tmp_path, rule_groups(DEFAULT_VALUES), [wrong]).returncode != 0

@@ -19,6 +19,7 @@ from reconciler.base.metrics import (
     LedgerCollector,
     QueueMetrics,
     SweepMetrics,
+    UsageMetrics,
 )
 from reconciler.base.metrics import Metrics as ReconcilerMetrics
 from tests.chart import dashboard
@@ -45,6 +46,7 @@ METRIC_CLASSES = (
     QueueMetrics,
     LeaseMetrics,
     SweepMetrics,
+    UsageMetrics,
     InventoryCollector,
     LedgerCollector,
     WebhookMetrics,
@@ -54,7 +56,7 @@ METRIC_CLASSES = (
 def registries() -> list[CollectorRegistry]:
     """Every registry the processes expose on /metrics, with every metric declared."""
     reconciler = ReconcilerMetrics()
-    for extra in (QueueMetrics, LeaseMetrics, SweepMetrics):
+    for extra in (QueueMetrics, LeaseMetrics, SweepMetrics):  # Metrics has UsageMetrics
         extra(reconciler.registry)
     reconciler.watch_inventory(lambda: None)  # InventoryCollector
     reconciler.watch_ledgers(lambda: ())  # LedgerCollector
@@ -92,8 +94,18 @@ def exported() -> set[str]:
 
 
 def alert_rules() -> list[dict[str, Any]]:
+    return [rule for rule in every_rule() if "alert" in rule]
+
+
+def every_rule() -> list[dict[str, Any]]:
+    """Alerting and recording rules of the file."""
     groups = yaml.safe_load(ALERTS.read_text(encoding="utf-8"))["groups"]
     return [rule for group in groups for rule in group["rules"]]
+
+
+def recorded() -> set[str]:
+    """The series the recording rules write (the dashboard may select them)."""
+    return {rule["record"] for rule in every_rule() if "record" in rule}
 
 
 def dashboard_exprs() -> list[str]:
@@ -102,7 +114,7 @@ def dashboard_exprs() -> list[str]:
 
 
 def every_expr() -> list[str]:
-    return [r["expr"] for r in alert_rules()] + dashboard_exprs()
+    return [r["expr"] for r in every_rule()] + dashboard_exprs()
 
 
 def metrics_in(expr: str) -> set[str]:
@@ -119,7 +131,7 @@ def metrics_in(expr: str) -> set[str]:
 
 
 def test_every_expression_parses_and_names_only_exported_metrics() -> None:
-    names = exported() | SCRAPE_SERIES
+    names = exported() | SCRAPE_SERIES | recorded()
     assert len(every_expr()) >= 25
     unknown = {e: sorted(metrics_in(e) - names) for e in every_expr() if metrics_in(e) - names}
     assert unknown == {}
@@ -171,8 +183,8 @@ def test_the_chart_ships_rules_and_dashboard_only_when_asked() -> None:
     assert rule["metadata"]["labels"]["release"] == "prom"
     # A default release's job names are the file's; NoLeader waits twice the 15 s lease,
     # at least 1 m (tests/chart/test_alert_rules.py checks other values).
-    shipped = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    in_file = {r["alert"]: r for r in alert_rules()}
+    shipped = {r.get("alert") or r["record"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    in_file = {r.get("alert") or r["record"]: r for r in every_rule()}
     in_file["GpuReservationNoLeader"]["for"] = "60s"
     assert shipped == in_file
     (config,) = [d for d in docs if d["kind"] == "ConfigMap"]

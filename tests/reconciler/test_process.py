@@ -201,7 +201,7 @@ def test_the_leader_runs_the_loops_of_its_components_in_order() -> None:
     names = [name for name, _ in r.leader_loops()]
     assert names == [name for c in r.components for name, _ in c.loops()]
     assert names[0] == "reservation-sync"
-    assert names[-2:] == ["capacity-audit", "no-show"]
+    assert names[-3:] == ["capacity-audit", "no-show", "usage"]
     assert "ondemand-leases" not in names  # no lease app handed over
 
 

@@ -27,7 +27,7 @@ def test_every_log_event_named_is_catalogued() -> None:
 
 def test_every_alert_named_exists() -> None:
     groups = yaml.safe_load(ALERTS.read_text(encoding="utf-8"))["groups"]
-    alerts = {r["alert"] for g in groups for r in g["rules"]}
+    alerts = {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
     named = set(ALERT.findall(GUIDE))
     assert len(named) >= 8
     assert named - alerts == set()
