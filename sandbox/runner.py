@@ -28,6 +28,7 @@ ORDER: tuple[tuple[str, str], ...] = (
     ("kube", "sandbox.kube.component:KubeComponent"),
     ("cluster", "sandbox.cluster.component:ClusterComponent"),
     ("app", "sandbox.app.component:AppComponent"),
+    ("release", "sandbox.release_component:ReleaseComponent"),
     ("reconciler", "sandbox.reconciler_component:ReconcilerComponent"),
     ("webhook", "sandbox.webhook_component:WebhookComponent"),
 )
