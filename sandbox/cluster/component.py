@@ -1,10 +1,14 @@
-"""``cluster``: the scheduler, kubelet and workload controller emulation as a sandbox
-component.
+"""``cluster``: the scheduler, kubelet, process runtime, endpoints controller and
+workload controller emulation as a sandbox component.
 
 Starts after ``kube`` and talks to it over HTTP with the admin kubeconfig the kube
 component published (``ctx.kubeconfig``), through ``shared.gateway.Gateway`` — the
 same path every other client takes. Leave it out of ``--components`` to run the
 emulator without scheduling (pods then stay Pending, as on a cluster with no scheduler).
+
+Publishes ``ctx.handles["cluster"]`` and ``ctx.handles["processes"]`` (the
+``ProcessRuntime`` running our image's pods), and registers the runtime as the kube
+emulator's ``pods/log`` reader when the kube server runs in the same process.
 """
 
 from __future__ import annotations
@@ -19,15 +23,19 @@ from sandbox.cluster.controllers import (
     JobController,
     ReplicaSetController,
 )
+from sandbox.cluster.endpoints import ENDPOINTS, EndpointsController
 from sandbox.cluster.kubelet import Kubelet
-from sandbox.cluster.passes import cache
+from sandbox.cluster.passes import Cache, cache
+from sandbox.cluster.podnet import Block
+from sandbox.cluster.processes import Credentials, ProcessRuntime
 from sandbox.cluster.ratelimit import LimitedClient
 from sandbox.cluster.scheduler import Scheduler
 from sandbox.cluster.workloads import DEPLOYMENTS, JOBS, REPLICASETS
+from sandbox.kube.server import KubeServer
 from sandbox.runner import SandboxContext
 from shared.clock import Clock
 from shared.gateway import Gateway
-from shared.resources import NODES, PODS
+from shared.resources import CONFIGMAPS, NODES, PODS, SECRETS, SERVICES
 
 #: Seconds to wait for the first LIST of pods and nodes before giving up on start.
 SYNC_TIMEOUT_S = 10.0
@@ -38,16 +46,34 @@ class Cluster:
     caches (as kube-scheduler, the kubelet and kube-controller-manager share informers;
     each controller has its own client rate limit)."""
 
-    def __init__(self, gateway: Gateway, clock: Clock) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        clock: Clock,
+        state_dir: Path | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.gateway = gateway
         self.pods = cache(gateway, PODS, clock)
         self.nodes = cache(gateway, NODES, clock)
         self.replicasets = cache(gateway, REPLICASETS, clock)
         self.deployments = cache(gateway, DEPLOYMENTS, clock)
         self.jobs = cache(gateway, JOBS, clock)
+        self.secrets = cache(gateway, SECRETS, clock)
+        self.configmaps = cache(gateway, CONFIGMAPS, clock)
+        self.services = cache(gateway, SERVICES, clock)
+        self.endpoints = cache(gateway, ENDPOINTS, clock)
+        self.block: Block | None = None
+        self.runtime: ProcessRuntime | None = None
+        if state_dir is not None:
+            self.block = Block()
+            self.runtime = ProcessRuntime(
+                gateway, clock, state_dir, self.pods, self.secrets, self.configmaps, credentials
+            )
         self.scheduler = Scheduler(gateway, clock, self.pods, self.nodes)
-        self.kubelet = Kubelet(gateway, clock, self.pods, self.nodes)
+        self.kubelet = Kubelet(gateway, clock, self.pods, self.nodes, self.runtime, self.block)
         self.controllers = [
+            EndpointsController(gateway, clock, self.services, self.pods, self.endpoints),
             ReplicaSetController(LimitedClient(gateway), clock, self.replicasets, self.pods),
             DeploymentController(LimitedClient(gateway), clock, self.deployments, self.replicasets),
             JobController(LimitedClient(gateway), clock, self.jobs, self.pods),
@@ -64,7 +90,7 @@ class Cluster:
 
     async def start(self) -> None:
         """Start the caches and every loop; returns once the caches are filled."""
-        caches = (self.pods, self.nodes, self.replicasets, self.deployments, self.jobs)
+        caches = self._caches()
         loops = [
             *(c.run() for c in caches),
             self.scheduler.run(),
@@ -75,12 +101,31 @@ class Cluster:
         async with asyncio.timeout(SYNC_TIMEOUT_S):  # not wait_for: it can swallow a cancel
             await self._synced()
 
+    def _caches(self) -> tuple[Cache, ...]:
+        return (
+            self.pods,
+            self.nodes,
+            self.replicasets,
+            self.deployments,
+            self.jobs,
+            self.secrets,
+            self.configmaps,
+            self.services,
+            self.endpoints,
+        )
+
     async def _synced(self) -> None:
-        for watched in (self.pods, self.nodes, self.replicasets, self.deployments, self.jobs):
+        for watched in self._caches():
             await watched.synced.wait()
 
     async def stop(self) -> None:
-        """Cancel every loop and close the gateway."""
+        """Stop every process, cancel every loop and close the gateway."""
+        for task in self._tasks[len(self._caches()) :]:
+            task.cancel()
+        if self.runtime is not None:
+            await self.runtime.stop()
+        if self.block is not None:
+            self.block.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -107,19 +152,41 @@ class ClusterComponent:
 
     def __init__(self) -> None:
         self.cluster: Cluster | None = None
+        self._kube: KubeServer | None = None
 
     async def start(self, ctx: SandboxContext) -> None:
         ctx.state_dir.mkdir(parents=True, exist_ok=True)
         gateway = Gateway.from_kubeconfig(str(write_kubeconfig(ctx)))
-        self.cluster = Cluster(gateway, ctx.clock)
+        kube = ctx.handles.get("kube")
+        self.cluster = Cluster(gateway, ctx.clock, ctx.state_dir, _credentials(kube))
         try:
             await self.cluster.start()
         except BaseException:
             await self.stop()
             raise
         ctx.handles[self.name] = self.cluster
+        ctx.handles["processes"] = self.cluster.runtime
+        if isinstance(kube, KubeServer) and self.cluster.runtime is not None:
+            kube.cluster.log_reader = self.cluster.runtime.logs
+            self._kube = kube
 
     async def stop(self) -> None:
+        if self._kube is not None:
+            self._kube.cluster.log_reader = None
+            self._kube = None
         if self.cluster is not None:
             await self.cluster.stop()
             self.cluster = None
+
+
+def _credentials(kube: object) -> Credentials | None:
+    """Kubeconfigs of service accounts, with tokens the kube emulator accepts."""
+    if not isinstance(kube, KubeServer):
+        return None
+    server = kube
+
+    def kubeconfig(namespace: str, account: str) -> str:
+        token = server.service_account_token(namespace, account)
+        return server.kubeconfig(token=token, user=account, namespace=namespace)
+
+    return kubeconfig

@@ -13,6 +13,11 @@
   running in ``ephemeralContainerStatuses``.
 - A running pod annotated ``vocab.SANDBOX_RUN_SECONDS`` finishes with Succeeded that
   many seconds (sandbox clock) after its ``startTime``.
+- A pod of our own image (``processes.is_local``) is run as local processes by the
+  ``ProcessRuntime`` instead: it writes that pod's status as its processes go; on
+  deletion its processes get SIGTERM, SIGKILL after the grace period, then the pod is
+  removed; the processes of a pod gone from the API are killed.
+- Pod IPs come from the sandbox's own block (``podnet.Block``) when it has one.
 - A terminating pod is removed (DELETE, grace 0, uid precondition) once its
   ``deletionGracePeriodSeconds`` have passed since the kubelet saw the deletion, if it
   is bound and still running; at once otherwise.
@@ -31,6 +36,7 @@ from typing import Any
 
 from sandbox.cluster import admission, events
 from sandbox.cluster.passes import Cache, Passes, snapshot
+from sandbox.cluster.podnet import Block
 from sandbox.cluster.podstatus import (
     missing_ephemeral,
     pod_ip,
@@ -39,6 +45,7 @@ from sandbox.cluster.podstatus import (
     succeeded_status,
     with_ephemeral_running,
 )
+from sandbox.cluster.processes import ProcessRuntime, is_local
 from sandbox.cluster.requests import Resources, pod_requests
 from sandbox.cluster.scheduler import with_condition
 from sandbox.cluster.scheduling import TERMINAL_PHASES
@@ -91,8 +98,18 @@ class Kubelet(Passes):
 
     what = "kubelet"
 
-    def __init__(self, gateway: Gateway, clock: Clock, pods: Cache, nodes: Cache) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        clock: Clock,
+        pods: Cache,
+        nodes: Cache,
+        runtime: ProcessRuntime | None = None,
+        block: Block | None = None,
+    ) -> None:
         super().__init__(gateway, clock, pods, nodes)
+        self.runtime = runtime
+        self._block = block
         self._timers: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._ips = itertools.count()
         self._started: set[str] = set()
@@ -122,6 +139,8 @@ class Kubelet(Passes):
         for uid in set(self._timers) - live:
             self._timers.pop(uid)[1].cancel()
         self._started &= live
+        if self.runtime is not None:
+            self.runtime.forget(live)
         self._rejected &= live
 
     def _usage(self, pods: list[dict[str, Any]]) -> dict[str, tuple[Resources, int]]:
@@ -167,6 +186,8 @@ class Kubelet(Passes):
             # a real kubelet deletes instead of running (a user may create a pod with
             # the annotation; no kubelet runs it).
             await self._remove(pod)
+        elif meta.get("deletionTimestamp") and self._runs(pod):
+            self._at(pod, "remove", self._clock.now(), self._stop_and_remove)
         elif meta.get("deletionTimestamp"):
             if not bound or phase in TERMINAL_PHASES:
                 await self._remove(pod)
@@ -176,6 +197,8 @@ class Kubelet(Passes):
             node = nodes.get(str(spec["nodeName"]))
             if node is not None:  # no such node: no kubelet, the pod stays Pending
                 await self._admit(pod, node, usage)
+        elif self._runs(pod):
+            return  # the runtime writes its status
         elif phase == "Running" and missing_ephemeral(pod):
             now = format_utc(self._clock.now())
             await self._write_status(pod, with_ephemeral_running(pod, now))
@@ -185,6 +208,19 @@ class Kubelet(Passes):
             )
             deadline = started + timedelta(seconds=run_seconds(pod) or 0)
             self._at(pod, "finish", deadline, self._finish)
+
+    def _runs(self, pod: dict[str, Any]) -> bool:
+        """Whether the process runtime runs this pod."""
+        uid = str(pod["metadata"].get("uid", ""))
+        return self.runtime is not None and uid in self.runtime.runs
+
+    async def _stop_and_remove(self, pod: dict[str, Any]) -> None:
+        """SIGTERM the pod's processes, SIGKILL after its grace period, remove it."""
+        assert self.runtime is not None
+        grace = pod["metadata"].get("deletionGracePeriodSeconds")
+        seconds = grace if isinstance(grace, int) else 30
+        await self.runtime.terminate(pod, float(seconds))
+        await self._remove(pod)
 
     def _grace_deadline(self, meta: dict[str, Any]) -> datetime:
         """Now plus the grace period, as a kubelet counts it from when it sees the delete.
@@ -260,7 +296,12 @@ class Kubelet(Passes):
         if uid in self._started:
             return
         self._started.add(uid)
-        status = running_status(pod, format_utc(self._clock.now()), pod_ip(next(self._ips)))
+        index = next(self._ips)
+        ip = self._block.address(index) if self._block is not None else pod_ip(index)
+        if self.runtime is not None and is_local(pod):
+            self.runtime.start(pod, ip)
+            return
+        status = running_status(pod, format_utc(self._clock.now()), ip)
         await self._write_status(pod, status)
 
     async def _finish(self, pod: dict[str, Any]) -> None:

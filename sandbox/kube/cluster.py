@@ -8,7 +8,7 @@ was requested from; ``admit`` runs the mutating admission chain (``admission_api
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -78,6 +78,11 @@ class Call:
         return (group, plural, self.namespace, self.name)
 
 
+#: ``(namespace, pod, container, previous)`` → output; None: the reader does not run
+#: that pod; ``LookupError(message)``: no such output (``sandbox.kube.podlog``).
+LogReader = Callable[[str, str, str, bool], "bytes | None"]
+
+
 class Cluster:
     """Everything the handlers operate on."""
 
@@ -89,6 +94,8 @@ class Cluster:
         self.authz = Authorizer(self.store)
         self.mutating_admission: list[MutatingAdmission] = []
         self._custom: dict[tuple[str, str, str], Strategy] = {}
+        #: Where ``pods/log`` reads a container's output (the kubelet emulation's).
+        self.log_reader: LogReader | None = None
 
     def now(self) -> datetime:
         """The cluster's current instant."""

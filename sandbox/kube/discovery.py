@@ -36,6 +36,7 @@ _SUBRESOURCES: dict[str, tuple[list[str], str | None, str, str]] = {
     "eviction": (["create"], "Eviction", "policy", "v1"),
     "ephemeralcontainers": (["get", "patch", "update"], None, "", ""),
     "scale": (["get", "patch", "update"], "Scale", "autoscaling", "v1"),
+    "log": (["get"], "Pod", "", ""),
 }
 
 

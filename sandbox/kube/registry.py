@@ -132,7 +132,7 @@ BUILTIN: tuple[ResourceType, ...] = (
         "Pod",
         short_names=("po",),
         categories=("all",),
-        subresources=("status", "binding", "eviction", "ephemeralcontainers"),
+        subresources=("status", "binding", "eviction", "ephemeralcontainers", "log"),
         field_labels=POD_FIELDS,
     ),
     _core(

@@ -29,6 +29,7 @@ from sandbox.kube import (
     discovery,
     encoding,
     paths,
+    podlog,
     protobuf,
     reads,
     subresources,
@@ -249,6 +250,8 @@ class Api:
         accept = header(request, b"accept")
         if verb == "get" and call.subresource == "scale":
             return _json(subresources.get_scale(self.cluster, call))
+        if verb == "get" and call.subresource == "log":
+            return PlainTextResponse(podlog.read(self.cluster, call))
         if verb == "get":
             if call.subresource not in ("", "status", "ephemeralcontainers"):
                 raise method_not_allowed()
