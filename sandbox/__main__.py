@@ -16,7 +16,6 @@ from sandbox.runner import (
     Sandbox,
     SandboxContext,
     SandboxError,
-    available,
     run_until_interrupted,
 )
 from sandbox.scenario import clock_of, load_scenario
@@ -29,8 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start the sandbox and run until interrupted")
     up.add_argument(
         "--components",
-        default=",".join(available()),
-        help=f"comma-separated subset of {','.join(available())} (default: all)",
+        default=",".join(UP_COMPONENTS),
+        help=f"comma-separated subset of {','.join(UP_COMPONENTS)} (default: all); the "
+        "webhook and reconciler run from the release (--set webhook.replicas=0 "
+        "leaves the webhook out)",
     )
     up.add_argument("--state-dir", default=".sandbox", type=Path)
     up.add_argument("--scenario", type=Path, help="scenario YAML (default: built-in)")
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
 
     names = [n.strip() for n in args.components.split(",") if n.strip()]
     try:
+        unknown = sorted(set(names) - set(UP_COMPONENTS))
+        if unknown:
+            raise ValueError(f"unknown component(s) {unknown}; known: {list(UP_COMPONENTS)}")
         scenario = load_scenario(args.scenario)
         ctx = SandboxContext(state_dir=args.state_dir, scenario=scenario, clock=clock_of(scenario))
         ctx.handles["webhook.replicas"] = args.webhook_replicas
@@ -69,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sandbox: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+#: What ``up`` runs: our processes come from the release (the process kubelet of
+#: ``cluster`` runs the chart's pods).
+UP_COMPONENTS = ("kube", "cluster", "app", "release")
 
 
 def _values_flags(parser: argparse.ArgumentParser) -> None:
