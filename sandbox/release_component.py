@@ -181,12 +181,16 @@ class ReleaseComponent:
 
     # --- what tests and benches use -----------------------------------------------------
 
-    async def upgrade(self, sets: Sequence[str] = (), files: Sequence[Path] = ()) -> rel.Record:
-        """``python -m sandbox upgrade`` in-process, then the rollout's end: every pod of
-        the release Ready and no pod of an older template left."""
+    async def upgrade(
+        self, sets: Sequence[str] = (), files: Sequence[Path] = (), settle: bool = True
+    ) -> rel.Record:
+        """``python -m sandbox upgrade`` in-process, then (``settle``) the rollout's end:
+        every pod of the release Ready and no pod of an older template left. As with
+        Helm, a Deployment someone scaled is set back to the chart's replicas."""
         assert self._ctx is not None
         self.record = await upgrade(self._ctx.state_dir, list(files), list(sets))
-        await self.settle()
+        if settle:
+            await self.settle()
         return self.record
 
     async def scale(self, component: str, replicas: int, wait_ready: bool = True) -> None:

@@ -27,17 +27,19 @@ class SandboxThread:
     """Starts the sandbox on a background loop; ``run`` executes coroutines there.
 
     The webhook runs as the chart's Deployment with ``replicas`` pods; the reconciler's
-    Deployment is scaled to 0 (tests write GPUReservations themselves)."""
+    Deployment is scaled to 0 (tests write GPUReservations themselves, and there is no
+    app emulator: its pod could not start without the app's key)."""
 
     def __init__(self, state_dir: Path, replicas: int) -> None:
         self.ctx = SandboxContext(state_dir=state_dir, scenario=load_scenario())
-        sets = (f"webhook.replicas={replicas}", "reconciler.replicas=0")
-        self.ctx.handles["release.user"] = ((), sets)
+        self.ctx.handles["release.user"] = ((), (f"webhook.replicas={replicas}",))
         self.sandbox = Sandbox(self.ctx, ["kube", "cluster", "release"])
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.run(self.sandbox.start(), timeout=120)
+        # no app, no reconciler: kubectl scale --replicas=0 (the chart's minimum is 1)
+        self.run(self.release.scale("reconciler", 0), timeout=120)
         self.kubeconfig = state_dir / "kubeconfig"
         self.gateway = Gateway.from_kubeconfig(str(self.kubeconfig))
 

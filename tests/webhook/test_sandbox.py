@@ -94,8 +94,11 @@ def tolerated(pod: dict[str, Any]) -> bool:
 
 def restart_with(sb: SandboxThread, *sets: str) -> None:
     """``python -m sandbox upgrade --set …``: the webhook's pods roll onto the new
-    environment; returns once only pods of the new template run, all Ready."""
-    sb.run(sb.release.upgrade(sets), timeout=120)
+    environment; returns once only pods of the new template run, all Ready. The upgrade
+    sets the reconciler back to the chart's one replica, as helm's would: scaled to 0
+    again."""
+    sb.run(sb.release.upgrade(sets, settle=False))
+    sb.run(sb.release.scale("reconciler", 0), timeout=120)
 
 
 def test_1_admission_until_the_booking_is_full(sandbox: SandboxThread) -> None:
@@ -171,8 +174,9 @@ def test_3_tolerations_and_annotations_cannot_be_forged(sandbox: SandboxThread) 
     refused = sandbox.kubectl("-n", "bob", "patch", "pod", "b-1", "--type=json", "-p", toleration)
     assert refused.returncode != 0
     assert "granted with a reservation, never declared" in refused.stderr
+    # the chart's reconciler service account (CONTROLLER_SERVICE_ACCOUNTS)
     controller = sandbox.user_kubeconfig(
-        f"system:serviceaccount:{sandbox.namespace}:reconciler",
+        f"system:serviceaccount:{sandbox.namespace}:{vocab.PRODUCT_NAME}-reconciler",
         ["system:masters", "system:serviceaccounts"],
     )
     allowed = sandbox.kubectl(
