@@ -17,7 +17,8 @@ does, except the webhooks of a webhook configuration, matched by name as Kuberne
 strategic merge does, so a ``caBundle`` survives an upgrade.
 
 Hooks: before creating a hook, one with ``before-hook-creation`` of the same name is
-deleted; a Job hook is waited for until Complete (a Failed Job fails the release with
+deleted (without it, a hook that exists already fails the release, as Helm's create
+does); a Job hook is waited for until Complete (a Failed Job fails the release with
 its reason); a Pod hook until Succeeded; others are done once created. When every hook
 of an event has succeeded those with ``hook-succeeded`` are deleted; a failed one with
 ``hook-failed`` is deleted before the error is raised. Deletions propagate in the
@@ -163,21 +164,21 @@ class Applier:
         for crd in rendered.crds:
             with contextlib.suppress(Conflict):
                 await self.gateway.create(CRDS, crd)
-        await self._hooks(rendered, "pre-install")
+        await self.run_hooks(rendered, "pre-install")
         for manifest in rendered.manifests:
             await self.put(manifest, None)
         record = Record(1, rel.DEPLOYED, layers, rendered.manifests, rendered.values, withheld)
         await self.gateway.create(
             SECRETS, rel.record_secret(record, self.namespace, self.now()), self.namespace
         )
-        await self._hooks(rendered, "post-install")
+        await self.run_hooks(rendered, "post-install")
         return record
 
     async def upgrade(self, previous: Record, rendered: Rendered, layers: Layers) -> Record:
         """``helm upgrade``: apply the difference from ``previous`` to ``rendered``
         (the kinds ``previous`` withheld stay withheld)."""
         rendered = rendered.without(previous.withheld)
-        await self._hooks(rendered, "pre-upgrade")
+        await self.run_hooks(rendered, "pre-upgrade")
         before = {m.key: m for m in previous.manifest}
         now_keys = {m.key for m in rendered.manifests}
         for manifest in rendered.manifests:
@@ -199,7 +200,7 @@ class Applier:
         await self.gateway.create(
             SECRETS, rel.record_secret(record, self.namespace, self.now()), self.namespace
         )
-        await self._hooks(rendered, "post-upgrade")
+        await self.run_hooks(rendered, "post-upgrade")
         return record
 
     async def current(self) -> Record | None:
@@ -257,12 +258,13 @@ class Applier:
 
     # --- hooks ------------------------------------------------------------------------
 
-    async def _hooks(self, rendered: Rendered, event: str) -> None:
+    async def run_hooks(self, rendered: Rendered, event: str) -> None:
+        """The hooks of ``event``, as Helm runs them (module docstring)."""
         done: list[Hook] = []
         for hook in rendered.hooks_for(event):
             if rel.BEFORE_HOOK_CREATION in hook.delete_policies:
                 await self.delete(hook.manifest, wait=True)
-            await self.put(hook.manifest, None)
+            await self.create_hook(hook.manifest)
             try:
                 await self._wait_hook(hook)
             except ReleaseError:
@@ -273,6 +275,18 @@ class Applier:
         for hook in done:
             if rel.HOOK_SUCCEEDED in hook.delete_policies:
                 await self.delete(hook.manifest)
+
+    async def create_hook(self, manifest: Manifest) -> None:
+        """Create a hook object; as with Helm, one that exists already (no
+        ``before-hook-creation`` removed it) fails the release."""
+        res = await self.kinds.resource(manifest.obj["apiVersion"], manifest.kind)
+        namespace = (manifest.namespace or self.namespace) if res.namespaced else None
+        try:
+            await self.gateway.create(res, manifest.obj, namespace)
+        except Conflict:
+            raise ReleaseError(f"hook {manifest.kind} {manifest.name!r}: already exists") from None
+        except KubeError as exc:
+            raise ReleaseError(f"hook {manifest.kind} {manifest.name!r}: {exc}") from exc
 
     async def _wait_hook(self, hook: Hook) -> None:
         manifest = hook.manifest

@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from sandbox.__main__ import main
-from sandbox.apply import Kinds
+from sandbox.apply import Applier, Kinds, ReleaseError
+from sandbox.cluster.processes import LOCAL_IMAGES
+from sandbox.release import HOOK, HOOK_DELETE_POLICY, secret_name, sort
 from sandbox.release import RELEASE_NAME as RELEASE
-from sandbox.release import secret_name
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.scenario import load_scenario
+from shared import vocab
 from shared.errors import NotFound
 from shared.gateway import Gateway
 from shared.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, SERVICES
@@ -149,3 +151,52 @@ def test_up_refuses_bad_values_before_anything_starts(
     assert main(["up", "--state-dir", str(tmp_path / "s"), "--set", "webhook.replicas"]) == 2
     assert "failed parsing --set data" in capsys.readouterr().err
     assert not (tmp_path / "s" / "endpoints.json").exists()
+
+
+def hook_job(name: str, code: int, policies: str) -> dict[str, Any]:
+    """A pre-install hook Job of our image whose process exits with ``code``."""
+    toleration = {"key": vocab.SANDBOX_SYSTEM_TAINT, "operator": "Exists"}
+    container = {
+        "name": "c",
+        "image": f"{next(iter(LOCAL_IMAGES))}:test",
+        "command": ["python", "-c", f"raise SystemExit({code})"],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": RELEASE,
+            "annotations": {HOOK: "pre-install", HOOK_DELETE_POLICY: policies},
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": [toleration],
+                    "containers": [container],
+                }
+            },
+        },
+    }
+
+
+def test_hooks_are_waited_for_and_deleted_by_their_policies(sandbox: Running) -> None:
+    applier = Applier(sandbox.gateway, RELEASE, now=lambda: "now", hook_timeout_s=60)
+    texts = {"h.yaml": json.dumps(hook_job("works", 0, "hook-succeeded"))}
+    sandbox.run(applier.run_hooks(sort(texts, [], {}), "pre-install"), timeout=90)
+    assert not sandbox.exists("batch/v1", "Job", "works")  # hook-succeeded: deleted
+
+    texts = {"h.yaml": json.dumps(hook_job("fails", 1, "hook-succeeded"))}
+    with pytest.raises(ReleaseError, match="hook Job 'fails' failed: BackoffLimitExceeded"):
+        sandbox.run(applier.run_hooks(sort(texts, [], {}), "pre-install"), timeout=90)
+    assert sandbox.exists("batch/v1", "Job", "fails")  # kept for kubectl logs
+
+    texts = {"h.yaml": json.dumps(hook_job("fails", 1, "hook-failed"))}
+    with pytest.raises(ReleaseError, match="already exists"):
+        sandbox.run(applier.run_hooks(sort(texts, [], {}), "pre-install"), timeout=90)
+    texts = {"h.yaml": json.dumps(hook_job("fails", 1, "before-hook-creation,hook-failed"))}
+    with pytest.raises(ReleaseError, match="failed"):
+        sandbox.run(applier.run_hooks(sort(texts, [], {}), "pre-install"), timeout=90)
+    assert not sandbox.exists("batch/v1", "Job", "fails")  # hook-failed: deleted
