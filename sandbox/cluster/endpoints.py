@@ -8,13 +8,15 @@ number, or the name of a container port of that pod — a pod without it is left
 that port's subset), and pods with the same resolved ports share a subset, as the
 kube-controller-manager's controller groups them.
 
-An Endpoints object the controller did not write (without its
+The Endpoints the controller wrote go when their Service goes. An Endpoints object the
+controller did not write (without its
 ``endpoints.kubernetes.io/last-change-trigger-time`` annotation) is kept as it is: the
 sandbox's own components may still write the webhook's Endpoints by hand.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -129,6 +131,16 @@ class EndpointsController(Woken):
                     await self._sync(service, pods)
                 except (Conflict, NotFound):
                     continue  # the next pass sees the newer object
+        for key, endpoints in list(self._endpoints.items.items()):
+            annotations = endpoints["metadata"].get("annotations") or {}
+            if TRIGGER_TIME in annotations and key not in self._services.items:
+                await self._delete(endpoints)
+
+    async def _delete(self, endpoints: Obj) -> None:
+        """The Endpoints of a deleted Service go with it."""
+        meta = endpoints["metadata"]
+        with contextlib.suppress(NotFound, Conflict):
+            await self._gateway.delete(ENDPOINTS, meta["name"], meta["namespace"])
 
     async def _sync(self, service: Obj, pods: list[Obj]) -> None:
         meta = service["metadata"]

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -62,6 +63,7 @@ from shared.errors import KubeError, NotFound
 from shared.gateway import Gateway
 from shared.resources import PODS
 
+log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 #: Image repositories whose pods run as local processes: the chart's ``image.repository``.
 LOCAL_IMAGES = frozenset({"ghcr.io/galends/gpu-reservation"})
@@ -74,6 +76,8 @@ POD_IP_ENV = "SANDBOX_POD_IP"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 #: The kubelet's cap on a message taken from the logs: 80 lines, 2048 bytes.
 MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
+#: What a container whose process cannot be started ends with (the runtime's).
+START_ERROR, START_ERROR_CODE = "StartError", 128
 #: Wall seconds between retries of a pod that cannot start (volumes, env).
 RETRY_S = 1.0
 #: Wall seconds ``stop`` gives every process after SIGTERM.
@@ -307,7 +311,7 @@ class ProcessRuntime:
         self.runs[uid] = run
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._refresh_loop())
-        run.tasks.append(asyncio.create_task(self._run_pod(run)))
+        run.tasks.append(asyncio.create_task(_guarded(self._run_pod(run), run.name)))
 
     async def terminate(self, pod: Obj, grace_s: float) -> None:
         """Stop the pod's processes: SIGTERM, SIGKILL after ``grace_s``."""
@@ -316,7 +320,9 @@ class ProcessRuntime:
             return
         run.terminating = True
         self._changed.set()
-        procs = [c.process for c in run.containers if c.process is not None]
+        procs = [c.process for c in run.containers if c.process is not None and c.process.alive]
+        for proc in procs:
+            await self._event(run, "Normal", "Killing", f"Stopping container {proc.container}")
         await asyncio.gather(*(p.stop(self._clock, grace_s) for p in procs))
         await self._end(run)
 
@@ -427,7 +433,8 @@ class ProcessRuntime:
             return
         run.kubeconfig = self._service_account(run)
         for container in run.containers:
-            run.tasks.append(asyncio.create_task(self._run_container(run, container)))
+            work = self._run_container(run, container)
+            run.tasks.append(asyncio.create_task(_guarded(work, f"{run.name}/{container.name}")))
 
     def _write_volumes(self, run: PodRun) -> None:
         """Lay out every volume; map every container's mounts (``VolumeError`` if one
@@ -502,11 +509,27 @@ class ProcessRuntime:
         args = c.spec.get("args")
         argv = [str(a) for a in (command or ([] if args else IMAGE_CMD))]
         argv += [str(a) for a in args or []]
+        return self._mapped(run, c, argv, env)
+
+    @staticmethod
+    def _mapped(run: PodRun, c: ContainerRun, argv: list[str], env: dict[str, str]) -> list[str]:
+        """``argv`` as the process runs it: variables expanded, mount paths rewritten,
+        ``python`` this interpreter."""
         mounts = run.mounts.get(c.name, [])
         argv = [rewrite(expand(a, env), mounts) for a in argv]
         if argv and argv[0] in ("python", "python3"):
             argv[0] = sys.executable
         return argv
+
+    def _probe_of(self, run: PodRun, c: ContainerRun, kind: str) -> Probe:
+        """The probe, an ``exec`` command mapped as the container's own argv is (an
+        ``exec`` probe runs inside the container on a cluster)."""
+        spec = dict(c.spec[kind])
+        action = spec.get("exec")
+        if isinstance(action, dict) and isinstance(action.get("command"), list):
+            command = [str(a) for a in action["command"]]
+            spec["exec"] = {**action, "command": self._mapped(run, c, command, c.env)}
+        return Probe.of(spec)
 
     async def _run_container(self, run: PodRun, c: ContainerRun) -> None:
         policy = str((run.pod.get("spec") or {}).get("restartPolicy") or "Always")
@@ -532,6 +555,8 @@ class ProcessRuntime:
             c.restart_count += 1
 
     async def _config_error(self, run: PodRun, c: ContainerRun, message: str) -> None:
+        if "terminated" in c.state:
+            c.last_state = c.state
         c.state = {"waiting": {"reason": CONFIG_ERROR, "message": message}}
         self._publish(run)
         if c.reported != message:
@@ -573,18 +598,22 @@ class ProcessRuntime:
         """Start the container once, watch it with its probes until it exits."""
         path = run.directory / "logs" / c.name / f"{c.restart_count}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # each start writes its own message
+            (run.directory / "termination" / c.name).unlink()
+        failure = ""
         with path.open("ab") as log:
             try:
                 process = await self._spawn(run, c, log)
             except OSError as exc:
-                log.write(f"{exc}\n".encode())
+                failure = f"failed to start container {c.name}: {exc}"
+                log.write(f"{failure}\n".encode())
                 process = None
         started = format_utc(self._clock.now())
         c.container_id = f"sandbox://{uuid.uuid4().hex}"
         if c.state.get("terminated") or c.state.get("waiting", {}).get("reason") == CRASH_LOOP:
             c.last_state = c.state if "terminated" in c.state else c.last_state
         if process is None:
-            code = 128
+            code = START_ERROR_CODE
         else:
             c.process, c.created = process, True
             c.state = {"running": {"startedAt": started}}
@@ -595,9 +624,10 @@ class ProcessRuntime:
         c.created = True
         c.ready = False
         finished = format_utc(self._clock.now())
-        c.state = terminated(
-            code, started, finished, self._message(run, c, code, path), c.container_id
-        )
+        message = failure or self._message(run, c, code, path)
+        c.state = terminated(code, started, finished, message, c.container_id)
+        if process is None:
+            c.state["terminated"]["reason"] = START_ERROR
         self._publish(run)
         return code
 
@@ -626,13 +656,16 @@ class ProcessRuntime:
                     await task
 
     async def _probe(self, run: PodRun, c: ContainerRun, process: LocalProcess, kind: str) -> None:
-        probe = Probe.of(c.spec[kind])
+        probe = self._probe_of(run, c, kind)
         liveness = kind == "livenessProbe"
         counter = Counter(liveness, probe.success_threshold, probe.failure_threshold)
         label = "Liveness" if liveness else "Readiness"
         await self._clock.sleep(probe.initial_delay_s)
         while process.alive:
-            ok, why = await check(probe, c.spec, run.ip, c.env, str(ROOT))
+            try:
+                ok, why = await check(probe, c.spec, run.ip, c.env, str(ROOT))
+            except Exception as exc:  # a malformed probe fails; it never stops the kubelet
+                ok, why = False, f"probe errored: {exc}"
             if not ok and process.alive:
                 await self._event(run, "Warning", "Unhealthy", f"{label} probe failed: {why}")
             if counter.add(ok) and process.alive:
@@ -672,6 +705,16 @@ class ProcessRuntime:
 
     async def _event(self, run: PodRun, kind: str, reason: str, message: str) -> None:
         await events.record(self._gateway, self._clock, run.pod, KUBELET, kind, reason, message)
+
+
+async def _guarded(work: Coroutine[Any, Any, None], what: str) -> None:
+    """Run ``work``; an unexpected error is logged, not lost with its task."""
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("process runtime: %s stopped on an error", what)
 
 
 def _stopping(run: PodRun) -> bool:

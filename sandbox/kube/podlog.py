@@ -7,13 +7,15 @@ The API server asks the node's kubelet; here the kubelet emulation registers a
 asks for the start before; ``tailLines`` and ``limitBytes`` cut the answer. A pod the
 reader does not run (a simulated one: no process, no output) answers an empty body once
 its container has started, as a kubelet with nothing logged does; before that, 400
-``… is waiting to start: ContainerCreating``. ``follow`` is accepted and answers what
-there is so far.
+``… is waiting to start: ContainerCreating``. ``follow`` (``kubectl logs -f``) streams
+the output as it grows for as long as that start of the container runs (the same
+``containerID``, state ``running``), then ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from sandbox.kube.cluster import Call, Cluster
@@ -71,22 +73,73 @@ def _simulated(pod: Obj, container: str, previous: bool) -> bytes:
     raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
 
 
+#: Seconds between looks at a followed container's output.
+FOLLOW_POLL_S = 0.2
+
+
+def follows(call: Call) -> bool:
+    """Whether the request asks to follow the output."""
+    return _flag(call.query, "follow")
+
+
+def _running_id(cluster: Cluster, call: Call, container: str) -> str | None:
+    pod = cluster.store.get("", "pods", call.namespace, call.name)
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    status: Obj = next((s for s in statuses if s.get("name") == container), {})
+    return (
+        str(status.get("containerID") or "") if "running" in (status.get("state") or {}) else None
+    )
+
+
+async def stream(cluster: Cluster, call: Call) -> AsyncIterator[bytes]:
+    """The body of a followed log: what there is, then what is added while that start
+    of the container runs."""
+    pod = cluster.store.get("", "pods", call.namespace, call.name) or {}
+    container = _container(pod, call.query)
+    running = _running_id(cluster, call, container)
+    full = _output(cluster, call)
+    yield _cut(full, call.query)
+    if running is None or cluster.log_reader is None or _flag(call.query, "previous"):
+        return
+    sent, going = len(full), True
+    while going:
+        await asyncio.sleep(FOLLOW_POLL_S)
+        going = _running_id(cluster, call, container) == running
+        try:  # once more after it stopped: what it wrote last
+            now = cluster.log_reader(call.namespace, call.name, container, False) or b""
+        except LookupError:
+            return
+        if len(now) > sent:
+            yield now[sent:]
+            sent = len(now)
+
+
 def read(cluster: Cluster, call: Call) -> bytes:
     """The answer body of ``GET pods/<name>/log``."""
+    return _cut(_output(cluster, call), call.query)
+
+
+def _output(cluster: Cluster, call: Call) -> bytes:
+    """The whole output the request names (``ApiError`` if it names none)."""
     pod = cluster.store.get("", "pods", call.namespace, call.name)
     if pod is None:
         raise not_found("pods", "", call.name)
     container = _container(pod, call.query)
     previous = _flag(call.query, "previous")
-    tail, limit = _count(call.query, "tailLines"), _count(call.query, "limitBytes")
+    for key in ("tailLines", "limitBytes"):  # a malformed count is refused first
+        _count(call.query, key)
     out = None
     if cluster.log_reader is not None:
         try:
             out = cluster.log_reader(call.namespace, call.name, container, previous)
         except LookupError as exc:
             raise bad_request(str(exc.args[0] if exc.args else exc)) from None
-    if out is None:
-        out = _simulated(pod, container, previous)
+    return _simulated(pod, container, previous) if out is None else out
+
+
+def _cut(out: bytes, query: Mapping[str, str]) -> bytes:
+    """``tailLines`` then ``limitBytes`` applied."""
+    tail, limit = _count(query, "tailLines"), _count(query, "limitBytes")
     if tail is not None:
         lines = out.splitlines(keepends=True)
         out = b"".join(lines[-tail:]) if tail else b""

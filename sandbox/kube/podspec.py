@@ -4,7 +4,11 @@ Defaults follow the v1 defaulting functions (restart policy, grace period, DNS p
 scheduler name, container pull policy, requests copied from limits). Validation covers
 what a scheduler-facing emulator needs: containers, resource quantities (extended
 resources such as GPUs are whole numbers with request equal to limit, facts §2.4),
-tolerations, scheduling gates, and ``nodeName`` with gates at create.
+tolerations, scheduling gates, and ``nodeName`` with gates at create; and what the
+process kubelet reads: each probe names one handler (a liveness or startup probe's
+``successThreshold`` is 1), each ``env[].valueFrom`` one source, each ``volumeMounts``
+entry a volume of the pod (``validateHandler``, ``validateEnvVarValueFrom``,
+``validateVolumeMounts`` of the apiserver's validation).
 """
 
 from __future__ import annotations
@@ -99,8 +103,11 @@ def validate_spec(spec: Obj, creating: bool) -> list[FieldError]:
     containers = spec.get("containers") or []
     if not containers:
         errors.append(required("spec.containers"))
+    volumes = {str(v.get("name")) for v in spec.get("volumes") or [] if isinstance(v, dict)}
     for kind in ("containers", "initContainers"):
         errors += _containers(spec.get(kind) or [], f"spec.{kind}", creating)
+        for i, container in enumerate(spec.get(kind) or []):
+            errors += _runtime_fields(container, f"spec.{kind}[{i}]", volumes)
     policy = spec.get("restartPolicy")
     if policy not in ("Always", "OnFailure", "Never"):
         errors.append(not_supported("spec.restartPolicy", policy, ["Always", "OnFailure", "Never"]))
@@ -138,6 +145,56 @@ def _containers(containers: list[Obj], path: str, creating: bool) -> list[FieldE
         if creating and not container.get("image"):
             errors.append(required(f"{where}.image"))
         errors += _resources(container.get("resources") or {}, f"{where}.resources")
+    return errors
+
+
+_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+
+
+def _probe(probe: Any, path: str, kind: str) -> list[FieldError]:
+    if not isinstance(probe, dict):
+        return []
+    handlers = [h for h in _HANDLERS if probe.get(h) is not None]
+    errors: list[FieldError] = []
+    if not handlers:
+        errors.append(required(path, "must specify a handler type"))
+    for extra in handlers[1:]:
+        errors.append(forbidden(f"{path}.{extra}", "may not specify more than 1 handler type"))
+    threshold = probe.get("successThreshold")
+    if kind != "readinessProbe" and threshold not in (None, 1):
+        errors.append(invalid_value(f"{path}.successThreshold", threshold, "must be 1"))
+    return errors
+
+
+def _value_from(var: Any, path: str) -> list[FieldError]:
+    source = var.get("valueFrom") if isinstance(var, dict) else None
+    if not isinstance(source, dict):
+        return []
+    count = sum(1 for key in _SOURCES if source.get(key) is not None)
+    if count == 0:
+        detail = (
+            "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or "
+            "`secretKeyRef`"
+        )
+        return [invalid_value(f"{path}.valueFrom", "", detail)]
+    if count > 1:
+        detail = "may not have more than one field specified at a time"
+        return [invalid_value(f"{path}.valueFrom", "", detail)]
+    return []
+
+
+def _runtime_fields(container: Obj, where: str, volumes: set[str]) -> list[FieldError]:
+    """Probes, env sources and volume mounts of one container."""
+    errors: list[FieldError] = []
+    for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
+        errors += _probe(container.get(kind), f"{where}.{kind}", kind)
+    for i, var in enumerate(container.get("env") or []):
+        errors += _value_from(var, f"{where}.env[{i}]")
+    for i, mount in enumerate(container.get("volumeMounts") or []):
+        name = mount.get("name") if isinstance(mount, dict) else None
+        if name not in volumes:
+            errors.append(not_found_field(f"{where}.volumeMounts[{i}].name", name))
     return errors
 
 

@@ -250,6 +250,9 @@ class Api:
         accept = header(request, b"accept")
         if verb == "get" and call.subresource == "scale":
             return _json(subresources.get_scale(self.cluster, call))
+        if verb == "get" and call.subresource == "log" and podlog.follows(call):
+            podlog.read(self.cluster, call)  # errors before the stream starts
+            return StreamingResponse(podlog.stream(self.cluster, call), media_type="text/plain")
         if verb == "get" and call.subresource == "log":
             return PlainTextResponse(podlog.read(self.cluster, call))
         if verb == "get":

@@ -6,6 +6,8 @@
 ``/whoami`` the pid and the address it listens on. SIGTERM: print and exit 0.
 ``crash``: count the starts in ``$COUNTER_FILE``, print ``start N``, exit 3.
 ``kube PATH...``: GET each API path with ``$KUBECONFIG``'s token; print the codes as JSON.
+``slow WORD...``: print each word, half a second apart, then exit 0.
+``say TEXT``: write TEXT to ``$MESSAGE_FILE`` (the termination message) and exit 1.
 ``files PATH...``: print the paths it was given as JSON, then wait for SIGTERM.
 """
 
@@ -109,6 +111,14 @@ def main() -> None:
         crash()
     elif mode == "kube":
         kube(rest)
+    elif mode == "slow":
+        for word in rest:
+            print(word, flush=True)
+            time.sleep(0.5)
+    elif mode == "say":
+        Path(os.environ["MESSAGE_FILE"]).write_text(rest[0])
+        print("said it", flush=True)
+        sys.exit(1)
     elif mode == "files":
         files(rest)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ from sandbox.cluster.mounts import Mount, VolumeError, rewrite, volume_files
 from sandbox.cluster.podenv import ConfigError, container_env, expand
 from sandbox.cluster.podnet import Block, address
 from sandbox.cluster.probes import Counter, Probe, port_of
-from sandbox.cluster.processes import is_local, log_tail, repository
+from sandbox.cluster.processes import PODPATH, is_local, log_tail, repository
 
 POD: dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "labels": {"app": "x"}},
@@ -209,3 +212,30 @@ def test_two_sandboxes_claim_different_blocks_of_pod_addresses() -> None:
     finally:
         first.close()
         second.close()
+
+
+def _bound_address(family: str, host: str) -> str:
+    code = (
+        f"import socket; s = socket.socket(socket.{family}); s.bind(({host!r}, 0)); "
+        "print(s.getsockname()[0])"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PODPATH), "SANDBOX_POD_IP": "127.9.0.7"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_a_wildcard_bind_lands_on_the_pod_address_and_a_named_one_stays() -> None:
+    assert _bound_address("AF_INET", "") == "127.9.0.7"
+    assert _bound_address("AF_INET", "0.0.0.0") == "127.9.0.7"
+    assert _bound_address("AF_INET", "127.0.0.1") == "127.0.0.1"
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 sockets here")
+def test_an_ipv6_wildcard_bind_lands_on_the_mapped_pod_address() -> None:
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("IPv6 sockets cannot be created here")
+    assert _bound_address("AF_INET6", "::") == "::ffff:127.9.0.7"

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from sandbox.cluster.endpoints import ENDPOINTS
+from shared.clock import ScaledClock
 from shared.errors import BadRequest
 from shared.resources import CONFIGMAPS, PODS, SECRETS, SERVICES, Resource
 from tests.cluster.processkit import (
@@ -393,6 +394,8 @@ async def test_a_crashing_container_backs_off_and_kubectl_shows_why(tmp_path: Pa
 
         current = await asyncio.to_thread(w.kubectl, "logs", "crashy")
         assert (current.returncode, current.stdout) == (0, "start 2\n"), current.stderr
+        listed = await asyncio.to_thread(w.kubectl, "get", "pod", "crashy", "--no-headers")
+        assert listed.stdout.split()[2:4] == ["CrashLoopBackOff", "1"], listed.stdout
         shown = await asyncio.to_thread(w.kubectl, "describe", "pod", "crashy")
         assert "CrashLoopBackOff" in shown.stdout
         assert "Exit Code:    3" in shown.stdout
@@ -435,6 +438,15 @@ async def test_pod_log_answers_as_a_kubelet_for_every_kind_of_pod(tmp_path: Path
             BadRequest, match=r"must be specified for pod two, choose one of: \[a b\]"
         ):
             await w.gateway.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/two/log")
+        for query, message in [
+            ("tailLines=-1", "tailLines"),
+            ("limitBytes=0", "limitBytes"),
+            ("limitBytes=many", "limitBytes"),
+        ]:
+            with pytest.raises(BadRequest, match=message):
+                await w.gateway.request(
+                    "GET", f"/api/v1/namespaces/{NAMESPACE}/pods/sim/log?{query}"
+                )
         with pytest.raises(BadRequest, match="tailLines"):
             await w.gateway.request(
                 "GET", f"/api/v1/namespaces/{NAMESPACE}/pods/sim/log?tailLines=x"
@@ -469,6 +481,7 @@ async def test_deleting_a_pod_stops_its_process_then_removes_it(tmp_path: Path) 
         assert not process.alive
         assert process.proc.returncode == 0  # it had its SIGTERM
         assert "terminated" in read(str(process.log_path))
+        assert "Stopping container main" in await w.messages("gone")
         assert w.runtime.running() == []
 
 
@@ -533,6 +546,26 @@ async def test_kubectl_scale_runs_three_processes_on_three_addresses(tmp_path: P
         await w.until(lambda: asyncio.sleep(0, len(w.runtime.running()) == 1), 30, "scaled in")
 
 
+async def test_rollout_restart_replaces_the_processes(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await w.gateway.create(DEPLOYMENTS, deployment("roll", 2), NAMESPACE)
+        before = {
+            p["metadata"]["name"]
+            for p in await w.runtime.wait_ready(NAMESPACE, {"app": "roll"}, 2, 30)
+        }
+        pids = {p.pid for p in w.runtime.running()}
+        done = await asyncio.to_thread(w.kubectl, "rollout", "restart", "deploy/roll")
+        assert done.returncode == 0, done.stderr
+
+        async def replaced() -> bool:
+            ready_now = await w.runtime.wait_ready(NAMESPACE, {"app": "roll"}, 2, 30)
+            names = {p["metadata"]["name"] for p in ready_now}
+            running = {p.pid for p in w.runtime.running()}
+            return not names & before and len(running) == 2 and not running & pids
+
+        await w.until(replaced, 40, "new processes for the new template")
+
+
 async def test_a_job_of_our_image_completes_when_its_process_exits_0(tmp_path: Path) -> None:
     jobs = Resource("batch", "v1", "jobs", "Job")
     async with world(tmp_path) as w:
@@ -555,3 +588,85 @@ async def test_a_job_of_our_image_completes_when_its_process_exits_0(tmp_path: P
             )
 
         await w.until(succeeded, 30, "the Job's success")
+
+
+async def test_tcp_and_exec_probes_and_a_malformed_one(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        main = server(
+            readinessProbe={"tcpSocket": {"port": "http"}, "periodSeconds": 1},
+            livenessProbe={
+                "exec": {"command": ["python", "-c", "import sys; sys.exit(0)"]},
+                "periodSeconds": 1,
+                "failureThreshold": 1,
+            },
+        )
+        await w.gateway.create(PODS, local_pod("probed", main), NAMESPACE)
+        await w.pod_until("probed", ready)
+        odd = server(readinessProbe={"httpGet": "not a mapping", "periodSeconds": 1})
+        await w.gateway.create(PODS, local_pod("odd", odd), NAMESPACE)
+        await w.until(lambda: _has(w.reasons("odd"), "Unhealthy"), what="the odd probe failing")
+        assert state(await w.pod("probed"))["restartCount"] == 0  # exec liveness held
+        assert not ready(await w.pod("odd"))
+
+
+async def test_endpoints_go_with_their_service(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await w.gateway.create(SERVICES, service("short", {"app": "short"}), NAMESPACE)
+        await w.until(lambda: w.gateway.get(ENDPOINTS, "short", NAMESPACE), what="Endpoints")
+        await w.gateway.delete(SERVICES, "short", NAMESPACE)
+
+        async def gone() -> bool:
+            items = (await w.gateway.list_all(ENDPOINTS, NAMESPACE)).items
+            return all(e["metadata"]["name"] != "short" for e in items)
+
+        await w.until(gone, what="the Endpoints deleted")
+
+
+async def test_the_termination_message_file_and_a_command_that_cannot_start(
+    tmp_path: Path,
+) -> None:
+    async with world(tmp_path) as w:
+        env = [{"name": "MESSAGE_FILE", "value": "/dev/termination-log"}]
+        said = container(
+            "say", "why it stopped", env=env, terminationMessagePolicy="FallbackToLogsOnError"
+        )
+        await w.gateway.create(PODS, local_pod("said", said, restartPolicy="Never"), NAMESPACE)
+        pod = await w.pod_until("said", lambda p: phase(p) == "Failed")
+        terminated = state(pod)["state"]["terminated"]
+        assert (terminated["exitCode"], terminated["message"]) == (1, "why it stopped")
+
+        broken = {
+            "name": "main",
+            "image": "ghcr.io/galends/gpu-reservation",
+            "command": ["/no/such/program"],
+        }
+        await w.gateway.create(PODS, local_pod("broken", broken, restartPolicy="Never"), NAMESPACE)
+        pod = await w.pod_until("broken", lambda p: phase(p) == "Failed")
+        terminated = state(pod)["state"]["terminated"]
+        assert (terminated["exitCode"], terminated["reason"]) == (128, "StartError")
+        assert "/no/such/program" in terminated["message"]
+
+
+async def test_kubectl_logs_follow_streams_until_the_process_ends(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        body = local_pod("talker", container("slow", "one", "two", "three"), restartPolicy="Never")
+        await w.gateway.create(PODS, body, NAMESPACE)
+        await w.pod_until("talker", lambda p: "running" in state(p).get("state", {}))
+        followed = await asyncio.to_thread(w.kubectl, "logs", "-f", "talker")
+        assert (followed.returncode, followed.stdout) == (0, "one\ntwo\nthree\n"), followed.stderr
+
+
+async def test_the_back_off_ends_and_the_container_restarts_on_the_sandbox_clock(
+    tmp_path: Path,
+) -> None:
+    # 20 sandbox seconds a wall second: the 10 s and 20 s back-offs pass in 1.5 s.
+    async with world(tmp_path, ScaledClock(factor=20.0)) as w:
+        main = container(
+            "crash",
+            env=[{"name": "COUNTER_FILE", "value": "/data/count"}],
+            volumeMounts=[{"name": "data", "mountPath": "/data"}],
+        )
+        body = local_pod("looping", main, volumes=[{"name": "data", "emptyDir": {}}])
+        await w.gateway.create(PODS, body, NAMESPACE)
+        await w.pod_until("looping", lambda p: state(p).get("restartCount", 0) >= 3, 40)
+        assert (await w.reasons("looping")).count("BackOff") >= 2

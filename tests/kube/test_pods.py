@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 
 from sandbox.kube.admission_api import AdmissionAttributes, AdmissionResult
 from shared import vocab
@@ -440,3 +441,69 @@ def test_binding_preconditions_are_checked(api: httpx.Client, ns: str) -> None:
     assert (old_rv.status_code, old_rv.json()["reason"]) == (409, "Conflict")
     body["metadata"] = {"name": "pre", "uid": made["metadata"]["uid"]}
     assert api.post(f"{PODS.format(ns=ns)}/pre/binding", json=body).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "readinessProbe",
+            {"periodSeconds": 1},
+            "spec.containers[0].readinessProbe: Required value: must specify a handler type",
+        ),
+        (
+            "livenessProbe",
+            {"httpGet": {"port": 80}, "tcpSocket": {"port": 80}},
+            "spec.containers[0].livenessProbe.tcpSocket: Forbidden: may not specify more than 1 "
+            "handler type",
+        ),
+        (
+            "livenessProbe",
+            {"tcpSocket": {"port": 80}, "successThreshold": 2},
+            "spec.containers[0].livenessProbe.successThreshold: Invalid value: 2: must be 1",
+        ),
+        (
+            "env",
+            [{"name": "X", "valueFrom": {}}],
+            'spec.containers[0].env[0].valueFrom: Invalid value: "": must specify one of:',
+        ),
+        (
+            "env",
+            [
+                {
+                    "name": "X",
+                    "valueFrom": {
+                        "fieldRef": {"fieldPath": "metadata.name"},
+                        "secretKeyRef": {"name": "s", "key": "k"},
+                    },
+                }
+            ],
+            "may not have more than one field specified at a time",
+        ),
+        (
+            "volumeMounts",
+            [{"name": "nosuch", "mountPath": "/x"}],
+            'spec.containers[0].volumeMounts[0].name: Not found: "nosuch"',
+        ),
+    ],
+    ids=["no-handler", "two-handlers", "liveness-success", "no-source", "two-sources", "no-volume"],
+)
+def test_malformed_probes_env_sources_and_mounts_are_invalid(
+    api: httpx.Client, ns: str, field: str, value: Any, message: str
+) -> None:
+    """Rule: a probe names one handler, a valueFrom one source, a mount a pod volume."""
+    body = pod()
+    body["spec"]["containers"][0][field] = value
+    response = api.post(PODS.format(ns=ns), json=body)
+    assert response.status_code == 422, response.text
+    assert message in response.json()["message"]
+
+
+def test_a_readiness_probe_may_need_several_successes(api: httpx.Client, ns: str) -> None:
+    """Rule: only a readiness probe's successThreshold may exceed 1."""
+    body = pod()
+    probe = {"tcpSocket": {"port": 80}, "successThreshold": 3}
+    body["spec"]["containers"][0]["readinessProbe"] = probe
+    body["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    body["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    _create(api, ns, body)
