@@ -9,6 +9,7 @@ import pytest
 from sandbox import release as rel
 from sandbox.apply import covers, dropped, hook_verdict, merged_body, rolled_out, three_way
 from sandbox.values import Layers
+from shared import vocab
 
 RELEASE = rel.RELEASE_NAME
 
@@ -189,3 +190,42 @@ def test_a_rollout_is_done_when_every_replica_is_updated_and_available() -> None
     ]:
         status = {**done, field: value}
         assert not rolled_out({"metadata": meta, "spec": {"replicas": 3}, "status": status})
+
+
+# --- the sandbox's layers and its rollout wait ------------------------------------------
+
+
+def test_the_computed_layer_holds_the_app_url_and_only_a_changed_gate(tmp_path: Any) -> None:
+    from sandbox.release_component import NO_APP_URL, computed
+    from sandbox.runner import SandboxContext
+    from sandbox.values import sandbox_values
+
+    own = sandbox_values()
+    ctx = SandboxContext(state_dir=tmp_path, scenario={})
+    assert computed(ctx, own) == {"reservationApi": {"url": NO_APP_URL}}
+    ctx.endpoints["app"] = "http://127.0.0.1:5"
+    ctx.scheduling_gate = None
+    assert computed(ctx, own) == {
+        "reservationApi": {"url": "http://127.0.0.1:5"},
+        "matching": {"podSchedulingGateName": ""},
+    }
+    gate = own["matching"]["podSchedulingGateName"]
+    assert gate == vocab.SANDBOX_SCHEDULING_GATE
+    tolerations = {t["key"] for t in own["webhook"]["tolerations"]}
+    assert tolerations == {vocab.SANDBOX_SYSTEM_TAINT}
+
+
+def test_a_pod_stuck_as_a_cluster_shows_it_ends_the_wait() -> None:
+    from sandbox.release_component import stuck
+
+    def pod(name: str, state: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "status": {"containerStatuses": [{"state": state}]}}
+
+    pods = [
+        pod("a", {"waiting": {"reason": "CrashLoopBackOff"}}),
+        pod("b", {"waiting": {"reason": "ContainerCreating"}}),
+        pod("c", {"running": {}}),
+        pod("d", {"waiting": {"reason": "CreateContainerConfigError"}}),
+        {"metadata": {"name": "e"}, "status": {}},
+    ]
+    assert stuck(pods) == ["a: CrashLoopBackOff", "d: CreateContainerConfigError"]
