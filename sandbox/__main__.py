@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument(
         "--webhook-replicas",
         type=_positive,
-        default=1,
-        help="webhook replicas behind the one Service",
+        default=None,
+        help="webhook replicas behind the one Service (= --set webhook.replicas=N; a "
+        "--set of the same key wins)",
     )
     _values_flags(up)
     upgrade = sub.add_parser(
@@ -58,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"unknown component(s) {unknown}; known: {list(UP_COMPONENTS)}")
         scenario = load_scenario(args.scenario)
         ctx = SandboxContext(state_dir=args.state_dir, scenario=scenario, clock=clock_of(scenario))
-        ctx.handles["webhook.replicas"] = args.webhook_replicas
-        ctx.handles["release.user"] = user_layers(args.values, args.set)
+        shorthand = (
+            [] if args.webhook_replicas is None else [f"webhook.replicas={args.webhook_replicas}"]
+        )
+        ctx.handles["release.user"] = user_layers(args.values, [*shorthand, *args.set])
         if "release" in names:
             render(layers_of(ctx), ctx.namespace)  # bad values: refused before anything runs
         sandbox = Sandbox(ctx, names)
