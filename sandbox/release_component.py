@@ -347,6 +347,15 @@ class Replica:
     def log_path(self) -> Path:
         return Path(self.process.log_path)
 
+    @property
+    def url(self) -> str:
+        """``http://<pod IP>:<port>`` (the reconciler's HTTP API)."""
+        return f"http://{self.ip}:{self.port}"
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the process (SIGKILL: a crash; SIGSTOP: a hang)."""
+        self.process.signal(sig)
+
 
 def _owner_kind(pod: dict[str, Any]) -> str:
     owners = pod["metadata"].get("ownerReferences") or [{}]
