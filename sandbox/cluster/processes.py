@@ -25,6 +25,8 @@ spec the way a kubelet builds a container:
   (``sandbox.cluster.localstatus``).
 
 ``ProcessRuntime`` is ``ctx.handles["processes"]``: ``of``, ``running``, ``wait_ready``.
+How a container's argv, environment and volumes are built is ``sandbox.cluster.podrun``;
+this module runs them.
 """
 
 from __future__ import annotations
@@ -32,30 +34,44 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
-import sys
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from sandbox.cluster import events
-from sandbox.cluster.backoff import Entry, advanced, restart_wait
+from sandbox.cluster.backoff import advanced, restart_wait
 from sandbox.cluster.localstatus import (
     CONFIG_ERROR,
     CONTAINER_CREATING,
     CRASH_LOOP,
-    ContainerView,
     pod_status,
     terminated,
 )
-from sandbox.cluster.mounts import Mount, VolumeError, rewrite, volume_files, write_volume
+from sandbox.cluster.mounts import VolumeError
 from sandbox.cluster.passes import Cache
-from sandbox.cluster.podenv import CONFIG_MAP, SECRET, ConfigError, container_env, expand
-from sandbox.cluster.podstatus import HOST_IP
-from sandbox.cluster.probes import Counter, Probe, check
+from sandbox.cluster.podenv import SECRET, ConfigError
+from sandbox.cluster.podrun import (
+    LOCAL_IMAGES,
+    ROOT,
+    START_ERROR,
+    START_ERROR_CODE,
+    ContainerRun,
+    Credentials,
+    LocalProcess,
+    PodRun,
+    argv,
+    containers_of,
+    environment,
+    grace,
+    is_local,
+    layout,
+    message,
+    probe_of,
+    service_account,
+)
+from sandbox.cluster.probes import Counter, check
 from sandbox.cluster.secretdata import decoded
 from sandbox.runner import clock_env
 from shared.clock import Clock, format_utc
@@ -63,135 +79,16 @@ from shared.errors import KubeError, NotFound
 from shared.gateway import Gateway
 from shared.resources import PODS
 
+__all__ = ["LOCAL_IMAGES", "Credentials", "LocalProcess", "ProcessRuntime", "is_local"]
+
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-#: Image repositories whose pods run as local processes: the chart's ``image.repository``.
-LOCAL_IMAGES = frozenset({"ghcr.io/galends/gpu-reservation"})
-#: The image's ``CMD`` and ``ENV`` (Dockerfile).
-IMAGE_CMD = ("python", "-m", "reconciler")
-IMAGE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}
-ROOT = Path(__file__).resolve().parents[2]
-PODPATH = Path(__file__).resolve().parent / "podpath"
-POD_IP_ENV = "SANDBOX_POD_IP"
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-#: The kubelet's cap on a message taken from the logs: 80 lines, 2048 bytes.
-MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
-#: What a container whose process cannot be started ends with (the runtime's).
-START_ERROR, START_ERROR_CODE = "StartError", 128
 #: Wall seconds between retries of a pod that cannot start (volumes, env).
 RETRY_S = 1.0
 #: Wall seconds ``stop`` gives every process after SIGTERM.
 STOP_GRACE_S = 5.0
-#: ``(namespace, service account)`` → kubeconfig text holding that account's token.
-Credentials = Callable[[str, str], str]
 
 KUBELET = "kubelet"
-
-
-def repository(image: str) -> str:
-    """The image's repository: no digest, no tag."""
-    name = image.split("@", 1)[0]
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    return name[:colon] if colon > slash else name
-
-
-def containers_of(pod: Obj) -> list[Obj]:
-    return list((pod.get("spec") or {}).get("containers") or [])
-
-
-def is_local(pod: Obj) -> bool:
-    """Whether every container of the pod runs our image."""
-    spec = pod.get("spec") or {}
-    every = [*(spec.get("initContainers") or []), *containers_of(pod)]
-    return bool(every) and all(repository(str(c.get("image") or "")) in LOCAL_IMAGES for c in every)
-
-
-def log_tail(path: Path) -> str:
-    """The last 80 lines of a log, at most 2048 bytes (``FallbackToLogsOnError``)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    lines = data.splitlines(keepends=True)[-MESSAGE_LINES:]
-    return b"".join(lines)[-MESSAGE_BYTES:].decode(errors="replace")
-
-
-class LocalProcess:
-    """One start of one container: a process in its own process group."""
-
-    def __init__(
-        self, namespace: str, pod: str, container: str, proc: asyncio.subprocess.Process, log: Path
-    ) -> None:
-        self.namespace, self.pod, self.container = namespace, pod, container
-        self.proc = proc
-        self.pid = proc.pid
-        self.log_path = log
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.returncode is None
-
-    def signal(self, sig: int) -> None:
-        """Send ``sig`` to the container's processes (SIGKILL: a crash)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
-
-    async def stop(self, clock: Clock, grace_s: float) -> None:
-        """SIGTERM, then SIGKILL after ``grace_s`` sandbox seconds."""
-        if not self.alive:
-            return
-        self.signal(signal.SIGTERM)
-        waiter = asyncio.ensure_future(self.proc.wait())
-        sleeper = asyncio.ensure_future(clock.sleep(max(grace_s, 0.0)))
-        try:
-            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-        if self.alive:
-            self.signal(signal.SIGKILL)
-        await waiter
-
-
-@dataclass
-class ContainerRun(ContainerView):
-    """A container of a running pod, with its current process."""
-
-    process: LocalProcess | None = None
-    backoff: Entry | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    reported: str = ""
-
-
-@dataclass
-class PodRun:
-    """What the runtime keeps of one pod."""
-
-    pod: Obj
-    ip: str
-    directory: Path
-    started: str
-    containers: list[ContainerRun]
-    mounts: dict[str, list[Mount]] = field(default_factory=dict)
-    since: dict[str, tuple[bool, str]] = field(default_factory=dict)
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    terminating: bool = False
-    kubeconfig: Path | None = None
-    #: Whether a status write is due, and the task writing it.
-    dirty: bool = False
-    writer: asyncio.Task[None] | None = None
-
-    @property
-    def namespace(self) -> str:
-        return str(self.pod["metadata"].get("namespace") or "")
-
-    @property
-    def name(self) -> str:
-        return str(self.pod["metadata"].get("name") or "")
-
-    @property
-    def uid(self) -> str:
-        return str(self.pod["metadata"].get("uid") or "")
 
 
 class ProcessRuntime:
@@ -411,7 +308,7 @@ class ProcessRuntime:
             for run in list(self.runs.values()):
                 if run.mounts and not run.terminating:
                     with contextlib.suppress(VolumeError, OSError):
-                        self._write_volumes(run)
+                        layout(run, self._data)
 
     # --- one pod ---------------------------------------------------------------------
 
@@ -421,7 +318,7 @@ class ProcessRuntime:
         reported = ""
         while not run.terminating:
             try:
-                self._write_volumes(run)
+                layout(run, self._data)
                 break
             except VolumeError as exc:
                 message = f"MountVolume.SetUp failed: {exc}"
@@ -431,111 +328,16 @@ class ProcessRuntime:
                 await self._change(RETRY_S)
         if run.terminating:
             return
-        run.kubeconfig = self._service_account(run)
+        run.kubeconfig = service_account(run, self._credentials)
         for container in run.containers:
             work = self._run_container(run, container)
             run.tasks.append(asyncio.create_task(_guarded(work, f"{run.name}/{container.name}")))
-
-    def _write_volumes(self, run: PodRun) -> None:
-        """Lay out every volume; map every container's mounts (``VolumeError`` if one
-        cannot be set up: its Secret or ConfigMap is missing, say)."""
-        namespace = run.namespace
-        directories: dict[str, Path] = {}
-        for volume in (run.pod.get("spec") or {}).get("volumes") or []:
-            name = str(volume.get("name") or "")
-            directory = run.directory / "volumes" / name
-            directories[name] = directory
-            if "secret" in volume:
-                ref = str((volume["secret"] or {}).get("secretName") or "")
-                files = volume_files(
-                    "secret", volume, namespace, self._data(SECRET, namespace, ref)
-                )
-                write_volume(directory, files)
-            elif "configMap" in volume:
-                ref = str((volume["configMap"] or {}).get("name") or "")
-                data = self._data(CONFIG_MAP, namespace, ref)
-                write_volume(directory, volume_files("configMap", volume, namespace, data))
-            elif "emptyDir" in volume:
-                directory.mkdir(parents=True, exist_ok=True)
-            else:
-                kinds = sorted(set(volume) - {"name"})
-                raise VolumeError(f"volume {name!r}: {kinds} is not supported by the sandbox")
-        for container in run.containers:
-            mounts = []
-            for mount in container.spec.get("volumeMounts") or []:
-                volume_dir = directories.get(str(mount.get("name")))
-                if volume_dir is None:
-                    raise VolumeError(f"no volume named {mount.get('name')!r}")
-                sub = str(mount.get("subPath") or "")
-                target = volume_dir / sub if sub else volume_dir
-                mounts.append(Mount(str(mount.get("mountPath")), target))
-            path = str(container.spec.get("terminationMessagePath") or DEFAULT_TERMINATION_LOG)
-            (run.directory / "termination").mkdir(parents=True, exist_ok=True)
-            mounts.append(Mount(path, run.directory / "termination" / container.name))
-            run.mounts[container.name] = mounts
-
-    def _service_account(self, run: PodRun) -> Path | None:
-        spec = run.pod.get("spec") or {}
-        if spec.get("automountServiceAccountToken") is False or self._credentials is None:
-            return None
-        account = str(spec.get("serviceAccountName") or "default")
-        path = run.directory / "serviceaccount" / "kubeconfig"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self._credentials(run.namespace, account), encoding="utf-8")
-        path.chmod(0o600)
-        return path
-
-    def _environment(self, run: PodRun, c: ContainerRun) -> dict[str, str]:
-        """The process's whole environment (``ConfigError`` if the spec's cannot be)."""
-        mounts = run.mounts.get(c.name, [])
-        spec_env = container_env(run.pod, c.spec, run.ip, HOST_IP, self._lookup(run.namespace))
-        env = {k: rewrite(v, mounts) for k, v in {**IMAGE_ENV, **spec_env}.items()}
-        base = {
-            "PATH": os.environ.get("PATH", ""),
-            "PYTHONPATH": os.pathsep.join([str(PODPATH), str(ROOT)]),
-            "HOSTNAME": run.name,
-            POD_IP_ENV: run.ip,
-            **clock_env(self._clock),
-        }
-        if run.kubeconfig is not None:
-            base["KUBECONFIG"] = str(run.kubeconfig)
-        tmp = rewrite("/tmp", mounts)
-        if tmp != "/tmp":
-            base["TMPDIR"] = tmp
-        return {**base, **env}
-
-    def _argv(self, run: PodRun, c: ContainerRun, env: dict[str, str]) -> list[str]:
-        command = c.spec.get("command")
-        args = c.spec.get("args")
-        argv = [str(a) for a in (command or ([] if args else IMAGE_CMD))]
-        argv += [str(a) for a in args or []]
-        return self._mapped(run, c, argv, env)
-
-    @staticmethod
-    def _mapped(run: PodRun, c: ContainerRun, argv: list[str], env: dict[str, str]) -> list[str]:
-        """``argv`` as the process runs it: variables expanded, mount paths rewritten,
-        ``python`` this interpreter."""
-        mounts = run.mounts.get(c.name, [])
-        argv = [rewrite(expand(a, env), mounts) for a in argv]
-        if argv and argv[0] in ("python", "python3"):
-            argv[0] = sys.executable
-        return argv
-
-    def _probe_of(self, run: PodRun, c: ContainerRun, kind: str) -> Probe:
-        """The probe, an ``exec`` command mapped as the container's own argv is (an
-        ``exec`` probe runs inside the container on a cluster)."""
-        spec = dict(c.spec[kind])
-        action = spec.get("exec")
-        if isinstance(action, dict) and isinstance(action.get("command"), list):
-            command = [str(a) for a in action["command"]]
-            spec["exec"] = {**action, "command": self._mapped(run, c, command, c.env)}
-        return Probe.of(spec)
 
     async def _run_container(self, run: PodRun, c: ContainerRun) -> None:
         policy = str((run.pod.get("spec") or {}).get("restartPolicy") or "Always")
         while not run.terminating:
             try:
-                c.env = self._environment(run, c)
+                c.env = environment(run, c, self._lookup(run.namespace), clock_env(self._clock))
             except ConfigError as exc:
                 await self._config_error(run, c, str(exc))
                 await self._change(RETRY_S)
@@ -582,9 +384,9 @@ class ProcessRuntime:
         await self._clock.sleep(wait)
 
     async def _spawn(self, run: PodRun, c: ContainerRun, log: IO[bytes]) -> LocalProcess:
-        argv = self._argv(run, c, c.env)
+        command = argv(run, c, c.env)
         proc = await asyncio.create_subprocess_exec(
-            *argv,
+            *command,
             env=c.env,
             cwd=ROOT,
             stdin=asyncio.subprocess.DEVNULL,
@@ -624,22 +426,12 @@ class ProcessRuntime:
         c.created = True
         c.ready = False
         finished = format_utc(self._clock.now())
-        message = failure or self._message(run, c, code, path)
-        c.state = terminated(code, started, finished, message, c.container_id)
+        said = failure or message(run, c, code, path)
+        c.state = terminated(code, started, finished, said, c.container_id)
         if process is None:
             c.state["terminated"]["reason"] = START_ERROR
         self._publish(run)
         return code
-
-    def _message(self, run: PodRun, c: ContainerRun, code: int, log: Path) -> str:
-        written = run.directory / "termination" / c.name
-        with contextlib.suppress(OSError):
-            text = written.read_text(errors="replace")[-4096:]
-            if text:
-                return text
-        if code != 0 and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            return log_tail(log)
-        return ""
 
     async def _watch(self, run: PodRun, c: ContainerRun, process: LocalProcess) -> int:
         probes = []
@@ -656,7 +448,7 @@ class ProcessRuntime:
                     await task
 
     async def _probe(self, run: PodRun, c: ContainerRun, process: LocalProcess, kind: str) -> None:
-        probe = self._probe_of(run, c, kind)
+        probe = probe_of(run, c, kind)
         liveness = kind == "livenessProbe"
         counter = Counter(liveness, probe.success_threshold, probe.failure_threshold)
         label = "Liveness" if liveness else "Readiness"
@@ -675,7 +467,7 @@ class ProcessRuntime:
                 elif not counter.state:
                     message = f"Container {c.name} failed liveness probe, will be restarted"
                     await self._event(run, "Normal", "Killing", message)
-                    await process.stop(self._clock, _grace(run.pod, c.spec[kind]))
+                    await process.stop(self._clock, grace(run.pod, c.spec[kind]))
                     return
             await self._clock.sleep(probe.period_s)
 
@@ -720,14 +512,3 @@ async def _guarded(work: Coroutine[Any, Any, None], what: str) -> None:
 def _stopping(run: PodRun) -> bool:
     """Whether the pod is being stopped (read after an await: it may have changed)."""
     return run.terminating
-
-
-def _grace(pod: Obj, probe: Obj) -> float:
-    """The probe's own grace period, else the pod's (30 s by default)."""
-    for value in (
-        probe.get("terminationGracePeriodSeconds"),
-        (pod.get("spec") or {}).get("terminationGracePeriodSeconds"),
-    ):
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return float(value)
-    return 30.0

@@ -16,8 +16,8 @@ from sandbox.cluster.endpoints import endpoints_of
 from sandbox.cluster.mounts import Mount, VolumeError, rewrite, volume_files
 from sandbox.cluster.podenv import ConfigError, container_env, expand
 from sandbox.cluster.podnet import Block, address
+from sandbox.cluster.podrun import PODPATH, is_local, log_tail, repository
 from sandbox.cluster.probes import Counter, Probe, port_of
-from sandbox.cluster.processes import PODPATH, is_local, log_tail, repository
 
 POD: dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "labels": {"app": "x"}},
