@@ -58,7 +58,7 @@ test: $(STAMP) tools lint $(PROMTOOL)
 	PROMTOOL=$(abspath $(PROMTOOL)) $(BIN)/pytest -n 2 --dist loadfile
 
 sandbox: $(STAMP) tools
-	$(BIN)/python -m sandbox up
+	$(BIN)/python -m sandbox up $(SANDBOX_ARGS)
 
 # Short runs of every benchmark (a few minutes); bench-full: the long intervals and the
 # larger sizes (docs/developer/performance.md). Figures are printed and written to .bench/*.json.

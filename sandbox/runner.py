@@ -28,6 +28,7 @@ ORDER: tuple[tuple[str, str], ...] = (
     ("kube", "sandbox.kube.component:KubeComponent"),
     ("cluster", "sandbox.cluster.component:ClusterComponent"),
     ("app", "sandbox.app.component:AppComponent"),
+    ("release", "sandbox.release_component:ReleaseComponent"),
     ("reconciler", "sandbox.reconciler_component:ReconcilerComponent"),
     ("webhook", "sandbox.webhook_component:WebhookComponent"),
 )
@@ -196,6 +197,12 @@ def next_steps(ctx: SandboxContext) -> str:
             lines.append(
                 f"  as a user ({names}, namespace editors): export KUBECONFIG={users[0].resolve()}"
             )
+    release = ctx.handles.get("release")
+    if release is not None:
+        lines.append(f"  kubectl get pods -n {ctx.namespace}      # our processes, from the chart")
+        for problem in getattr(release, "problems", []):
+            pod = problem.split(":")[0]
+            lines.append(f"  ! {problem}: kubectl logs -n {ctx.namespace} {pod}")
     if "reconciler" in ctx.endpoints:
         lines.append(f"  kubectl get gpureservations -n {ctx.namespace}")
         lines.append(

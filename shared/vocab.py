@@ -191,3 +191,6 @@ SANDBOX_RUN_SECONDS: Final = "sandbox.galends.io/run-seconds"
 #: The scheduling gate the sandbox runs the webhook and reconciler with
 #: (``POD_SCHEDULING_GATE_NAME``): queued pods stay SchedulingGated until admitted.
 SANDBOX_SCHEDULING_GATE: Final = "gpu-reservation.galends.io/queued"
+#: Taint of the sandbox's system node, where the chart's pods run (the scenario's
+#: nodes are all GPU nodes); only our release tolerates it (sandbox/values.yaml).
+SANDBOX_SYSTEM_TAINT: Final = "sandbox.galends.io/system"

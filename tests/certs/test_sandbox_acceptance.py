@@ -1,12 +1,12 @@
 """Issue 8 acceptance 2: ``python -m certs ensure`` against the sandbox, end to end.
 
-The chart's objects go into the Kubernetes emulator (``sandbox.install``), then the
-real command runs as a subprocess exactly as the chart's hook Job runs it: the Job's
-environment from the render, a token of the chart's ``certs`` service account (so its
-RBAC is the chart's). It creates the Secrets and patches the ``caBundle``; the sandbox
-webhook then serves the Secret's certificate (mounted kubelet-like) and the emulator's
-admission dispatch verifies it with that CA — a GPU pod gets the webhook's answer. A
-second run changes nothing (same resourceVersions). A run for which the certificate is
+The chart is installed into the sandbox as ``helm install`` does: its post-install hook
+Job runs the real command as a process, from the Job's pod spec, under a token of the
+chart's ``certs`` service account (so its RBAC is the chart's). It creates the Secrets
+and patches the ``caBundle``; the webhook's pod then serves the Secret's certificate
+(its Secret volume) and the emulator's admission dispatch verifies it with that CA — a
+GPU pod gets the webhook's answer. A second run (the Job's environment, the same
+account) changes nothing (same resourceVersions). A run for which the certificate is
 near expiry (renew-before longer than what is left) renews it, and the running webhook
 presents the new one on a new TLS handshake without a restart (same pid).
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import sys
 import time
@@ -27,6 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from certs.plan import CA_CRT, TLS_CRT
+from shared import vocab
 from shared.gateway import Gateway
 from shared.resources import MUTATING_WEBHOOK_CONFIGURATIONS, PODS, SECRETS
 from tests.policy.builders import PodBuilder
@@ -37,15 +39,10 @@ from sandbox import chart
 from sandbox.install import (
     account_kubeconfig,
     certs_environment,
-    install_base,
-    install_webhook,
     renewal_overrides,
 )
-from sandbox.kube.component import KubeComponent
-from sandbox.reconciler_component import ReconcilerProcess
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.scenario import load_scenario
-from sandbox.webhook_component import WebhookComponent
 
 pytestmark = [
     pytest.mark.slow,
@@ -97,55 +94,50 @@ class World:
         return [o["metadata"]["resourceVersion"] for o in objs]
 
     async def gpu_pod(self, name: str) -> list[str]:
-        """Create a GPU pod (alice holds no booking); the admission warnings."""
+        """Create a GPU pod of alice's; the admission warnings."""
         body = PodBuilder(name, "alice").cls("h100").gpus("1").build()
         return (await self.admin.create(PODS, body, "alice")).warnings
 
 
 def answered(warnings: list[str]) -> bool:
-    """Whether the webhook's answer came back: its warning (alice holds no booking);
-    a call that failed open (TLS not verified) returns no warning."""
-    return any("no reservation" in text for text in warnings)
+    """Whether the webhook's answer came back: its warning (alice's open booking of the
+    default scenario admits the pod); a call that failed open (TLS not verified) returns
+    no warning."""
+    return any("admitted under reservation" in text for text in warnings)
 
 
 async def scenario(tmp_path: Path) -> None:
     ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario())
-    kube = KubeComponent()
-    await kube.start(ctx)
+    sandbox = Sandbox(ctx, ["kube", "cluster", "app", "release"])
+    await sandbox.start()  # the chart's post-install hook Job ran `python -m certs ensure`
     assert ctx.kubeconfig is not None
     (tmp_path / "admin.kubeconfig").write_text(ctx.kubeconfig, encoding="utf-8")
     admin = Gateway.from_kubeconfig(str(tmp_path / "admin.kubeconfig"))
-    webhook = WebhookComponent()
     try:
-        objects = chart.objects(ctx.namespace)
-        await install_base(admin, objects)
-        await install_webhook(admin, objects)
-        await acceptance(World(ctx, admin, objects), webhook)
+        objects = chart.objects(ctx.namespace, ctx.handles["release"].rendered.values)
+        await acceptance(World(ctx, admin, objects), ctx.handles["release"])
     finally:
-        await webhook.stop()
         admin.close()
-        await kube.stop()
+        await sandbox.stop()
 
 
-async def acceptance(w: World, webhook: WebhookComponent) -> None:
+async def acceptance(w: World, release: Any) -> None:
     server = w.ctx.handles["kube"]
     account = w.objects.service_accounts["certs"]
     path = account_kubeconfig(server, w.namespace, account, w.ctx.state_dir / "job.kubeconfig")
     env = certs_environment(w.objects, path)
 
-    # 1. the first run creates the Secrets and sets the caBundle
-    code, out = await run_certs(env)
-    assert code == 0, out
+    # 1. the hook Job's run created the Secrets and set the caBundle
     secret = await w.secret()
     bundles = [h["clientConfig"]["caBundle"] for h in (await w.configuration())["webhooks"]]
     assert bundles == [secret["data"][CA_CRT]]
     first = await w.versions()
 
     # 2. the webhook serves the Secret's certificate; the dispatch verifies it with the CA
-    await webhook.start(w.ctx)
-    assert await w.versions() == first  # the component's own hook-Job run kept everything
-    replica = webhook.replicas[0]
-    assert await asyncio.to_thread(presented, replica.port) == der(secret["data"][TLS_CRT])
+    (replica,) = await release.replicas("webhook")
+    assert await asyncio.to_thread(presented, replica.port, replica.ip) == der(
+        secret["data"][TLS_CRT]
+    )
     warnings = await w.gpu_pod("p-1")
     assert answered(warnings), warnings
 
@@ -155,9 +147,8 @@ async def acceptance(w: World, webhook: WebhookComponent) -> None:
     assert await w.versions() == first
 
     # 4. near expiry: renewed, and picked up without a restart
-    assert replica.proc is not None
-    pid = replica.proc.pid
-    current = webhook.serving_pair()
+    pid = replica.pid
+    current = release.serving_pair()
     overrides = renewal_overrides(current.not_after, datetime.now(UTC))
     code, out = await run_certs({**env, **overrides})
     assert code == 0, out
@@ -167,11 +158,12 @@ async def acceptance(w: World, webhook: WebhookComponent) -> None:
     assert (await w.versions())[1:] == first[1:]
     want = der(renewed["data"][TLS_CRT])
     deadline = time.monotonic() + 30  # liveness: the replica rereads its files
-    while await asyncio.to_thread(presented, replica.port) != want:
+    while await asyncio.to_thread(presented, replica.port, replica.ip) != want:
         assert time.monotonic() < deadline, "the webhook still presents the old certificate"
         await asyncio.sleep(0.1)
-    assert replica.proc.pid == pid
-    assert replica.proc.returncode is None
+    (still,) = await release.replicas("webhook")
+    assert (still.name, still.pid) == (replica.name, pid)
+    assert still.running
     warnings = await w.gpu_pod("p-2")
     assert answered(warnings), warnings
 
@@ -180,9 +172,49 @@ def test_certs_ensure_against_the_sandbox(tmp_path: Path) -> None:
     asyncio.run(scenario(tmp_path))
 
 
-def reconciler_certs_env(namespace: str) -> dict[str, str]:
+async def rotation_scenario(tmp_path: Path) -> None:
+    ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario())
+    sandbox = Sandbox(ctx, ["kube", "cluster", "app", "release"])
+    await sandbox.start()
+    try:
+        release = ctx.handles["release"]
+        before = release.serving_pair()
+        reconciler = await release.replicas("reconciler")
+        env = reconciler_env(release.rendered.effective)
+        assert env["CERT_CHECK_INTERVAL"] == "3600"
+        # Only the reconciler's check is made due and frequent (its extraEnv): the
+        # certificates Job that runs at the upgrade keeps the chart's lifetimes.
+        overrides = {
+            **renewal_overrides(before.not_after, datetime.now(UTC)),
+            "CERT_CHECK_INTERVAL": "1",
+        }
+        extra = [{"name": k, "value": v} for k, v in overrides.items()]
+        values = tmp_path / "check.yaml"
+        values.write_text(json.dumps({"reconciler": {"extraEnv": extra}}), encoding="utf-8")
+        await release.upgrade(files=[values])  # rolls the reconciler pod onto the new env
+        assert [r.name for r in await release.replicas("reconciler")] != [
+            r.name for r in reconciler
+        ]
+        deadline = time.monotonic() + 30  # liveness, both steps
+        while release.serving_pair().certificate == before.certificate:
+            assert time.monotonic() < deadline, "the reconciler did not renew the certificate"
+            await asyncio.sleep(0.2)
+        want = release.serving_pair().certificate.public_bytes(Encoding.DER)
+        webhook = (await release.replicas("webhook"))[0]
+        while await asyncio.to_thread(presented, webhook.port, webhook.ip) != want:
+            assert time.monotonic() < deadline, "the webhook still presents the old certificate"
+            await asyncio.sleep(0.1)
+        (replica,) = await release.replicas("reconciler")
+        lines = replica.log_path.read_text(encoding="utf-8").splitlines()
+        events = [json.loads(line).get("event") for line in lines if line.startswith("{")]
+        assert "certs.check_failed" not in events
+    finally:
+        await sandbox.stop()
+
+
+def reconciler_env(values: dict[str, Any]) -> dict[str, str]:
     """The certificate-check variables the chart gives the reconciler (self-signed)."""
-    docs = chart.render(namespace)
+    docs = chart.render(vocab.PRODUCT_NAME, values)
     deployment = next(
         d
         for d in docs
@@ -193,37 +225,9 @@ def reconciler_certs_env(namespace: str) -> dict[str, str]:
     return {e["name"]: e["value"] for e in env if e["name"].startswith("CERT") and "value" in e}
 
 
-async def rotation_scenario(tmp_path: Path) -> None:
-    ctx = SandboxContext(state_dir=tmp_path, scenario=load_scenario())
-    sandbox = Sandbox(ctx, ["kube", "app", "webhook"])
-    await sandbox.start()
-    replica: ReconcilerProcess | None = None
-    try:
-        webhook: WebhookComponent = ctx.handles["webhook"]
-        before = webhook.serving_pair()
-        env = reconciler_certs_env(ctx.namespace)
-        assert env["CERT_CHECK_INTERVAL"] == "3600"
-        overrides = renewal_overrides(before.not_after, datetime.now(UTC))
-        replica = ReconcilerProcess(ctx, "r0", {**env, **overrides, "CERT_CHECK_INTERVAL": "1"})
-        await replica.start()  # under the chart's reconciler account and its RBAC
-        deadline = time.monotonic() + 30  # liveness, both steps
-        while webhook.serving_pair().certificate == before.certificate:
-            assert time.monotonic() < deadline, "the reconciler did not renew the certificate"
-            await asyncio.sleep(0.2)
-        want = webhook.serving_pair().certificate.public_bytes(Encoding.DER)
-        port = webhook.replicas[0].port
-        while await asyncio.to_thread(presented, port) != want:
-            assert time.monotonic() < deadline, "the webhook still presents the old certificate"
-            await asyncio.sleep(0.1)
-        assert not [e for e in replica.logs() if e.get("event") == "certs.check_failed"]
-    finally:
-        if replica is not None:
-            await replica.stop()
-        await sandbox.stop()
-
-
 def test_the_reconcilers_check_renews_with_the_charts_rbac(tmp_path: Path) -> None:
     """Self-signed mode: the reconciler leader's periodic check, as the chart configures
-    it (only the interval shortened and the lifetimes made due), renews the certificate
-    under the reconciler's own service account; the webhook picks it up."""
+    it (only the interval shortened and the lifetimes made due, through the chart's
+    ``reconciler.extraEnv``), renews the certificate under the reconciler's own service
+    account; the webhook's pods pick it up from their Secret volume."""
     asyncio.run(rotation_scenario(tmp_path))

@@ -20,9 +20,10 @@ import pytest
 
 from certs import settings as certs_settings
 from reconciler.base import settings as reconciler_settings
+from shared.settings import SettingsError
 from tests.chart import render
 from tests.chart.cases import APP_PEERS, MONITORING
-from tests.chart.objects import env, one
+from tests.chart.objects import container, env, one
 from webhook import settings as webhook_settings
 
 NS = render.NAMESPACE
@@ -44,6 +45,25 @@ MATRIX: dict[str, dict[str, Any]] = {
         }
     ),
     "cert-manager": render.values(certManager={"enabled": True}),
+    # Operators' own variables, appended after the chart's (the sandbox sets its clock
+    # and short intervals this way); a name the chart sets too is overridden.
+    "extra-env": render.values(
+        webhook={
+            "extraEnv": [
+                {"name": "TLS_RELOAD_SECONDS", "value": "0.2"},
+                {"name": "CLOCK_FACTOR", "value": "20.0"},
+            ]
+        },
+        reconciler={
+            "extraEnv": [
+                {"name": "RESERVATION_FETCH_INTERVAL", "value": "5"},
+                {
+                    "name": "INBOUND_API_TOKEN",
+                    "valueFrom": {"secretKeyRef": {"name": "push", "key": "token"}},
+                },
+            ]
+        },
+    ),
     "everything-set": render.values(
         timezone="America/Los_Angeles",
         eventDisplayTimezone="Europe/Paris",
@@ -200,3 +220,52 @@ def test_the_check_catches_a_quoted_float() -> None:
     assert list(floats_in({"value": "3.145728e+06"})) == [".value: '3.145728e+06'"]
     assert list(floats_in({"replicas": 1.234567e6})) == [".replicas: 1234567.0"]
     assert list(floats_in({"value": "3145728", "name": "e+06"})) == []
+
+
+# --- extraEnv and probe timings -------------------------------------------------------
+
+
+def test_extra_env_comes_after_the_charts_own_and_wins() -> None:
+    docs = render.render(MATRIX["extra-env"])
+    webhook = resolved(one(docs, "Deployment", "webhook"))
+    settings, _ = webhook_settings.load(webhook)
+    assert webhook["TLS_RELOAD_SECONDS"] == "0.2"  # the chart's own is 10
+    names = [e["name"] for e in container(one(docs, "Deployment", "reconciler"))["env"]]
+    assert names[-2:] == ["RESERVATION_FETCH_INTERVAL", "INBOUND_API_TOKEN"]
+    assert settings is not None
+
+
+def test_an_extra_value_the_process_refuses_fails_the_check() -> None:
+    vals = render.merge(
+        render.values(), {"webhook": {"extraEnv": [{"name": "TLS_RELOAD_SECONDS", "value": "x"}]}}
+    )
+    environment = Recording(resolved(one(render.render(vals), "Deployment", "webhook")))
+    with pytest.raises(SettingsError):
+        _webhook(environment)
+
+
+def test_extra_env_must_be_env_vars() -> None:
+    for bad in ([{"value": "1"}], [{"name": "A", "value": 1}], ["A=1"], {"A": "1"}):
+        with pytest.raises(Exception, match="extraEnv"):
+            render.render(render.merge(render.values(), {"reconciler": {"extraEnv": bad}}))
+
+
+def test_probe_timings_follow_the_values_and_a_null_drops_one() -> None:
+    probes = {"readiness": {"periodSeconds": 1, "failureThreshold": None, "timeoutSeconds": 2}}
+    docs = render.render(render.merge(render.values(), {"webhook": {"probes": probes}}))
+    box = one(docs, "Deployment", "webhook")["spec"]["template"]["spec"]["containers"][0]
+    assert box["readinessProbe"] == {
+        "httpGet": {"path": "/readyz", "port": "http-metrics"},
+        "periodSeconds": 1,
+        "timeoutSeconds": 2,
+    }
+    defaults = one(render.render(render.values()), "Deployment", "reconciler")
+    live = defaults["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]
+    assert (live["initialDelaySeconds"], live["periodSeconds"]) == (30, 30)
+
+
+@pytest.mark.parametrize("bad", [0, -1, "5s", 1.5])
+def test_a_probe_period_must_be_a_whole_number_of_seconds(bad: Any) -> None:
+    probes = {"liveness": {"periodSeconds": bad}}
+    with pytest.raises(Exception, match="periodSeconds"):
+        render.render(render.merge(render.values(), {"reconciler": {"probes": probes}}))

@@ -2,7 +2,8 @@
 
 The whole sandbox as ``make sandbox`` starts it (every component, the default scenario:
 alice holds a 2-GPU h100 booking open now, bob one opening in 10 minutes, carol none;
-the webhook and reconciler run with the sandbox's scheduling gate), then the real
+the webhook and reconciler run from the chart's release with the sandbox's scheduling
+gate), then the real
 kubectl runs the plugin ``kubectl-gpures`` found on PATH — the one the package
 installs — with the sandbox's kubeconfig. The examples are the README's.
 """
@@ -25,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox.__main__ import UP_COMPONENTS
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.scenario import load_scenario
 from shared import vocab
@@ -33,7 +35,7 @@ from tests.reconciler.test_integration import kubectl_sandbox_marks
 pytestmark = kubectl_sandbox_marks(120)
 PLUGIN = Path(sys.executable).parent / "kubectl-gpures"
 GPURES = vocab.CRD_SHORT_NAME  # kubectl gpures …
-EVERYTHING = ["kube", "cluster", "app", "reconciler", "webhook"]
+EVERYTHING = list(UP_COMPONENTS)  # what make sandbox starts: the chart's release runs ours
 EXAMPLES = Path(__file__).resolve().parents[2] / "sandbox" / "examples"
 
 

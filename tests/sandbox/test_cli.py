@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sandbox.__main__ import main
-from sandbox.runner import clock_env
+from sandbox.runner import SandboxError, clock_env
 from sandbox.scenario import clock_of, load_scenario
+from sandbox.values import Layers
 from shared.clock import ScaledClock, SystemClock, parse_utc
 
 
@@ -99,3 +101,25 @@ def test_the_clock_section_sets_the_sandbox_clock(tmp_path: Path) -> None:
     fast = clock_of(load_scenario(write(tmp_path, "clock: {factor: 60}\n")))
     assert isinstance(fast, ScaledClock)
     assert fast.factor == 60.0
+
+
+def test_webhook_replicas_is_the_charts_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--webhook-replicas N`` is ``--set webhook.replicas=N`` (a --set of it wins)."""
+    import sandbox.__main__ as cli
+
+    seen: list[Any] = []
+
+    def refuse(sandbox: Any) -> Any:  # stop before anything starts
+        seen.append(sandbox.ctx.handles["release.user"])
+        raise SandboxError("stopped by the test")
+
+    monkeypatch.setattr(cli, "run_until_interrupted", refuse)
+    args = ["up", "--state-dir", str(tmp_path), "--webhook-replicas", "3"]
+    assert cli.main([*args, "--set", "webhook.replicas=2"]) == 2
+    files, sets = seen[0]
+    assert files == ()
+    assert Layers({}, {}, files, sets).merged()["webhook"]["replicas"] == 2
+    assert cli.main(args) == 2
+    assert Layers({}, {}, *seen[1]).merged()["webhook"]["replicas"] == 3

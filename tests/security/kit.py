@@ -1,7 +1,8 @@
 """The adversarial suite's stage: one sandbox per test module (kube, the emulated
-scheduler and kubelet, the app, the real webhook behind its Service, one real
-reconciler), run on a loop of its own so every test of the module shares it, and the
-ordinary users alice, bob, carol and dave, each with a kubeconfig of their own.
+scheduler and kubelet, the app, and the chart's release: the real webhook behind its
+Service and one real reconciler, pods of the chart's Deployments), run on a loop of its
+own so every test of the module shares it, and the ordinary users alice, bob, carol and
+dave, each with a kubeconfig of their own.
 
 Tests act as the users do: ``kubectl`` with the user's kubeconfig, a user's own HTTP
 client with their token where a script would race (``as_user``), raw HTTPS where
@@ -19,7 +20,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from contextlib import AbstractAsyncContextManager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,12 +28,16 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 
+from sandbox.release_component import ReleaseComponent
+from sandbox.runner import Sandbox, SandboxContext
+from sandbox.scenario import load_scenario
 from shared import model, vocab
 from shared.clock import Clock
 from shared.errors import NotFound
+from shared.gateway import Gateway
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.policy.builders import PodBuilder
-from tests.reconciler.test_integration import World, world
+from tests.reconciler.test_integration import World
 from tests.security.users import user_kubeconfig
 
 T = TypeVar("T")
@@ -47,7 +52,7 @@ ENV = {
     "LEDGER_UNSEEN_HOLD_SECONDS": "2",
     "LEDGER_CLAIM_TTL_SECONDS": "120",
 }
-COMPONENTS = ("kube", "cluster", "app", "webhook")
+COMPONENTS = ("kube", "cluster", "app", "release")
 #: A liveness bound on any one wait (wall seconds), never a speed figure: the figures
 #: the issue names (2 s to evict, a few seconds for a hold) are the ``expect_s`` a slow
 #: wait is logged against (``tests.reconciler.test_integration.eventually``).
@@ -91,11 +96,20 @@ class Stage:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        kit = world(state_dir, clock, COMPONENTS, scenario, {"webhook.replicas": 1})
-        self._kit: AbstractAsyncContextManager[World] = kit
-        self.world: World = self.run(kit.__aenter__())
-        self.reconciler = self.run(self.world.replica("r1", True, **{**ENV, **(env or {})}))
+        ctx = SandboxContext(state_dir=state_dir, scenario=scenario or load_scenario())
+        if clock is not None:
+            ctx.clock = clock
+        # The reconciler's environment through the chart's reconciler.extraEnv (after
+        # the chart's own variables, so these win); one webhook replica.
+        extra = [{"name": k, "value": v} for k, v in {**ENV, **(env or {})}.items()]
+        values = {"webhook": {"replicas": 1}, "reconciler": {"extraEnv": extra}}
+        ctx.handles["release.user"] = ((values,), ())
+        self.sandbox = Sandbox(ctx, list(COMPONENTS))
+        self.run(self.sandbox.start())
         self.admin = state_dir / "kubeconfig"
+        gateway = Gateway.from_kubeconfig(str(self.admin))
+        self.world = World(ctx, gateway, self.run(_client()))
+        (self.reconciler,) = self.run(self.release.replicas("reconciler"))
         server = self.world.ctx.handles["kube"]
         self.configs = {
             u: user_kubeconfig(server, self.admin, u, state_dir / f"{u}.kubeconfig") for u in USERS
@@ -105,9 +119,16 @@ class Stage:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 120) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    @property
+    def release(self) -> ReleaseComponent:
+        component: ReleaseComponent = self.world.ctx.handles["release"]
+        return component
+
     def close(self) -> None:
         try:
-            self.run(self._kit.__aexit__(None, None, None))
+            self.world.gateway.close()
+            self.run(self.world.http.aclose())
+            self.run(self.sandbox.stop())
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
@@ -138,11 +159,11 @@ class Stage:
         trust = ssl.create_default_context(cafile=str(ca))
         return httpx.AsyncClient(base_url=self.api, headers=headers, verify=trust, timeout=10)
 
-    @property
-    def webhook_url(self) -> str:
-        """``/mutate`` of the first webhook replica, as anyone on the pod network sees it."""
-        port = self.world.ctx.handles["webhook"].replicas[0].port
-        return f"https://127.0.0.1:{port}/mutate"
+    async def webhook_url(self) -> str:
+        """``/mutate`` of the first webhook replica, as anyone on the pod network sees it
+        (its pod IP: the pods change when the webhook is scaled)."""
+        replica = (await self.release.replicas("webhook"))[0]
+        return f"https://{replica.ip}:{replica.port}/mutate"
 
     # --- reading as the admin -------------------------------------------------------
 
@@ -201,6 +222,10 @@ class Stage:
         text = done.out
         items = json.loads(text)["items"] if text else []
         return [e["reason"] for e in items if e["involvedObject"].get("name") == name]
+
+
+async def _client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=5.0)
 
 
 def _token(config: Path) -> str:

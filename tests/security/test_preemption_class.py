@@ -49,14 +49,13 @@ def test_case_6_preemption_reads_the_class_from_the_admission(stage: Stage) -> N
         for name in ("labelled", "unlabelled"):
             assert admitted(await stage.pod("alice", name)), name
             await waits(lambda n=name: running(stage, "alice", n), 10)  # type: ignore[misc]
-        webhook = stage.world.ctx.handles["webhook"]
-        await webhook.stop_replicas()
+        await stage.release.scale("webhook", 0)  # kubectl scale --replicas=0
         try:
             args = ("label", "pod", "unlabelled", "-n", "alice", f"{vocab.GPU_CLASS_LABEL}-")
             done = await stage.as_user("alice", *args)
             assert done.code == 0, done.err
         finally:
-            await webhook.start_replicas()
+            await stage.release.scale("webhook", 1)
         await end_booking(stage.world, 1)
         await waits(lambda: overstays(stage, "labelled"), 10)
         rid = await stage.book("bob", 4, "h100", start="+70s")

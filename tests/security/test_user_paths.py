@@ -92,7 +92,9 @@ def test_case_2_a_hand_made_admission_review_spends_no_booking_for_long(stage: S
             ghost = pod("ghost", gpu_class="a100", limits=gpus(1))
             ghost["metadata"]["namespace"] = "alice"
             async with httpx.AsyncClient(verify=False, timeout=10) as http:
-                answer = await http.post(stage.webhook_url, json=review(ghost, user="alice"))
+                answer = await http.post(
+                    await stage.webhook_url(), json=review(ghost, user="alice")
+                )
             assert answer.status_code == 200, answer.text
             res = await stage.reservation(rid)
             assert res is not None
@@ -425,7 +427,7 @@ def test_case_9_forged_keys_on_a_no_gpu_pod_and_deep_bodies(stage: Stage) -> Non
         deep = b"[" * DEEP + b"]" * DEEP
         json_type = {"Content-Type": "application/json"}
         async with httpx.AsyncClient(verify=False, timeout=20) as http:
-            to_webhook = await http.post(stage.webhook_url, content=deep, headers=json_type)
+            to_webhook = await http.post(await stage.webhook_url(), content=deep, headers=json_type)
             token = {"Authorization": f"Bearer {stage.world.ctx.inbound_token}", **json_type}
             push = f"{stage.reconciler.url}/api/reservations/push"
             to_push = await http.post(push, content=deep, headers=token)

@@ -52,13 +52,13 @@ class WebhookDown:
     """Every webhook replica stopped for the block; started (and ready) again after."""
 
     def __init__(self, stage: Stage) -> None:
-        self.component = stage.world.ctx.handles["webhook"]
+        self.release = stage.release
 
     async def __aenter__(self) -> None:
-        await self.component.stop_replicas()
+        await self.release.scale("webhook", 0)  # kubectl scale --replicas=0
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.component.start_replicas()
+        await self.release.scale("webhook", 1)
 
 
 def squatter() -> dict[str, Any]:

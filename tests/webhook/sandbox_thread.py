@@ -1,4 +1,5 @@
-"""A sandbox (kube + webhook replicas) on its own event loop thread, for kubectl tests."""
+"""A sandbox (kube, the process kubelet, the chart's release with webhook replicas and no
+reconciler) on its own event loop thread, for kubectl tests."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sandbox.release_component import ReleaseComponent, Replica
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.scenario import load_scenario
-from sandbox.webhook_component import WebhookComponent
 from shared import model
 from shared.clock import SystemClock
 from shared.gateway import Gateway
@@ -23,16 +24,22 @@ T = TypeVar("T")
 
 
 class SandboxThread:
-    """Starts the sandbox on a background loop; ``run`` executes coroutines there."""
+    """Starts the sandbox on a background loop; ``run`` executes coroutines there.
+
+    The webhook runs as the chart's Deployment with ``replicas`` pods; the reconciler's
+    Deployment is scaled to 0 (tests write GPUReservations themselves, and there is no
+    app emulator: its pod could not start without the app's key)."""
 
     def __init__(self, state_dir: Path, replicas: int) -> None:
         self.ctx = SandboxContext(state_dir=state_dir, scenario=load_scenario())
-        self.ctx.handles["webhook.replicas"] = replicas
-        self.sandbox = Sandbox(self.ctx, ["kube", "webhook"])
+        self.ctx.handles["release.user"] = ((), (f"webhook.replicas={replicas}",))
+        self.sandbox = Sandbox(self.ctx, ["kube", "cluster", "release"])
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.run(self.sandbox.start())
+        self.run(self.sandbox.start(), timeout=120)
+        # no app, no reconciler: kubectl scale --replicas=0 (the chart's minimum is 1)
+        self.run(self.release.scale("reconciler", 0), timeout=120)
         self.kubeconfig = state_dir / "kubeconfig"
         self.gateway = Gateway.from_kubeconfig(str(self.kubeconfig))
 
@@ -47,9 +54,13 @@ class SandboxThread:
         self.loop.close()
 
     @property
-    def webhook(self) -> WebhookComponent:
-        component: WebhookComponent = self.ctx.handles["webhook"]
+    def release(self) -> ReleaseComponent:
+        component: ReleaseComponent = self.ctx.handles["release"]
         return component
+
+    def webhook_replicas(self) -> list[Replica]:
+        """The webhook's running pods (pod IP, TLS port, process, log)."""
+        return self.run(self.release.replicas("webhook"))
 
     @property
     def namespace(self) -> str:

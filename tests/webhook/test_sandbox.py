@@ -1,8 +1,9 @@
 """Issue 6 acceptance through the sandbox with the real kubectl (points 1–6).
 
 GPUReservation objects are written directly (what the reconciler's mirror would write);
-the webhook replicas run as subprocesses with their own service-account token, reached
-by the emulator's admission dispatch over TLS through the one Service.
+the webhook replicas are the chart's Deployment, run by the process kubelet under the
+chart's service account, reached by the emulator's admission dispatch over TLS through
+the one Service.
 """
 
 from __future__ import annotations
@@ -71,9 +72,9 @@ def seen_by_every_replica(sb: SandboxThread, res: model.GPUReservation) -> None:
     probe = review(gpu_pod("probe", res.facts.owner).build(), dry_run=True)
     deadline = time.monotonic() + 30
     with httpx.Client(verify=False, timeout=10) as http:  # loopback, a test certificate
-        for replica in sb.webhook.replicas:
+        for replica in sb.webhook_replicas():
             while replica.running:
-                answer = http.post(f"https://127.0.0.1:{replica.port}/mutate", json=probe)
+                answer = http.post(f"https://{replica.ip}:{replica.port}/mutate", json=probe)
                 doc = answer.json()
                 if res.name in json.dumps([doc["response"], patch_of(doc)]):
                     break
@@ -91,15 +92,13 @@ def tolerated(pod: dict[str, Any]) -> bool:
     )
 
 
-def restart_with(sb: SandboxThread, **env: str | None) -> None:
-    sb.run(sb.webhook.stop_replicas())
-    for replica in sb.webhook.replicas:
-        for key, value in env.items():
-            if value is None:
-                replica.env.pop(key, None)
-            else:
-                replica.env[key] = value
-    sb.run(sb.webhook.start_replicas())
+def restart_with(sb: SandboxThread, *sets: str) -> None:
+    """``python -m sandbox upgrade --set …``: the webhook's pods roll onto the new
+    environment; returns once only pods of the new template run, all Ready. The upgrade
+    sets the reconciler back to the chart's one replica, as helm's would: scaled to 0
+    again."""
+    sb.run(sb.release.upgrade(sets, settle=False))
+    sb.run(sb.release.scale("reconciler", 0), timeout=120)
 
 
 def test_1_admission_until_the_booking_is_full(sandbox: SandboxThread) -> None:
@@ -175,8 +174,9 @@ def test_3_tolerations_and_annotations_cannot_be_forged(sandbox: SandboxThread) 
     refused = sandbox.kubectl("-n", "bob", "patch", "pod", "b-1", "--type=json", "-p", toleration)
     assert refused.returncode != 0
     assert "granted with a reservation, never declared" in refused.stderr
+    # the chart's reconciler service account (CONTROLLER_SERVICE_ACCOUNTS)
     controller = sandbox.user_kubeconfig(
-        f"system:serviceaccount:{sandbox.namespace}:reconciler",
+        f"system:serviceaccount:{sandbox.namespace}:{vocab.PRODUCT_NAME}-reconciler",
         ["system:masters", "system:serviceaccounts"],
     )
     allowed = sandbox.kubectl(
@@ -193,67 +193,69 @@ def test_3_tolerations_and_annotations_cannot_be_forged(sandbox: SandboxThread) 
     assert allowed.returncode == 0, allowed.stderr
     assert tolerated(sandbox.pod("bob", "b-1"))
 
-    restart_with(sandbox, RESERVATION_TOLERATION_POLICY="deny")
+    restart_with(sandbox, "webhook.tolerationPolicy=deny")  # RESERVATION_TOLERATION_POLICY
     try:
         denied = sandbox.apply(gpu_pod("b-3", "bob").reservation_toleration().build())
         assert denied.returncode != 0
         assert "denied the request" in denied.stderr
     finally:
-        restart_with(sandbox, RESERVATION_TOLERATION_POLICY=None)
+        restart_with(sandbox, "webhook.tolerationPolicy=strip")
 
 
 def test_4_a_future_booking_gates_only_with_a_gate_name(sandbox: SandboxThread) -> None:
-    """The sandbox runs with a gate name (``SandboxContext.scheduling_gate``); without
-    one, the queued pod is left ungated."""
+    """The sandbox runs with a gate name (``matching.podSchedulingGateName`` of
+    sandbox/values.yaml); without one, the queued pod is left ungated."""
     now = sandbox.now()
     booking(sandbox, 104, "dave", 2, now + timedelta(minutes=10), now + timedelta(hours=1))
     gated = sandbox.apply(gpu_pod("d-1", "dave").build())
     assert "queued for reservation res-104, opens at" in gated.stderr
     assert "held by a scheduling gate" in gated.stderr
     assert sandbox.pod("dave", "d-1")["spec"]["schedulingGates"] == [{"name": GATE}]
-    restart_with(sandbox, POD_SCHEDULING_GATE_NAME=None)
+    restart_with(sandbox, "matching.podSchedulingGateName=")  # no POD_SCHEDULING_GATE_NAME
     try:
         plain = sandbox.apply(gpu_pod("d-2", "dave").build())
         assert "queued for reservation res-104" in plain.stderr
         assert "scheduling gate" not in plain.stderr
         assert not sandbox.pod("dave", "d-2")["spec"].get("schedulingGates")
     finally:
-        restart_with(sandbox, POD_SCHEDULING_GATE_NAME=GATE)
+        restart_with(sandbox, f"matching.podSchedulingGateName={GATE}")
 
 
 def test_5_pods_are_created_while_every_replica_is_down(sandbox: SandboxThread) -> None:
     now = sandbox.now()
     booking(sandbox, 105, "dave", 4, now - timedelta(hours=1), now + timedelta(hours=1))
-    sandbox.run(sandbox.webhook.stop_replicas())
-    synced_before = [r.log_path.read_text().count("cache.synced") for r in sandbox.webhook.replicas]
+    count = len(sandbox.webhook_replicas())
+    sandbox.run(sandbox.release.scale("webhook", 0))  # kubectl scale --replicas=0
+    assert sandbox.webhook_replicas() == []
     try:
         out = sandbox.apply(gpu_pod("e-1", "dave").build())
         assert out.returncode == 0, out.stderr
         assert not tolerated(sandbox.pod("dave", "e-1"))
     finally:
-        sandbox.run(sandbox.webhook.start_replicas(wait_ready=False))
-    for replica, before in zip(sandbox.webhook.replicas, synced_before, strict=True):
-        sandbox.run(replica.wait_ready())
-        # ready only after this run's cache sync was logged
-        assert replica.log_path.read_text().count("cache.synced") == before + 1
+        sandbox.run(sandbox.release.scale("webhook", count))
+    replicas = sandbox.webhook_replicas()
+    assert len(replicas) == count
+    for replica in replicas:
+        # Ready (the scale waits for it) only after its one cache sync was logged
+        assert replica.log_path.read_text().count("cache.synced") == 1
 
 
 def test_6_rotation_without_restart_or_failed_admission(sandbox: SandboxThread) -> None:
     now = sandbox.now()
     booking(sandbox, 106, "carol", 40, now - timedelta(hours=1), now + timedelta(hours=1))
-    replica = sandbox.webhook.replicas[0]
-    pid = replica.proc.pid if replica.proc else None
-    before = presented(replica.port)
-    new = sandbox.webhook.rotate()
+    replica = sandbox.webhook_replicas()[0]
+    pid = replica.pid
+    before = presented(replica.port, replica.ip)
+    new = sandbox.release.rotate()
     outs = [sandbox.apply(gpu_pod(f"f-{i}", "carol").build()) for i in range(6)]
     deadline = time.monotonic() + 30  # liveness: the replica rereads its files
-    while presented(replica.port) == before and time.monotonic() < deadline:
+    while presented(replica.port, replica.ip) == before and time.monotonic() < deadline:
         time.sleep(0.1)
     from cryptography.hazmat.primitives.serialization import Encoding
 
-    assert presented(replica.port) == new.certificate.public_bytes(Encoding.DER)
-    assert replica.proc is not None
-    assert replica.proc.pid == pid
+    assert presented(replica.port, replica.ip) == new.certificate.public_bytes(Encoding.DER)
+    assert replica.running
+    assert sandbox.webhook_replicas()[0].pid == pid
     assert all("admitted under reservation res-106" in o.stderr for o in outs), [
         o.stderr for o in outs
     ]

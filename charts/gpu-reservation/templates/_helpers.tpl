@@ -140,3 +140,18 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{- /*
+A probe's timings from values (webhook.probes.*, reconciler.probes.*), in the order
+the Kubernetes API documents them; a timing left out keeps the kubelet's default.
+*/ -}}
+{{- define "gpu-reservation.probeTimings" -}}
+{{- $probe := . | default dict }}
+{{- $lines := list }}
+{{- range $key := list "initialDelaySeconds" "periodSeconds" "timeoutSeconds" "successThreshold" "failureThreshold" }}
+{{- if hasKey $probe $key }}
+{{- $lines = append $lines (printf "%s: %d" $key (index $probe $key | int)) }}
+{{- end }}
+{{- end }}
+{{- join "\n" $lines }}
+{{- end }}
