@@ -8,7 +8,7 @@ webhook relists only when the watch fails.
 
 A claim's write is put in at once, so this replica does not decide on a ledger older
 than its own write while the watch catches up. The server's answer to the write is not
-read (``ledger.claim_group(echo=False)``): the entry becomes *provisional* — the
+read (a ``ClaimPlan`` with ``echo`` off): the entry becomes *provisional* — the
 server's state the cache last had with the write applied on top (``Entry.pending``,
 the object ``ledger.expected_after`` gives) — and stays so until the watch shows the
 write. Which server state a write lands on is told by the ledger token: every write
@@ -42,7 +42,7 @@ from typing import Any
 from shared import ledger, model
 from shared.clock import Clock
 from shared.gateway import WatchEvent
-from shared.ledger import QuietWrite
+from shared.ledger import Write
 from shared.logs import log
 from shared.model import GPUReservation
 from shared.resources import GPU_RESERVATIONS
@@ -76,7 +76,7 @@ class Entry:
 
     reservation: GPUReservation
     raw: dict[str, Any]
-    pending: tuple[QuietWrite, ...] = ()
+    pending: tuple[Write, ...] = ()
 
 
 def entry_of(raw: dict[str, Any]) -> Entry | None:
@@ -89,7 +89,7 @@ def entry_of(raw: dict[str, Any]) -> Entry | None:
         return None
 
 
-def applied(entry: Entry, writes: Sequence[QuietWrite]) -> Entry | None:
+def applied(entry: Entry, writes: Sequence[Write]) -> Entry | None:
     """``entry`` with ``writes`` (each landed on the state before it) applied on top,
     pending; None when the object cannot carry them (no uid or generation)."""
     raw: dict[str, Any] | None = entry.raw
@@ -105,7 +105,7 @@ def applied(entry: Entry, writes: Sequence[QuietWrite]) -> Entry | None:
 
 def decided(
     entry: Entry,
-    write: QuietWrite,
+    write: Write,
     raw: dict[str, Any] | None = None,
     reservation: GPUReservation | None = None,
 ) -> Entry | None:
@@ -204,7 +204,7 @@ class ReservationCache:
         #: Writes of ours sent whose answers are not in yet, by reservation (oldest
         #: first), and the names whose entry may have writes pending or sent
         #: (checked by ``peek``).
-        self._sent: dict[str, list[QuietWrite]] = {}
+        self._sent: dict[str, list[Write]] = {}
         self._awaited: set[str] = set()
         self.watched.listeners.append(self._index)
         self.watched.on_synced = self._announce
@@ -240,15 +240,15 @@ class ReservationCache:
         write); joined to the writes pending (``joined``)."""
         self.watched.upsert(raw, None if reservation is None else Entry(reservation, raw))
 
-    def sending(self, write: QuietWrite) -> None:
-        """A claim's write of ours is being sent (``ledger.claim_group``'s ``sending``):
+    def sending(self, write: Write) -> None:
+        """A claim's write of ours is being sent (the ledger's ``WriteLog``):
         its event may come before its answer, and is recognised then too."""
         sent = self._sent.setdefault(write.name, [])
         sent.append(write)
         del sent[:-MAX_SENT]
         self._awaited.add(write.name)
 
-    def wrote(self, raw: dict[str, Any], reservation: GPUReservation, write: QuietWrite) -> None:
+    def wrote(self, raw: dict[str, Any], reservation: GPUReservation, write: Write) -> None:
         """A claim's write of ours landed, its answer not read (``ClaimResult.landed``;
         ``raw``, ``reservation``: the object and ledger expected after it). Applied on
         top of the cached entry when that carries the token the write tested (the
@@ -311,7 +311,7 @@ class ReservationCache:
                 self._sent.pop(name, None)
                 continue
             if entry.pending:
-                write: QuietWrite | None = entry.pending[0]
+                write: Write | None = entry.pending[0]
             else:
                 now = entry.reservation.token
                 write = next((w for w in sent or () if w.tested == now), None)

@@ -79,7 +79,7 @@ class Candidate:
     guaranteed_until: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
     """The decision. ``edited`` is the pod to diff against (None: no change); it may be
     the request's own pod object when the decision changes nothing — never edit it in
@@ -106,7 +106,7 @@ class Pin:
     classes: frozenset[str]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Context:
     """Everything ``decide`` reads besides the pod."""
 
@@ -242,7 +242,12 @@ def _queued(
     if found.wait is Wait.TOO_SMALL:
         text = wording.too_small(res, gpus)
         return Verdict(
-            Outcome.QUEUED, edited, (*notes, text), gpus=gpus, reservation=res.name, notes=notes
+            outcome=Outcome.QUEUED,
+            edited=edited,
+            warnings=(*notes, text),
+            gpus=gpus,
+            reservation=res.name,
+            notes=notes,
         )
     gate = ctx.policy.gate_name
     if gate:
@@ -252,7 +257,12 @@ def _queued(
     else:
         text = wording.full(res, bool(gate))
     return Verdict(
-        Outcome.QUEUED, edited, (*notes, text), gpus=gpus, reservation=res.name, notes=notes
+        outcome=Outcome.QUEUED,
+        edited=edited,
+        warnings=(*notes, text),
+        gpus=gpus,
+        reservation=res.name,
+        notes=notes,
     )
 
 
@@ -280,13 +290,28 @@ def _routed(
     gpus = prof.gpus.count
     if found.path is Path.ADMIT:
         cands = _candidates(found, pool, no_shows, ctx)
-        return Verdict(Outcome.ADMIT, edited, notes, cands, gpus, notes=notes)
+        return Verdict(
+            outcome=Outcome.ADMIT,
+            edited=edited,
+            warnings=notes,
+            candidates=cands,
+            gpus=gpus,
+            notes=notes,
+        )
     if found.path is Path.QUEUE:
         return _queued(found, gpus, edited, notes, ctx)
     if found.path is Path.JIT:
-        return Verdict(Outcome.JIT, edited, (*notes, wording.jit()), gpus=gpus, notes=notes)
+        return Verdict(
+            outcome=Outcome.JIT,
+            edited=edited,
+            warnings=(*notes, wording.jit()),
+            gpus=gpus,
+            notes=notes,
+        )
     text = wording.no_match(found.misses)
-    return Verdict(Outcome.NO_MATCH, edited, (*notes, text), gpus=gpus, notes=notes)
+    return Verdict(
+        outcome=Outcome.NO_MATCH, edited=edited, warnings=(*notes, text), gpus=gpus, notes=notes
+    )
 
 
 def decide_create(
@@ -299,27 +324,40 @@ def decide_create(
     the rest of its profile is not read."""
     gpus, labels = pod_gpus(pod, ctx.policy.rules.gpu_resources), labels_of(pod)
     if gpus.unlisted:
-        return Verdict(Outcome.DENIED, message=wording.unlisted_resources(gpus.unlisted))
+        return Verdict(outcome=Outcome.DENIED, message=wording.unlisted_resources(gpus.unlisted))
     if not _governed(labels.get(vocab.GPU_CLASS_LABEL) or None, gpus):
         edited, warnings, denial = _sanitise(pod, ctx)
         if denial is not None:
-            return Verdict(Outcome.DENIED, None, tuple(warnings), message=denial)
-        plain = Verdict(Outcome.PASS, edited, tuple(warnings), notes=tuple(warnings))
+            return Verdict(
+                outcome=Outcome.DENIED, edited=None, warnings=tuple(warnings), message=denial
+            )
+        plain = Verdict(
+            outcome=Outcome.PASS, edited=edited, warnings=tuple(warnings), notes=tuple(warnings)
+        )
         return _pinned(plain, ctx)
     prof = profile(pod, ctx.policy.rules, namespace or None, gpus=gpus, labels=labels)
     pool = list(reservations)
     mine = own_admission(pod, prof, pool, ctx.now, ctx.dry_run)
     if mine is not None:
         if ctx.pinned is not None and mine.facts.gpu_class not in ctx.pinned.classes:
-            return _pinned(Verdict(Outcome.NO_MATCH), ctx)
+            return _pinned(Verdict(outcome=Outcome.NO_MATCH), ctx)
         text = wording.admitted(mine, _until(mine, pool, ctx), ctx.zone)
-        return Verdict(Outcome.ALREADY_ADMITTED, None, (text,), reservation=mine.name)
+        return Verdict(
+            outcome=Outcome.ALREADY_ADMITTED, edited=None, warnings=(text,), reservation=mine.name
+        )
     edited, warnings, denial = _sanitise(pod, ctx)
     if denial is not None:
-        return Verdict(Outcome.DENIED, None, tuple(warnings), message=denial)
+        return Verdict(
+            outcome=Outcome.DENIED, edited=None, warnings=tuple(warnings), message=denial
+        )
     notes = tuple(warnings)
     if gpus.readable and gpus.count == 0:
-        verdict = Verdict(Outcome.NO_MATCH, edited, (*notes, wording.no_gpus()), notes=notes)
+        verdict = Verdict(
+            outcome=Outcome.NO_MATCH,
+            edited=edited,
+            warnings=(*notes, wording.no_gpus()),
+            notes=notes,
+        )
     else:
         verdict = _routed(prof, pool, edited, notes, ctx)
     return _pinned(verdict, ctx)
@@ -341,7 +379,9 @@ def _pinned(verdict: Verdict, ctx: Context) -> Verdict:
 
 def pinned_denial(pin: Pin, notes: tuple[str, ...] = ()) -> Verdict:
     """The denial of a create that names reserved node ``pin.node`` without admission."""
-    return Verdict(Outcome.DENIED, None, notes, message=wording.pinned_denied(pin.node))
+    return Verdict(
+        outcome=Outcome.DENIED, edited=None, warnings=notes, message=wording.pinned_denied(pin.node)
+    )
 
 
 def _until(res: GPUReservation, pool: list[GPUReservation], ctx: Context) -> datetime:
@@ -413,12 +453,12 @@ def decide_update(new: dict[str, Any], old: dict[str, Any], username: str, ctx: 
     """The UPDATE verdict: deny forging admission after the fact, and moving an
     admitted or queued pod out of its class or group; no side effects."""
     if ctx.policy.is_controller(username):
-        return Verdict(Outcome.PASS)
+        return Verdict(outcome=Outcome.PASS)
     changed = changed_owned(old, new)
     if changed:
-        return Verdict(Outcome.DENIED, message=wording.annotation_change_denied(changed))
+        return Verdict(outcome=Outcome.DENIED, message=wording.annotation_change_denied(changed))
     if tol.added_reservation_tolerations(old, new):
-        return Verdict(Outcome.DENIED, message=wording.toleration_denied())
+        return Verdict(outcome=Outcome.DENIED, message=wording.toleration_denied())
     held = _held(old, ctx)
     if held is not None:
         before, after = labels_of(old), labels_of(new)
@@ -428,5 +468,7 @@ def decide_update(new: dict[str, Any], old: dict[str, Any], username: str, ctx: 
             keys.append(group)
         for key in keys:
             if before.get(key) != after.get(key):
-                return Verdict(Outcome.DENIED, message=wording.label_change_denied(key, held))
-    return Verdict(Outcome.PASS)
+                return Verdict(
+                    outcome=Outcome.DENIED, message=wording.label_change_denied(key, held)
+                )
+    return Verdict(outcome=Outcome.PASS)

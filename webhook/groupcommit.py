@@ -33,7 +33,7 @@ from itertools import chain
 from typing import Any
 
 from shared import ledger
-from shared.ledger import Ask, ClaimResult, LedgerGateway
+from shared.ledger import Ask, ClaimPlan, ClaimResult, LedgerGateway, Reason, Write, write_claims
 from shared.model import GPUReservation
 
 #: Most asks one write carries; more wait for the next write (bounds one body's size).
@@ -105,7 +105,7 @@ class GroupCommit:
         *,
         parsed: Callable[[str], GPUReservation | None] = lambda name: None,
         grouped: Callable[[int], None] = lambda size: None,
-        sending: Callable[[ledger.QuietWrite], None] = lambda write: None,
+        sending: Callable[[Write], None] = lambda write: None,
         monotonic: Callable[[], float] = time.monotonic,
         depth: int = DEPTH,
         echo: bool = False,
@@ -247,20 +247,18 @@ class GroupCommit:
         group = write.group
         told: list[ClaimResult] = []
         try:
-            results = await ledger.claim_group(
-                self._gateway,
-                self._namespace,
-                name,
-                [w.ask for w in group],
+            plan = ClaimPlan(
+                namespace=self._namespace,
+                name=name,
+                asks=[w.ask for w in group],
                 deadline=max(w.deadline for w in group),
-                cached=base[0] if base is not None else self._cached(name),
-                cached_parsed=base[1] if base is not None else self._parsed(name),
-                monotonic=self._monotonic,
-                on_sent=on_sent,
+                base=base[0] if base is not None else self._cached(name),
+                parsed=base[1] if base is not None else self._parsed(name),
                 pipelined=base is not None,
                 echo=self._echo,
-                sending=self._sending,
+                monotonic=self._monotonic,
             )
+            results = await write_claims(self._gateway, plan, _Told(on_sent, self._sending))
             self.writes += 1
             self.asks += len(group)
             self._grouped(len(group))
@@ -308,7 +306,7 @@ class GroupCommit:
             if waiter.future.done():
                 continue
             if waiter.deadline <= due:
-                waiter.future.set_result(ClaimResult(False, None, None, "deadline", 0))
+                waiter.future.set_result(ClaimResult(admitted=False, reason=Reason.DEADLINE))
             elif waiter.deadline < following:
                 following = waiter.deadline
         if following < math.inf:
@@ -327,3 +325,24 @@ def _fail(future: asyncio.Future[ClaimResult], exc: Exception | None) -> None:
         future.cancel()
     else:
         future.set_exception(exc)
+
+
+class _Told:
+    """The ``WriteLog`` of one group's write: its first attempt's expectation to the
+    lane (``on_sent``), each quiet attempt to the cache (``sending``)."""
+
+    __slots__ = ("on_sent", "sending")
+
+    def __init__(
+        self,
+        on_sent: Callable[[dict[str, Any], GPUReservation], None] | None,
+        sending: Callable[[Write], None],
+    ) -> None:
+        self.on_sent = on_sent
+        self.sending = sending
+
+    def sent(self, write: Write) -> None:
+        if self.on_sent is not None:
+            self.on_sent(write.after, write.result)
+        if write.quiet:
+            self.sending(write)

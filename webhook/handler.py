@@ -138,7 +138,7 @@ class Admission:
             log(_log, logging.ERROR, "webhook.internal_error", uid=request.uid, exc_info=True)
             self.metrics.fail_open.labels("internal_error").inc()
             text = wording.not_admitted("internal error")
-            return Verdict(Outcome.FAIL_OPEN), answer(request.uid, warnings=[text])
+            return Verdict(outcome=Outcome.FAIL_OPEN), answer(request.uid, warnings=[text])
 
     def _document(self, request: AdmissionRequest, verdict: Verdict) -> dict[str, Any]:
         if verdict.outcome is Outcome.DENIED:
@@ -179,17 +179,24 @@ class Admission:
         dry_run: bool = False,
         pinned: Pin | None = None,
     ) -> Context:
-        return Context(self.policy, now, self.zone, exclude, dry_run, pinned)
+        return Context(
+            policy=self.policy,
+            now=now,
+            zone=self.zone,
+            exclude=exclude,
+            dry_run=dry_run,
+            pinned=pinned,
+        )
 
     async def _decide(self, request: AdmissionRequest, deadline: float) -> Verdict:
         pod, old = request.obj, request.old
         if not request.is_pod or pod is None:
-            return Verdict(Outcome.PASS)
+            return Verdict(outcome=Outcome.PASS)
         now = self.clock.now()
         if request.operation == "UPDATE" and old is not None:
             return decide_update(pod, old, request.username, self._context(now))
         if request.operation != "CREATE":
-            return Verdict(Outcome.PASS)
+            return Verdict(outcome=Outcome.PASS)
         return await self._create(request, pod, now, deadline)
 
     async def _create(
@@ -248,7 +255,10 @@ class Admission:
                 stamped, text = admit(edited, cand, result.claim, ctx)
                 warnings = (*verdict.notes, text)
                 return Verdict(
-                    Outcome.ADMITTED, stamped, warnings, reservation=cand.reservation.name
+                    outcome=Outcome.ADMITTED,
+                    edited=stamped,
+                    warnings=warnings,
+                    reservation=cand.reservation.name,
                 )
             if result.reason in ("deadline", "error"):
                 return self._fail_open(request, verdict, f"ledger_{result.reason}", "ledger busy")
@@ -316,7 +326,7 @@ class Admission:
         self.metrics.fail_open.labels(reason).inc()
         log(_log, logging.WARNING, "webhook.fail_open", uid=request.uid, reason=reason)
         warnings = (*verdict.notes, wording.not_admitted(why))
-        return Verdict(Outcome.FAIL_OPEN, verdict.edited, warnings)
+        return Verdict(outcome=Outcome.FAIL_OPEN, edited=verdict.edited, warnings=warnings)
 
     async def _catch_up(self, pod: dict[str, Any], deadline: float) -> None:
         """Re-read the reservation a pod references when the cache lacks its claim.

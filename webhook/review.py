@@ -43,7 +43,7 @@ class Malformed(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AdmissionRequest:
     """The parts of ``request`` the webhook uses."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from shared import ledger, model
 from shared.gateway import WatchEvent
-from shared.ledger import QuietWrite
+from shared.ledger import Write as QuietWrite
 from tests.policy.builders import NOW, gpu_pod, reservation
 from tests.webhook.helpers import call, review, wired
 from webhook import cache as cache_module
@@ -92,18 +93,30 @@ async def write(
 ) -> ledger.ClaimResult:
     """One quiet claim write of ``pod`` decided on ``raw``; ``sending`` tells the
     cache as the group commit does (``sending=None``: it does not hear of it)."""
-    more.setdefault("sending", admission.cache.sending)
-    [result] = await ledger.claim_group(
-        store,
-        store.namespace,
-        NAME,
-        [ledger.Ask(1, pod, NOW)],
+    sending = more.pop("sending", admission.cache.sending)
+    plan = ledger.ClaimPlan(
+        namespace=store.namespace,
+        name=NAME,
+        asks=[ledger.Ask(1, pod, NOW)],
         deadline=1e12,
-        cached=raw,
+        base=raw,
         echo=False,
         **more,
     )
+    [result] = await ledger.write_claims(store, plan, Sending(sending))
     return result
+
+
+class Sending:
+    """A ``WriteLog`` telling ``sending`` of each quiet write, as the group commit does
+    (``sending=None``: nobody hears of it)."""
+
+    def __init__(self, sending: Callable[[ledger.Write], None] | None) -> None:
+        self.sending = sending
+
+    def sent(self, write: ledger.Write) -> None:
+        if self.sending is not None and write.quiet:
+            self.sending(write)
 
 
 def answered(admission: Admission, *results: ledger.ClaimResult) -> None:
@@ -192,8 +205,8 @@ async def test_pipelined_writes_are_shown_one_event_at_a_time() -> None:
     watch = Watch(admission, store)
     cache = admission.cache
     first = entry(admission)
-    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
-    two = await write(admission, store, "b", one.raw, cached_parsed=one.reservation, pipelined=True)
+    one = await write(admission, store, "a", first.raw, parsed=first.reservation)
+    two = await write(admission, store, "b", one.raw, parsed=one.reservation, pipelined=True)
     assert (one.conflicts, two.conflicts) == (0, 0)
     answered(admission, one, two)
     assert len(entry(admission).pending) == 2
@@ -217,7 +230,7 @@ async def test_an_answer_after_the_watch_showed_its_write_changes_nothing() -> N
     admission, store = await wired(reservation(1, gpus=8))
     watch = Watch(admission, store)
     first = entry(admission)
-    result = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
+    result = await write(admission, store, "a", first.raw, parsed=first.reservation)
     watch.deliver()  # the event before the answer: known from the send, not decoded
     assert watch.decoded == 0
     assert_is_the_store(admission, store)
@@ -242,7 +255,16 @@ async def test_a_list_from_before_our_write_keeps_our_hold_until_its_event() -> 
 
 def test_a_state_with_a_token_no_pending_write_knows_is_taken_as_it_is() -> None:
     res = reservation(1, gpus=8)
-    write = QuietWrite(NAME, "t0", "t1", [], (model.Hold("c", 1, NOW, "p"),), "5")
+    write = QuietWrite(
+        name=NAME,
+        tested="t0",
+        token="t1",
+        ops=[],
+        holds=(model.Hold("c", 1, NOW, "p"),),
+        base_version="5",
+        after={},
+        result=res,
+    )
     pending = Entry(replace(res, token="t1"), {}, (write,))
     other = Entry(replace(res, token="t9", resource_version="9"), {"other": True})
     assert joined(pending, other) is other
@@ -310,8 +332,8 @@ async def test_writes_whose_events_come_before_their_answers_are_not_decoded() -
     admission, store = await wired(reservation(1, gpus=8))
     watch = Watch(admission, store)
     first = entry(admission)
-    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
-    two = await write(admission, store, "b", one.raw, cached_parsed=one.reservation, pipelined=True)
+    one = await write(admission, store, "a", first.raw, parsed=first.reservation)
+    two = await write(admission, store, "b", one.raw, parsed=one.reservation, pipelined=True)
     three = await write(admission, store, "c", first.raw)
     assert (one.conflicts, two.conflicts, three.conflicts) == (0, 0, 1)
     watch.deliver()  # no answer in yet
@@ -327,8 +349,8 @@ async def test_a_pipelined_write_answered_before_the_one_it_follows_shows_both()
     admission, store = await wired(reservation(1, gpus=8))
     watch = Watch(admission, store)
     first = entry(admission)
-    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
-    two = await write(admission, store, "b", one.raw, cached_parsed=one.reservation, pipelined=True)
+    one = await write(admission, store, "a", first.raw, parsed=first.reservation)
+    two = await write(admission, store, "b", one.raw, parsed=one.reservation, pipelined=True)
     answered(admission, two)  # the second's answer first: the first landed before it
     assert pods_held(admission) == ["a", "b"]
     assert entry(admission).reservation.token == store.reservation(NAME).token
@@ -385,7 +407,7 @@ async def test_an_event_before_its_answer_takes_the_write_as_the_ledger_decided_
     admission, store = await wired(reservation(1, gpus=8, holds=(1, 2)))
     watch = Watch(admission, store)
     first = entry(admission)
-    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
+    one = await write(admission, store, "a", first.raw, parsed=first.reservation)
     landed = one.landed
     assert landed is not None
     assert landed.after is not None
@@ -403,8 +425,8 @@ async def test_a_write_not_decided_on_the_entry_is_applied_on_top() -> None:
     resourceVersion."""
     admission, store = await wired(reservation(1, gpus=8))
     first = entry(admission)
-    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
-    two = await write(admission, store, "b", one.raw, cached_parsed=one.reservation, pipelined=True)
+    one = await write(admission, store, "a", first.raw, parsed=first.reservation)
+    two = await write(admission, store, "b", one.raw, parsed=one.reservation, pipelined=True)
     assert one.landed is not None
     assert two.landed is not None
     assert two.landed.base_version == ""
@@ -432,16 +454,16 @@ def test_the_ledger_decided_is_the_write_applied_on_the_state_it_was_decided_on(
     async def run() -> None:
         admission, store = await wired(reservation(1, gpus=max(gpus, sum(held)), holds=tuple(held)))
         first = entry(admission)
-        results = await ledger.claim_group(
-            store,
-            store.namespace,
-            NAME,
-            [ledger.Ask(n, f"p-{i}", NOW) for i, n in enumerate(asks)],
+        plan = ledger.ClaimPlan(
+            namespace=store.namespace,
+            name=NAME,
+            asks=[ledger.Ask(n, f"p-{i}", NOW) for i, n in enumerate(asks)],
             deadline=1e12,
-            cached=first.raw,
-            cached_parsed=first.reservation,
+            base=first.raw,
+            parsed=first.reservation,
             echo=False,
         )
+        results = await ledger.write_claims(store, plan)
         landed = next((r.landed for r in results if r.landed is not None), None)
         if landed is None:  # nothing fitted: nothing written
             assert not any(r.admitted for r in results)

@@ -195,15 +195,17 @@ def test_a_pipelined_422_whose_tests_hold_on_the_re_read_is_decided_again() -> N
         store.faults["patch"] = Invalid(422, "the server rejected our request", "Invalid")
         store.before["get"] = lambda: store.faults.pop("patch")
         (result,) = asyncio.run(
-            ledger.claim_group(
+            ledger.write_claims(
                 store,
-                NAMESPACE,
-                "res-1",
-                [Ask(1, "p", NOW)],
-                deadline=FAR,
-                cached=raw,
-                cached_parsed=parsed,
-                pipelined=pipelined,
+                ledger.ClaimPlan(
+                    namespace=NAMESPACE,
+                    name="res-1",
+                    asks=[Ask(1, "p", NOW)],
+                    deadline=FAR,
+                    base=raw,
+                    parsed=parsed,
+                    pipelined=pipelined,
+                ),
             )
         )
         return result
@@ -218,15 +220,17 @@ def test_expected_after_is_what_the_server_stores() -> None:
     parsed = model.from_object(raw)
     seen: list[dict[str, Any]] = []
     (result,) = asyncio.run(
-        ledger.claim_group(
+        ledger.write_claims(
             store,
-            NAMESPACE,
-            "res-1",
-            [Ask(2, "p", NOW)],
-            deadline=FAR,
-            cached=raw,
-            cached_parsed=parsed,
-            on_sent=lambda obj, res: seen.append(obj),
+            ledger.ClaimPlan(
+                namespace=NAMESPACE,
+                name="res-1",
+                asks=[Ask(2, "p", NOW)],
+                deadline=FAR,
+                base=raw,
+                parsed=parsed,
+            ),
+            Seen(seen),
         )
     )
     assert result.admitted
@@ -234,3 +238,13 @@ def test_expected_after_is_what_the_server_stores() -> None:
     stored = store.stored("res-1")
     assert expected["status"] == stored["status"]
     assert ledger.guard_ops(expected) == ledger.guard_ops(stored)
+
+
+class Seen:
+    """A ``WriteLog`` keeping what each write is expected to leave."""
+
+    def __init__(self, seen: list[dict[str, Any]]) -> None:
+        self.seen = seen
+
+    def sent(self, write: ledger.Write) -> None:
+        self.seen.append(write.after)

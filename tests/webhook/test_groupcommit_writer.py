@@ -98,7 +98,7 @@ def test_every_caller_is_answered_deadline_at_its_own_deadline_not_before() -> N
         late = claim(group, 1, "late", start + 0.2)
         early = claim(group, 1, "early", start + 0.02)
         never = claim(group, 1, "never", FAR)
-        seen = []
+        seen: list[tuple[str, bool]] = []
         for task, deadline in ((early, start + 0.02), (late, start + 0.2)):
             result = await task
             seen.append((result.reason, loop.time() >= deadline))
