@@ -217,7 +217,7 @@ def bench_review(n: int = 3000) -> dict[str, float]:
 
     async def run() -> list[float]:
         adm = await claim_admission(count=20)
-        adm.group = _Written(adm)  # type: ignore[assignment]
+        adm.engine = _Written(adm)  # type: ignore[assignment]
         body = loadgen.template("claim", "alice")
         samples = []
         for i in range(n):
@@ -305,7 +305,7 @@ def bench_asgi(n: int = 2000, rounds: int = 5) -> dict[str, float]:
 
     async def run() -> dict[str, float]:
         adm = await claim_admission()
-        adm.group = _Written(adm)  # type: ignore[assignment]
+        adm.engine = _Written(adm)  # type: ignore[assignment]
         apps = {"baseline": baseline.app(), "webhook": mutate_app(adm, 1 << 20)}
         found = {}
         for path in PATHS:

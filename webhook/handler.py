@@ -6,7 +6,7 @@ answered *fail-open* — allowed, not admitted, keeping the removal of forged st
 it was computed — counted by reason and logged with the request uid. Exception text
 never reaches a response.
 
-Admission order (DESIGN §3.2): decide → claim the budget through ``ledger.claim`` →
+Admission order (DESIGN §3.2): decide → claim the budget (``webhook.claims``) →
 only then stamp the pod (``decide.admit``). A refused claim (someone took the budget
 first) re-decides with that reservation counted as full, so the pod tries the next
 open booking or is queued with the "full" warning.
@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from shared import ledger, model, vocab
+from shared import model, vocab
 from shared.clock import Clock
 from shared.errors import KubeError
 from shared.ledger import Ask, ClaimResult, LedgerGateway
@@ -31,8 +31,8 @@ from shared.policy.matching import annotations_of
 from shared.resources import GPU_RESERVATIONS
 from webhook import wording
 from webhook.cache import ReservationCache
+from webhook.claims.engine import ClaimEngine
 from webhook.decide import (
-    Candidate,
     Context,
     Outcome,
     Pin,
@@ -42,7 +42,6 @@ from webhook.decide import (
     decide_update,
     pinned_denial,
 )
-from webhook.groupcommit import GroupCommit
 from webhook.metrics import Metrics
 from webhook.nodes import NodeCache
 from webhook.patch import diff
@@ -86,16 +85,7 @@ class Admission:
         self.zone = zone
         self.monotonic = monotonic
         self._answered: dict[str, Any] = {}  # outcome -> its requests_total child
-        self.group = GroupCommit(
-            gateway,
-            policy.namespace,
-            self._cached_raw,
-            self._remember,
-            parsed=self._cached_reservation,
-            grouped=metrics.claim_groups.observe,
-            sending=cache.sending,
-            monotonic=monotonic,
-        )
+        self.engine = ClaimEngine(gateway, cache, policy.namespace, metrics, monotonic=monotonic)
 
     async def review(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON document) for one request body."""
@@ -247,9 +237,10 @@ class Admission:
         """Claim the candidates in order; ADMIT back means "every one refused".
         ``ctx`` is the request's first context (no reservation excluded): the stamps
         read only its policy, instant, zone and dry-run flag."""
-        now = ctx.now
+        ask = Ask(verdict.gpus, _name_of(pod), ctx.now)
         for cand in verdict.candidates:
-            result = await self._claim_one(request, pod, cand, verdict.gpus, now, deadline)
+            name = cand.reservation.name
+            result = await self._claim_one(request.dry_run, name, ask, deadline)
             if result.admitted and result.claim:
                 edited = verdict.edited if verdict.edited is not None else pod
                 stamped, text = admit(edited, cand, result.claim, ctx)
@@ -266,59 +257,11 @@ class Admission:
             self.metrics.ledger_retries.inc()
         return verdict
 
-    async def _claim_one(
-        self,
-        request: AdmissionRequest,
-        pod: dict[str, Any],
-        cand: Candidate,
-        gpus: int,
-        now: datetime,
-        deadline: float,
-    ) -> ClaimResult:
-        """A dry run decides alone; a real claim joins this replica's group commit."""
-        name = cand.reservation.name
-        if request.dry_run:
-            return await ledger.claim(
-                self.gateway,
-                self.policy.namespace,
-                name,
-                gpus,
-                pod=_name_of(pod),
-                now=now,
-                deadline=deadline,
-                dry_run=True,
-                cached=self._cached_raw(name),
-                monotonic=self.monotonic,
-            )
-        return await self.group.claim(name, Ask(gpus, _name_of(pod), now), deadline)
-
-    def _cached_raw(self, name: str) -> dict[str, Any] | None:
-        entry = self.cache.entry(name)
-        return entry.raw if entry else None
-
-    def _cached_reservation(self, name: str) -> model.GPUReservation | None:
-        entry = self.cache.entry(name)
-        return entry.reservation if entry else None
-
-    def _remember(self, result: ClaimResult) -> None:
-        """After each group's write: count its 409s, and put the object as last read or
-        written into the cache (ahead of the watch).
-
-        A write whose answer was not read (``result.landed``) goes in as provisional
-        (``ReservationCache.wrote``: the watch's event of it makes it true). Anything
-        else is the server's own copy (spec and status of one resourceVersion): the
-        cached spec under a newer resourceVersion would outrank the watch's newer spec
-        and let the next claim decide (and write ``/status``) on the old budget.
-        """
-        self.metrics.ledger_conflicts.inc(result.conflicts)  # once per write, not per caller
-        res = result.reservation
-        if result.raw is None or res is None:
-            return
-        entry = self.cache.entry(res.name)
-        if result.landed is not None:
-            self.cache.wrote(result.raw, res, result.landed)
-        elif entry is not None and entry.raw is not result.raw:  # not the cache's own
-            self.cache.upsert(result.raw, res)
+    async def _claim_one(self, dry_run: bool, name: str, ask: Ask, deadline: float) -> ClaimResult:
+        """A dry run decides alone; a real claim joins this replica's claim engine."""
+        if dry_run:
+            return await self.engine.dry_run(name, ask, deadline)
+        return await self.engine.claim(name, ask, deadline)
 
     def _fail_open(
         self, request: AdmissionRequest, verdict: Verdict, reason: str, why: str
@@ -342,12 +285,14 @@ class Admission:
         key = model.claim_key(claim)
         if entry is not None and any(h.claim == key for h in entry.reservation.holds):
             return
-        timeout = deadline - self.monotonic()
+        timeout = max(deadline - self.monotonic(), 0.001)
         call = self.gateway.get(GPU_RESERVATIONS, ref, self.policy.namespace)
         try:
-            self.cache.upsert(await asyncio.wait_for(call, timeout=max(timeout, 0.001)))
+            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel
+                found = await call
         except (KubeError, TimeoutError):
             return
+        self.cache.upsert(found)
 
 
 def _generate_name(pod: dict[str, Any] | None) -> Any:

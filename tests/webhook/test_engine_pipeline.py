@@ -13,7 +13,8 @@ from shared import ledger, model
 from shared.errors import Conflict, Invalid
 from shared.ledger import Ask, ClaimResult
 from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, server_error
-from webhook.groupcommit import GroupCommit
+from tests.webhook.claimkit import engine_on
+from webhook.claims.engine import ClaimEngine
 
 FAR = 1e12
 
@@ -64,24 +65,22 @@ def store_with(gpus: int) -> FakeStore:
     return store
 
 
-def group_on(store: FakeStore, cached: Any = None) -> GroupCommit:
-    return GroupCommit(
-        store, NAMESPACE, cached or (lambda name: copy.deepcopy(store.stored(name))), _ignore
-    )
+def group_on(store: FakeStore, cached: Any = None) -> ClaimEngine:
+    return engine_on(store, cached or (lambda name: copy.deepcopy(store.stored(name))), _ignore)
 
 
 def _ignore(result: ClaimResult) -> None:
     return None
 
 
-def claim(group: GroupCommit, gpus: int, pod: str) -> asyncio.Task[ClaimResult]:
+def claim(group: ClaimEngine, gpus: int, pod: str) -> asyncio.Task[ClaimResult]:
     return asyncio.ensure_future(group.claim("res-1", Ask(gpus, pod, NOW), FAR))
 
 
 def test_a_second_group_is_sent_before_the_first_answer_and_lands_after_it() -> None:
     store = store_with(8)
 
-    async def run() -> tuple[list[ClaimResult], GroupCommit]:
+    async def run() -> tuple[list[ClaimResult], ClaimEngine]:
         gated, group = Gated(store), group_on(store)
         first = claim(group, 2, "a")
         await gated.sent(1)
@@ -168,7 +167,7 @@ def test_without_a_uid_to_test_the_second_group_waits() -> None:
         del obj["metadata"]["uid"]
         return obj
 
-    async def run() -> tuple[list[ClaimResult], GroupCommit]:
+    async def run() -> tuple[list[ClaimResult], ClaimEngine]:
         gated, group = Gated(store), group_on(store, no_uid)
         first = claim(group, 2, "a")
         await gated.sent(1)
