@@ -219,7 +219,7 @@ class Admission:
         for _ in range(MAX_CLAIM_ROUNDS):
             if verdict.outcome is not Outcome.ADMIT:
                 return verdict
-            verdict = await self._claim(request, pod, verdict, ctx, deadline, tried)
+            verdict = await self._claim(request, verdict, ctx, deadline, tried)
             if verdict.outcome is Outcome.ADMIT:
                 retry = self._context(now, frozenset(tried), dry_run=dry_run, pinned=pin)
                 verdict = decide_create(pod, ns, self.cache.of_owner(ns), retry)
@@ -228,15 +228,15 @@ class Admission:
     async def _claim(
         self,
         request: AdmissionRequest,
-        pod: dict[str, Any],
         verdict: Verdict,
         ctx: Context,
         deadline: float,
         tried: set[str],
     ) -> Verdict:
-        """Claim the candidates in order; ADMIT back means "every one refused".
-        ``ctx`` is the request's first context (no reservation excluded): the stamps
-        read only its policy, instant, zone and dry-run flag."""
+        """Claim the candidates in order for the request's pod; ADMIT back means "every
+        one refused". ``ctx`` is the request's first context (no reservation excluded):
+        the stamps read only its policy, instant, zone and dry-run flag."""
+        pod = request.obj or {}
         ask = Ask(verdict.gpus, _name_of(pod), ctx.now)
         for cand in verdict.candidates:
             name = cand.reservation.name

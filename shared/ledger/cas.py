@@ -157,7 +157,7 @@ async def write_claims(
                 ]
             updated = decision.ledger
             ops = _ops(raw, updated, decision.new, max(a.now for a in asks))
-            write = _write_of(plan, raw, ops, updated, decision.new, attempt)
+            write = _write_of(plan, raw, ops, decision, attempt)
             if write is not None and journal is not None:
                 journal.sent(write)
             quiet = write is not None and write.quiet
@@ -222,8 +222,7 @@ def _write_of(
     plan: ClaimPlan,
     raw: dict[str, Any],
     ops: list[dict[str, Any]],
-    updated: GPUReservation,
-    new: Sequence[Hold],
+    decision: Decision,
     attempt: int,
 ) -> Write | None:
     """The write as a ``WriteLog`` hears of it; None when a follower could not be
@@ -233,12 +232,13 @@ def _write_of(
         return None
     tested = model.token_of(raw.get("status")) or ""
     version = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+    updated = decision.ledger
     return Write(
         name=plan.name,
         tested=tested,
         token=updated.token or "",
         ops=ops,
-        holds=tuple(new),
+        holds=tuple(decision.new),
         base_version=version,
         after=after,
         result=updated,
