@@ -1,7 +1,8 @@
 """A minimal HTTP/1.1 client on the caller's event loop, for the webhook's hot path.
 
-One ``Pool`` talks to one origin (scheme, host, port) over a few keep-alive
-connections (TLS when given a context). Each connection is an ``asyncio.Protocol``
+One ``shared.http1pool.Pool`` talks to one origin (scheme, host, port) over a few
+keep-alive connections (TLS when given a context); this module is the exchange on one
+connection. Each connection is an ``asyncio.Protocol``
 whose answer is parsed by ``httptools`` (C, the parser uvicorn serves with), so a call
 costs a write, the parser's callbacks and a future — no thread, no executor hop, no
 ``http.client`` header parsing. It knows nothing of Kubernetes: ``shared.loopgateway``
@@ -20,11 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ssl
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import cast
 
 import httptools
 
@@ -137,7 +135,7 @@ class _Reader(asyncio.Protocol):
         raise NotImplementedError
 
 
-class _Connection(_Reader):
+class Connection(_Reader):
     """One connection carrying one exchange at a time."""
 
     def __init__(self) -> None:
@@ -206,127 +204,6 @@ class _Connection(_Reader):
         self.close()
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
-
-
-class Pool:
-    """Keep-alive connections to one origin, at most ``size`` at a time."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        tls: ssl.SSLContext | None,
-        server_hostname: str | None = None,
-        size: int = 8,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._host = host
-        self._port = port
-        self._tls = tls
-        self._server_hostname = (server_hostname or host) if tls else None
-        self._size = size
-        self._monotonic = monotonic
-        #: Idle connections, the most recently used last (reused first).
-        self._idle: list[_Connection] = []
-        self._slots: asyncio.Semaphore | None = None
-        self._closed = False
-        #: Every connection not yet gone, idle, in use or streaming.
-        self._live: set[_Connection | Stream] = set()
-
-    async def request(self, request: bytes, idempotent: bool) -> Answer:
-        """Send one serialized request and return its answer.
-
-        Raises ``TransportError`` (``Unanswered`` included) for anything below HTTP. A
-        reused connection that closes before answering is replaced and the request
-        sent again, once, when ``idempotent``. A call cancelled mid-exchange (a
-        timeout) closes its connection: an answer may still be on its way."""
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self._size)
-        async with self._slots:
-            conn = self._take()
-            if conn is not None and idempotent:
-                try:
-                    return self._finish(conn, await self._exchange(conn, request))
-                except Unanswered:
-                    pass
-            elif conn is not None:
-                return self._finish(conn, await self._exchange(conn, request))
-            conn = await self._open(_Connection)
-            return self._finish(conn, await self._exchange(conn, request))
-
-    def close(self) -> None:
-        """Close every idle connection; one in use closes when its call ends."""
-        self._closed = True
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-    async def aclose(self, timeout_s: float = CLOSE_WAIT_S) -> None:
-        """Close every connection, in use and streaming too, and wait until they are
-        gone: a TLS connection's close is a shutdown exchange the loop must still run
-        (a loop closed before it ends refuses to close, uvloop's with EBUSY). One not
-        gone within ``timeout_s`` is aborted."""
-        self.close()
-        live = list(self._live)
-        for conn in live:
-            conn.close()
-        pending = [conn.gone for conn in live if not conn.gone.done()]
-        if pending:
-            await asyncio.wait(pending, timeout=timeout_s)
-        for conn in live:
-            if not conn.gone.done() and conn.transport is not None:
-                conn.transport.abort()
-        if any(not conn.gone.done() for conn in live):
-            await asyncio.wait([c.gone for c in live if not c.gone.done()], timeout=1.0)
-
-    def _take(self) -> _Connection | None:
-        """The most recently used idle connection still open and fresh enough."""
-        now = self._monotonic()
-        while self._idle:
-            conn = self._idle.pop()
-            if not conn.closed and now - conn.idle_since < IDLE_KEEP_S:
-                return conn
-            conn.close()
-        return None
-
-    async def stream(self, request: bytes) -> Stream:
-        """Send ``request`` on a connection of its own (not one of the pool's ``size``:
-        a watch holds it for minutes) and return the answer as it arrives."""
-        stream = await self._open(Stream)
-        stream.send(request)
-        return stream
-
-    async def _open(self, kind: Callable[[], P]) -> P:
-        loop = asyncio.get_running_loop()
-        try:
-            _, conn = await loop.create_connection(
-                kind,
-                self._host,
-                self._port,
-                ssl=self._tls,
-                server_hostname=self._server_hostname,
-            )
-        except OSError as exc:  # refused, unreachable, TLS verification (SSLError)
-            raise TransportError(f"cannot connect: {type(exc).__name__}: {exc}") from exc
-        self._live.add(conn)
-        conn.gone.add_done_callback(lambda _: self._live.discard(conn))
-        return conn
-
-    @staticmethod
-    async def _exchange(conn: _Connection, request: bytes) -> Answer:
-        try:
-            return await conn.exchange(request)
-        except BaseException:
-            conn.close()
-            raise
-
-    def _finish(self, conn: _Connection, answer: Answer) -> Answer:
-        if conn.keep_alive and not conn.closed and not self._closed:
-            conn.idle_since = self._monotonic()
-            self._idle.append(conn)
-        else:
-            conn.close()
-        return answer
 
 
 class Stream(_Reader):
@@ -419,6 +296,3 @@ class Stream(_Reader):
         wake, self._wake = self._wake, None
         if wake is not None and not wake.done():
             wake.set_result(None)
-
-
-P = TypeVar("P", _Connection, Stream)

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from shared import http1
+from shared import http1, http1pool
 from shared.errors import ServerError
 from shared.gateway import (
     Configuration,
@@ -81,7 +81,7 @@ class _Origin:
         self.host = url.netloc.rpartition("@")[2]
         tls = tls_context(endpoint, strict) if secure else None
         port = url.port or (443 if secure else 80)
-        self.pool = http1.Pool(url.hostname, port, tls, endpoint.server_name, size, monotonic)
+        self.pool = http1pool.Pool(url.hostname, port, tls, endpoint.server_name, size, monotonic)
 
 
 class LoopGateway(Gateway):
