@@ -3,8 +3,8 @@
 The webhook's ledger claim is one call to the API server per group of claims. This
 measures the ways to make it against the same kube emulator (on its own thread and
 event loop): ``shared.gateway.Gateway`` (the official client's configuration, urllib3
-in a pool of worker threads), ``shared.loopgateway.LoopGateway`` (our HTTP/1.1 client
-on the caller's loop, httptools parsing) and ``aiohttp`` on the caller's loop (and
+in a pool of worker threads), ``shared.gateway.loop.LoopGateway`` (the gateway's calls
+through aiohttp on the caller's loop) and bare ``aiohttp`` on the caller's loop (and
 ``httpx.AsyncClient`` when ``BENCH_HTTPX`` is set: measured much slower before), each
 GETting a GPUReservation ``REQUESTS`` times at concurrency 1 and 10, twice,
 alternating. Printed per run: calls/s, p50, and the client's CPU per call (the
@@ -36,7 +36,7 @@ from sandbox import chart
 from sandbox.install import install_base
 from sandbox.runner import Sandbox, SandboxContext
 from shared.gateway import Gateway, load_configuration
-from shared.loopgateway import LoopGateway
+from shared.gateway.loop import LoopGateway
 from shared.resources import GPU_RESERVATIONS
 
 REQUESTS = 400
@@ -96,7 +96,7 @@ async def loop_gateway_run(kubeconfig: Path, c: int) -> Figures:
     try:
         return await _timed(lambda: gateway.get(GPU_RESERVATIONS, "res-1", NS), c)
     finally:
-        gateway.close()
+        await gateway.aclose()
 
 
 def _tls_and_headers(kubeconfig: Path) -> tuple[str, ssl.SSLContext, dict[str, str]]:
@@ -188,8 +188,8 @@ def run() -> list[str]:
         _SERVER[:] = [emulator.thread]
         clients = [
             ("thread-pool gateway", gateway_run),
-            ("loop gateway (http1)", loop_gateway_run),
-            ("aiohttp", aiohttp_run),
+            ("loop gateway (aiohttp)", loop_gateway_run),
+            ("bare aiohttp", aiohttp_run),
         ]
         if os.environ.get("BENCH_HTTPX"):
             clients.append(("httpx async", httpx_run))

@@ -45,7 +45,7 @@ from sandbox.kube.server import KubeServer
 from shared import model
 from shared.clock import SystemClock
 from shared.gateway import Gateway
-from shared.loopgateway import LoopGateway
+from shared.gateway.loop import LoopGateway
 from shared.resources import (
     CRDS,
     GPU_RESERVATIONS,

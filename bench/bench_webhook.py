@@ -81,7 +81,13 @@ from webhook.settings import STRIP, PolicySettings
 
 NOW = datetime(2026, 1, 5, 10, tzinfo=UTC)
 NS = vocab.PRODUCT_NAME
-POLICY = PolicySettings(MatchRules(), None, STRIP, frozenset(), NS)
+POLICY = PolicySettings(
+    rules=MatchRules(),
+    gate_name=None,
+    toleration_policy=STRIP,
+    controller_accounts=frozenset(),
+    namespace=NS,
+)
 LEVELS = (1, 10, 50)
 PATHS = ("baseline", "claim", "named", "nomatch", "nongpu")
 #: GPUs of the claim booking: a large booking (32 nodes of 8 GPUs), with room for every
@@ -179,7 +185,7 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def bench_decide(n: int = 5000) -> dict[str, float]:
-    pool, ctx = reservations(10**6), Context(POLICY, NOW)
+    pool, ctx = reservations(10**6), Context(policy=POLICY, now=NOW)
     pod = loadgen.pod("claim", "alice")
     samples = []
     for _ in range(n):
@@ -211,7 +217,7 @@ def bench_review(n: int = 3000) -> dict[str, float]:
 
     async def run() -> list[float]:
         adm = await claim_admission(count=20)
-        adm.group = _Written(adm)  # type: ignore[assignment]
+        adm.engine = _Written(adm)  # type: ignore[assignment]
         body = loadgen.template("claim", "alice")
         samples = []
         for i in range(n):
@@ -236,7 +242,12 @@ class _Written:
     async def claim(self, name: str, ask: ledger.Ask, deadline: float) -> ledger.ClaimResult:
         entry = self.adm.cache.entry(name)
         assert entry is not None
-        return ledger.ClaimResult(True, str(uuid.uuid4()), entry.reservation, "admitted", 0)
+        return ledger.ClaimResult(
+            admitted=True,
+            claim=str(uuid.uuid4()),
+            reservation=entry.reservation,
+            reason=ledger.Reason.ADMITTED,
+        )
 
 
 def _http_scope(length: int) -> dict[str, Any]:
@@ -294,7 +305,7 @@ def bench_asgi(n: int = 2000, rounds: int = 5) -> dict[str, float]:
 
     async def run() -> dict[str, float]:
         adm = await claim_admission()
-        adm.group = _Written(adm)  # type: ignore[assignment]
+        adm.engine = _Written(adm)  # type: ignore[assignment]
         apps = {"baseline": baseline.app(), "webhook": mutate_app(adm, 1 << 20)}
         found = {}
         for path in PATHS:

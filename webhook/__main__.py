@@ -21,8 +21,8 @@ import uvloop
 
 from certs.tls import ReloadingTLS
 from shared import logs
+from shared.gateway.loop import LoopGateway
 from shared.logs import log
-from shared.loopgateway import LoopGateway
 from shared.settings import SettingsError
 from webhook import settings as settings_module
 from webhook.app import health_app, mutate_app

@@ -15,7 +15,6 @@ Ignore`` lets pods through unadmitted) and ``/metrics``.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from shared.logs import log
 from webhook.handler import Admission
-from webhook.review import allowed_json
+from webhook.review import answer_json
 
 MEDIA_JSON = "application/json"
 MUTATE_PATH = "/mutate"
@@ -37,12 +36,10 @@ CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
 
 _log = logging.getLogger(__name__)
 
-#: ``JSONResponse.render``'s encoding, with one encoder for the process.
-_RENDER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 #: The content types of ``Mutate``'s answers, as Starlette's response classes send them.
 _JSON_TYPE = MEDIA_JSON.encode()
 _TEXT_TYPE = b"text/plain; charset=utf-8"
-_TOO_LARGE = _RENDER.encode({"error": "request body too large"}).encode()
+_TOO_LARGE = answer_json({"error": "request body too large"})
 _FAILED = b"Internal Server Error"
 
 
@@ -130,9 +127,7 @@ class Mutate:
             return 400, _TOO_LARGE, _JSON_TYPE
         try:
             status, doc = await admission.review(body)
-            encoded = allowed_json(doc) if status == 200 else None
-            if encoded is None:
-                encoded = _RENDER.encode(doc).encode()
+            encoded = answer_json(doc)
         except Exception:
             log(_log, logging.ERROR, "webhook.request_failed", exc_info=True)
             return 500, _FAILED, _TEXT_TYPE

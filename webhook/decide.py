@@ -20,7 +20,7 @@ Then, for a GPU pod (one with a ``gpu-class`` label or a GPU request):
   (gated when a gate name is set, except for a booking too small to ever admit it),
   JIT, or NO_MATCH with reasons.
 
-UPDATE by anyone but the controller's service accounts: denied when it adds a
+UPDATE (``webhook.update``) by anyone but the controller's service accounts: denied when it adds a
 reservation toleration to any pod, changes a controller-owned annotation, or changes or
 removes the ``gpu-class`` label (and the usage-group label when ``REQUIRED_GROUP_LABEL``
 is set) of a pod that is admitted (it carries a booking reference) or queued (it
@@ -29,12 +29,10 @@ carries the scheduling gate).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from shared import vocab
 from shared.model import GPUReservation, Hold, claim_key, parse_reference
@@ -47,7 +45,23 @@ from shared.policy.routing import Path, Route, Wait, route
 from shared.policy.windows import guarantee_end
 from webhook import wording
 from webhook.patch import shallow
-from webhook.settings import DENY, PolicySettings
+from webhook.settings import DENY
+from webhook.update import changed_owned, decide_update
+from webhook.verdict import Candidate, Context, Outcome, Pin, Verdict
+
+__all__ = [
+    "Candidate",
+    "Context",
+    "Outcome",
+    "Pin",
+    "Verdict",
+    "admit",
+    "changed_owned",
+    "decide_create",
+    "decide_update",
+    "own_admission",
+    "pinned_denial",
+]
 
 #: An unbound hold younger than this may be our own from the first round.
 REINVOCATION_WINDOW = timedelta(minutes=2)
@@ -55,71 +69,6 @@ REINVOCATION_WINDOW = timedelta(minutes=2)
 #: recognises the stamp by this mark (a dry-run answer grants nothing; a real request
 #: still needs the hold).
 DRY_RUN_CLAIM_PREFIX = "dry-run-"
-
-
-class Outcome(StrEnum):
-    """What the webhook answered (also the ``outcome`` metric label)."""
-
-    ADMIT = "admit"
-    ADMITTED = "admitted"
-    ALREADY_ADMITTED = "already_admitted"
-    QUEUED = "queued"
-    JIT = "jit"
-    NO_MATCH = "no_match"
-    PASS = "pass"
-    DENIED = "denied"
-    FAIL_OPEN = "fail_open"
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """An open reservation to claim, with the guarantee admission under it gives."""
-
-    reservation: GPUReservation
-    guaranteed_until: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """The decision. ``edited`` is the pod to diff against (None: no change); it may be
-    the request's own pod object when the decision changes nothing — never edit it in
-    place (``admit`` stamps a copy)."""
-
-    outcome: Outcome
-    edited: dict[str, Any] | None = None
-    warnings: tuple[str, ...] = ()
-    candidates: tuple[Candidate, ...] = ()
-    gpus: int = 0
-    message: str = ""
-    #: Reservation the answer is about (logs and metrics).
-    reservation: str | None = None
-    #: The warnings about removed forgeries alone (kept when the answer fails open).
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Pin:
-    """The reserved node a pod names in ``spec.nodeName``, and the classes of its
-    reservation taints."""
-
-    node: str
-    classes: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """Everything ``decide`` reads besides the pod."""
-
-    policy: PolicySettings
-    now: datetime
-    zone: ZoneInfo | None = None
-    #: Reservations whose claim was just refused (count them as full).
-    exclude: Set[str] = field(default_factory=frozenset)
-    #: The request is a dry run (no hold is written, none can be found).
-    dry_run: bool = False
-    #: The pod names a reserved node in ``spec.nodeName`` (None: it names none, or a
-    #: node that carries no reservation taint or that the node cache does not know).
-    pinned: Pin | None = None
 
 
 def _governed(gpu_class: str | None, gpus: GpuRequest) -> bool:
@@ -242,7 +191,12 @@ def _queued(
     if found.wait is Wait.TOO_SMALL:
         text = wording.too_small(res, gpus)
         return Verdict(
-            Outcome.QUEUED, edited, (*notes, text), gpus=gpus, reservation=res.name, notes=notes
+            outcome=Outcome.QUEUED,
+            edited=edited,
+            warnings=(*notes, text),
+            gpus=gpus,
+            reservation=res.name,
+            notes=notes,
         )
     gate = ctx.policy.gate_name
     if gate:
@@ -252,7 +206,12 @@ def _queued(
     else:
         text = wording.full(res, bool(gate))
     return Verdict(
-        Outcome.QUEUED, edited, (*notes, text), gpus=gpus, reservation=res.name, notes=notes
+        outcome=Outcome.QUEUED,
+        edited=edited,
+        warnings=(*notes, text),
+        gpus=gpus,
+        reservation=res.name,
+        notes=notes,
     )
 
 
@@ -280,13 +239,28 @@ def _routed(
     gpus = prof.gpus.count
     if found.path is Path.ADMIT:
         cands = _candidates(found, pool, no_shows, ctx)
-        return Verdict(Outcome.ADMIT, edited, notes, cands, gpus, notes=notes)
+        return Verdict(
+            outcome=Outcome.ADMIT,
+            edited=edited,
+            warnings=notes,
+            candidates=cands,
+            gpus=gpus,
+            notes=notes,
+        )
     if found.path is Path.QUEUE:
         return _queued(found, gpus, edited, notes, ctx)
     if found.path is Path.JIT:
-        return Verdict(Outcome.JIT, edited, (*notes, wording.jit()), gpus=gpus, notes=notes)
+        return Verdict(
+            outcome=Outcome.JIT,
+            edited=edited,
+            warnings=(*notes, wording.jit()),
+            gpus=gpus,
+            notes=notes,
+        )
     text = wording.no_match(found.misses)
-    return Verdict(Outcome.NO_MATCH, edited, (*notes, text), gpus=gpus, notes=notes)
+    return Verdict(
+        outcome=Outcome.NO_MATCH, edited=edited, warnings=(*notes, text), gpus=gpus, notes=notes
+    )
 
 
 def decide_create(
@@ -299,27 +273,40 @@ def decide_create(
     the rest of its profile is not read."""
     gpus, labels = pod_gpus(pod, ctx.policy.rules.gpu_resources), labels_of(pod)
     if gpus.unlisted:
-        return Verdict(Outcome.DENIED, message=wording.unlisted_resources(gpus.unlisted))
+        return Verdict(outcome=Outcome.DENIED, message=wording.unlisted_resources(gpus.unlisted))
     if not _governed(labels.get(vocab.GPU_CLASS_LABEL) or None, gpus):
         edited, warnings, denial = _sanitise(pod, ctx)
         if denial is not None:
-            return Verdict(Outcome.DENIED, None, tuple(warnings), message=denial)
-        plain = Verdict(Outcome.PASS, edited, tuple(warnings), notes=tuple(warnings))
+            return Verdict(
+                outcome=Outcome.DENIED, edited=None, warnings=tuple(warnings), message=denial
+            )
+        plain = Verdict(
+            outcome=Outcome.PASS, edited=edited, warnings=tuple(warnings), notes=tuple(warnings)
+        )
         return _pinned(plain, ctx)
     prof = profile(pod, ctx.policy.rules, namespace or None, gpus=gpus, labels=labels)
     pool = list(reservations)
     mine = own_admission(pod, prof, pool, ctx.now, ctx.dry_run)
     if mine is not None:
         if ctx.pinned is not None and mine.facts.gpu_class not in ctx.pinned.classes:
-            return _pinned(Verdict(Outcome.NO_MATCH), ctx)
+            return _pinned(Verdict(outcome=Outcome.NO_MATCH), ctx)
         text = wording.admitted(mine, _until(mine, pool, ctx), ctx.zone)
-        return Verdict(Outcome.ALREADY_ADMITTED, None, (text,), reservation=mine.name)
+        return Verdict(
+            outcome=Outcome.ALREADY_ADMITTED, edited=None, warnings=(text,), reservation=mine.name
+        )
     edited, warnings, denial = _sanitise(pod, ctx)
     if denial is not None:
-        return Verdict(Outcome.DENIED, None, tuple(warnings), message=denial)
+        return Verdict(
+            outcome=Outcome.DENIED, edited=None, warnings=tuple(warnings), message=denial
+        )
     notes = tuple(warnings)
     if gpus.readable and gpus.count == 0:
-        verdict = Verdict(Outcome.NO_MATCH, edited, (*notes, wording.no_gpus()), notes=notes)
+        verdict = Verdict(
+            outcome=Outcome.NO_MATCH,
+            edited=edited,
+            warnings=(*notes, wording.no_gpus()),
+            notes=notes,
+        )
     else:
         verdict = _routed(prof, pool, edited, notes, ctx)
     return _pinned(verdict, ctx)
@@ -341,7 +328,9 @@ def _pinned(verdict: Verdict, ctx: Context) -> Verdict:
 
 def pinned_denial(pin: Pin, notes: tuple[str, ...] = ()) -> Verdict:
     """The denial of a create that names reserved node ``pin.node`` without admission."""
-    return Verdict(Outcome.DENIED, None, notes, message=wording.pinned_denied(pin.node))
+    return Verdict(
+        outcome=Outcome.DENIED, edited=None, warnings=notes, message=wording.pinned_denied(pin.node)
+    )
 
 
 def _until(res: GPUReservation, pool: list[GPUReservation], ctx: Context) -> datetime:
@@ -381,52 +370,3 @@ def admit(
             if not (isinstance(g, Mapping) and g.get("name") == gate)
         ]
     return stamped, wording.admitted(res, cand.guaranteed_until, ctx.zone)
-
-
-# --- UPDATE --------------------------------------------------------------------------
-
-
-def changed_owned(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """Controller-owned annotations added, removed or changed between two pods."""
-    before, after = annotations_of(old), annotations_of(new)
-    keys = vocab.CONTROLLER_OWNED_ANNOTATIONS
-    return sorted(k for k in keys if before.get(k) != after.get(k))
-
-
-def _held(old: Mapping[str, Any], ctx: Context) -> str | None:
-    """``admitted`` or ``queued`` when the pod before the update was either; else None."""
-    if annotations_of(old).get(vocab.BOOKING_REFERENCE):
-        return "admitted"
-    gate = ctx.policy.gate_name
-    spec = old.get("spec")
-    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
-    if (
-        gate
-        and isinstance(gates, list)
-        and any(isinstance(g, Mapping) and g.get("name") == gate for g in gates)
-    ):
-        return "queued"
-    return None
-
-
-def decide_update(new: dict[str, Any], old: dict[str, Any], username: str, ctx: Context) -> Verdict:
-    """The UPDATE verdict: deny forging admission after the fact, and moving an
-    admitted or queued pod out of its class or group; no side effects."""
-    if ctx.policy.is_controller(username):
-        return Verdict(Outcome.PASS)
-    changed = changed_owned(old, new)
-    if changed:
-        return Verdict(Outcome.DENIED, message=wording.annotation_change_denied(changed))
-    if tol.added_reservation_tolerations(old, new):
-        return Verdict(Outcome.DENIED, message=wording.toleration_denied())
-    held = _held(old, ctx)
-    if held is not None:
-        before, after = labels_of(old), labels_of(new)
-        keys = [vocab.GPU_CLASS_LABEL]
-        group = ctx.policy.rules.required_group_label
-        if group is not None:
-            keys.append(group)
-        for key in keys:
-            if before.get(key) != after.get(key):
-                return Verdict(Outcome.DENIED, message=wording.label_change_denied(key, held))
-    return Verdict(Outcome.PASS)

@@ -6,7 +6,7 @@ answered *fail-open* — allowed, not admitted, keeping the removal of forged st
 it was computed — counted by reason and logged with the request uid. Exception text
 never reaches a response.
 
-Admission order (DESIGN §3.2): decide → claim the budget through ``ledger.claim`` →
+Admission order (DESIGN §3.2): decide → claim the budget (``webhook.claims``) →
 only then stamp the pod (``decide.admit``). A refused claim (someone took the budget
 first) re-decides with that reservation counted as full, so the pod tries the next
 open booking or is queued with the "full" warning.
@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from shared import ledger, model, vocab
+from shared import model, vocab
 from shared.clock import Clock
 from shared.errors import KubeError
 from shared.ledger import Ask, ClaimResult, LedgerGateway
@@ -31,8 +31,8 @@ from shared.policy.matching import annotations_of
 from shared.resources import GPU_RESERVATIONS
 from webhook import wording
 from webhook.cache import ReservationCache
+from webhook.claims.engine import ClaimEngine
 from webhook.decide import (
-    Candidate,
     Context,
     Outcome,
     Pin,
@@ -42,7 +42,6 @@ from webhook.decide import (
     decide_update,
     pinned_denial,
 )
-from webhook.groupcommit import GroupCommit
 from webhook.metrics import Metrics
 from webhook.nodes import NodeCache
 from webhook.patch import diff
@@ -86,16 +85,7 @@ class Admission:
         self.zone = zone
         self.monotonic = monotonic
         self._answered: dict[str, Any] = {}  # outcome -> its requests_total child
-        self.group = GroupCommit(
-            gateway,
-            policy.namespace,
-            self._cached_raw,
-            self._remember,
-            parsed=self._cached_reservation,
-            grouped=metrics.claim_groups.observe,
-            sending=cache.sending,
-            monotonic=monotonic,
-        )
+        self.engine = ClaimEngine(gateway, cache, policy.namespace, metrics, monotonic=monotonic)
 
     async def review(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON document) for one request body."""
@@ -138,7 +128,7 @@ class Admission:
             log(_log, logging.ERROR, "webhook.internal_error", uid=request.uid, exc_info=True)
             self.metrics.fail_open.labels("internal_error").inc()
             text = wording.not_admitted("internal error")
-            return Verdict(Outcome.FAIL_OPEN), answer(request.uid, warnings=[text])
+            return Verdict(outcome=Outcome.FAIL_OPEN), answer(request.uid, warnings=[text])
 
     def _document(self, request: AdmissionRequest, verdict: Verdict) -> dict[str, Any]:
         if verdict.outcome is Outcome.DENIED:
@@ -179,17 +169,24 @@ class Admission:
         dry_run: bool = False,
         pinned: Pin | None = None,
     ) -> Context:
-        return Context(self.policy, now, self.zone, exclude, dry_run, pinned)
+        return Context(
+            policy=self.policy,
+            now=now,
+            zone=self.zone,
+            exclude=exclude,
+            dry_run=dry_run,
+            pinned=pinned,
+        )
 
     async def _decide(self, request: AdmissionRequest, deadline: float) -> Verdict:
         pod, old = request.obj, request.old
         if not request.is_pod or pod is None:
-            return Verdict(Outcome.PASS)
+            return Verdict(outcome=Outcome.PASS)
         now = self.clock.now()
         if request.operation == "UPDATE" and old is not None:
             return decide_update(pod, old, request.username, self._context(now))
         if request.operation != "CREATE":
-            return Verdict(Outcome.PASS)
+            return Verdict(outcome=Outcome.PASS)
         return await self._create(request, pod, now, deadline)
 
     async def _create(
@@ -222,7 +219,7 @@ class Admission:
         for _ in range(MAX_CLAIM_ROUNDS):
             if verdict.outcome is not Outcome.ADMIT:
                 return verdict
-            verdict = await self._claim(request, pod, verdict, ctx, deadline, tried)
+            verdict = await self._claim(request, verdict, ctx, deadline, tried)
             if verdict.outcome is Outcome.ADMIT:
                 retry = self._context(now, frozenset(tried), dry_run=dry_run, pinned=pin)
                 verdict = decide_create(pod, ns, self.cache.of_owner(ns), retry)
@@ -231,24 +228,28 @@ class Admission:
     async def _claim(
         self,
         request: AdmissionRequest,
-        pod: dict[str, Any],
         verdict: Verdict,
         ctx: Context,
         deadline: float,
         tried: set[str],
     ) -> Verdict:
-        """Claim the candidates in order; ADMIT back means "every one refused".
-        ``ctx`` is the request's first context (no reservation excluded): the stamps
-        read only its policy, instant, zone and dry-run flag."""
-        now = ctx.now
+        """Claim the candidates in order for the request's pod; ADMIT back means "every
+        one refused". ``ctx`` is the request's first context (no reservation excluded):
+        the stamps read only its policy, instant, zone and dry-run flag."""
+        pod = request.obj or {}
+        ask = Ask(verdict.gpus, _name_of(pod), ctx.now)
         for cand in verdict.candidates:
-            result = await self._claim_one(request, pod, cand, verdict.gpus, now, deadline)
+            name = cand.reservation.name
+            result = await self._claim_one(request.dry_run, name, ask, deadline)
             if result.admitted and result.claim:
                 edited = verdict.edited if verdict.edited is not None else pod
                 stamped, text = admit(edited, cand, result.claim, ctx)
                 warnings = (*verdict.notes, text)
                 return Verdict(
-                    Outcome.ADMITTED, stamped, warnings, reservation=cand.reservation.name
+                    outcome=Outcome.ADMITTED,
+                    edited=stamped,
+                    warnings=warnings,
+                    reservation=cand.reservation.name,
                 )
             if result.reason in ("deadline", "error"):
                 return self._fail_open(request, verdict, f"ledger_{result.reason}", "ledger busy")
@@ -256,59 +257,11 @@ class Admission:
             self.metrics.ledger_retries.inc()
         return verdict
 
-    async def _claim_one(
-        self,
-        request: AdmissionRequest,
-        pod: dict[str, Any],
-        cand: Candidate,
-        gpus: int,
-        now: datetime,
-        deadline: float,
-    ) -> ClaimResult:
-        """A dry run decides alone; a real claim joins this replica's group commit."""
-        name = cand.reservation.name
-        if request.dry_run:
-            return await ledger.claim(
-                self.gateway,
-                self.policy.namespace,
-                name,
-                gpus,
-                pod=_name_of(pod),
-                now=now,
-                deadline=deadline,
-                dry_run=True,
-                cached=self._cached_raw(name),
-                monotonic=self.monotonic,
-            )
-        return await self.group.claim(name, Ask(gpus, _name_of(pod), now), deadline)
-
-    def _cached_raw(self, name: str) -> dict[str, Any] | None:
-        entry = self.cache.entry(name)
-        return entry.raw if entry else None
-
-    def _cached_reservation(self, name: str) -> model.GPUReservation | None:
-        entry = self.cache.entry(name)
-        return entry.reservation if entry else None
-
-    def _remember(self, result: ClaimResult) -> None:
-        """After each group's write: count its 409s, and put the object as last read or
-        written into the cache (ahead of the watch).
-
-        A write whose answer was not read (``result.landed``) goes in as provisional
-        (``ReservationCache.wrote``: the watch's event of it makes it true). Anything
-        else is the server's own copy (spec and status of one resourceVersion): the
-        cached spec under a newer resourceVersion would outrank the watch's newer spec
-        and let the next claim decide (and write ``/status``) on the old budget.
-        """
-        self.metrics.ledger_conflicts.inc(result.conflicts)  # once per write, not per caller
-        res = result.reservation
-        if result.raw is None or res is None:
-            return
-        entry = self.cache.entry(res.name)
-        if result.landed is not None:
-            self.cache.wrote(result.raw, res, result.landed)
-        elif entry is not None and entry.raw is not result.raw:  # not the cache's own
-            self.cache.upsert(result.raw, res)
+    async def _claim_one(self, dry_run: bool, name: str, ask: Ask, deadline: float) -> ClaimResult:
+        """A dry run decides alone; a real claim joins this replica's claim engine."""
+        if dry_run:
+            return await self.engine.dry_run(name, ask, deadline)
+        return await self.engine.claim(name, ask, deadline)
 
     def _fail_open(
         self, request: AdmissionRequest, verdict: Verdict, reason: str, why: str
@@ -316,7 +269,7 @@ class Admission:
         self.metrics.fail_open.labels(reason).inc()
         log(_log, logging.WARNING, "webhook.fail_open", uid=request.uid, reason=reason)
         warnings = (*verdict.notes, wording.not_admitted(why))
-        return Verdict(Outcome.FAIL_OPEN, verdict.edited, warnings)
+        return Verdict(outcome=Outcome.FAIL_OPEN, edited=verdict.edited, warnings=warnings)
 
     async def _catch_up(self, pod: dict[str, Any], deadline: float) -> None:
         """Re-read the reservation a pod references when the cache lacks its claim.
@@ -332,12 +285,14 @@ class Admission:
         key = model.claim_key(claim)
         if entry is not None and any(h.claim == key for h in entry.reservation.holds):
             return
-        timeout = deadline - self.monotonic()
+        timeout = max(deadline - self.monotonic(), 0.001)
         call = self.gateway.get(GPU_RESERVATIONS, ref, self.policy.namespace)
         try:
-            self.cache.upsert(await asyncio.wait_for(call, timeout=max(timeout, 0.001)))
+            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel
+                found = await call
         except (KubeError, TimeoutError):
             return
+        self.cache.upsert(found)
 
 
 def _generate_name(pod: dict[str, Any] | None) -> Any:

@@ -71,6 +71,15 @@ class Metrics:
             registry=self.registry,
         )
 
+    def grouped(self, size: int) -> None:
+        """A claim write carried ``size`` claims (``webhook.claims.ClaimMetrics``)."""
+        self.claim_groups.observe(size)
+
+    def conflicts(self, count: int) -> None:
+        """A claim write lost ``count`` races on its way (once per write, not per
+        caller)."""
+        self.ledger_conflicts.inc(count)
+
     def render(self) -> bytes:
         """The text exposition format."""
         return generate_latest(self.registry)

@@ -70,7 +70,7 @@ def apply(original: dict[str, Any], operations: list[Op]) -> dict[str, Any]:
 def _same(old: Any, new: Any) -> bool:
     """Equal as JSON values: same types all the way down (``True`` is not ``1``, nor
     ``1`` ``1.0``: a value is kept as sent unless changed). Stricter on purpose than
-    ``shared.ledger._same_json``, which predicts the server's JSON Patch ``test``
+    ``shared.ledger.patches._same_json``, which predicts the server's JSON Patch ``test``
     (docs/developer/webhook.md "The patch")."""
     if old is new:
         return True

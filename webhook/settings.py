@@ -24,7 +24,7 @@ STRIP = "strip"
 DENY = "deny"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServingSettings:
     """Where the webhook listens and with which certificate."""
 
@@ -47,7 +47,7 @@ class ServingSettings:
     client_ca_file: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicySettings:
     """What the decision needs (pure data, passed to ``decide``)."""
 
@@ -69,7 +69,7 @@ class PolicySettings:
         return username.startswith(f"system:serviceaccount:{self.namespace}:")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WebhookSettings:
     """Everything the webhook reads from the environment."""
 

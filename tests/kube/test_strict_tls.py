@@ -27,7 +27,7 @@ from cryptography.x509.oid import NameOID
 
 from shared import errors
 from shared.gateway import Gateway, load_configuration
-from shared.loopgateway import LoopGateway
+from shared.gateway.loop import LoopGateway
 from shared.settings import EnvReader, read_common
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from shared import ledger, model
 from shared.gateway import load_configuration
-from shared.loopgateway import LoopGateway
+from shared.gateway.loop import LoopGateway
 from shared.resources import GPU_RESERVATIONS
 from tests.kube.conftest import Running, install_crd
 from tests.ledger.fakes import NOW, facts

@@ -32,14 +32,20 @@ def asks(*sizes: int) -> list[ledger.Ask]:
     return [ledger.Ask(g, f"p{i}", NOW) for i, g in enumerate(sizes)]
 
 
-def group(store: FakeStore, *sizes: int, **kw) -> list[ledger.ClaimResult]:
+def group(store: FakeStore, *sizes: int, **kw: Any) -> list[ledger.ClaimResult]:
+    """One ``write_claims`` of ``sizes``; ``kw``: the plan's fields (``cached`` is its
+    ``base``, ``cached_parsed`` its ``parsed``)."""
     kw.setdefault("deadline", FAR)
-    return asyncio.run(ledger.claim_group(store, NAMESPACE, "res-1", asks(*sizes), **kw))
+    names = {"cached": "base", "cached_parsed": "parsed"}
+    terms = {names.get(k, k): v for k, v in kw.items()}
+    plan = ledger.ClaimPlan(namespace=NAMESPACE, name="res-1", asks=asks(*sizes), **terms)
+    return asyncio.run(ledger.write_claims(store, plan))
 
 
 def test_decide_group_admits_in_order_while_the_budget_lasts() -> None:
     res = model.GPUReservation(facts(gpus=5))
-    updated, reasons, new = ledger.decide_group(res, asks(2, 9, 2, 2, 1), list("abcde"))
+    found = ledger.decide_group(res, asks(2, 9, 2, 2, 1), list("abcde"))
+    updated, reasons, new = found.ledger, found.reasons, found.new
     assert reasons == ["admitted", "too_small", "admitted", "full", "admitted"]
     assert [h.claim for h in new] == [claim_key(c) for c in "ace"]
     assert ledger.used(updated) == 5
@@ -240,7 +246,8 @@ def test_decide_group_is_the_asks_made_one_after_another(budget, held, sizes, st
         tuple(model.Hold(f"h{i}", g, NOW) for i, g in enumerate(held)),
     )
     ids = [f"c{i}" for i in range(len(sizes))]
-    updated, reasons, new = ledger.decide_group(res, asks(*sizes), ids)
+    found = ledger.decide_group(res, asks(*sizes), ids)
+    updated, reasons, new = found.ledger, found.reasons, found.new
     expected, one_by_one = res, []
     for ask, claim_id in zip(asks(*sizes), ids, strict=True):
         reason = ledger.verdict(expected, ask.gpus, ask.now)
@@ -329,8 +336,15 @@ def test_without_echo_the_view_is_the_answers_down_to_the_stored_instants() -> N
     store.put(model.GPUReservation(facts(gpus=8)))
     late = NOW.replace(microsecond=654321)
     [result] = asyncio.run(
-        ledger.claim_group(
-            store, NAMESPACE, "res-1", [ledger.Ask(1, "p", late)], deadline=FAR, echo=False
+        ledger.write_claims(
+            store,
+            ledger.ClaimPlan(
+                namespace=NAMESPACE,
+                name="res-1",
+                asks=[ledger.Ask(1, "p", late)],
+                deadline=FAR,
+                echo=False,
+            ),
         )
     )
     assert result.reservation is not None

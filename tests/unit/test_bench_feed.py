@@ -16,7 +16,7 @@ from bench import loadgen, standin
 from shared import model, vocab
 from shared.model import claim_key
 from webhook.patch import diff
-from webhook.review import allowed_json, answer
+from webhook.review import answer, answer_json
 
 NOW = datetime(2026, 1, 5, 10, tzinfo=UTC)
 TTL = standin.CLAIM_TTL_S
@@ -121,15 +121,13 @@ def pod(annotations: dict[str, str] | None = None) -> dict[str, Any]:
 
 def admitted(original: dict[str, Any], claim: str) -> bytes:
     """The bytes the webhook answers an admission with (``answer`` of ``diff``, as
-    ``webhook.handler`` builds it, rendered by ``allowed_json``)."""
+    ``webhook.handler`` builds it, rendered by ``answer_json``)."""
     edited = json.loads(json.dumps(original))
     notes = edited["metadata"].setdefault("annotations", {})
     notes[vocab.BOOKING_REFERENCE] = "res-1"
     notes[vocab.ADMISSION_CLAIM] = claim
     doc = answer("uid-1", patch=diff(original, edited), warnings=["admitted under res-1"])
-    body = allowed_json(doc)
-    assert body is not None
-    return body
+    return answer_json(doc)
 
 
 def test_the_claim_of_an_answer_that_adds_the_annotations_map() -> None:

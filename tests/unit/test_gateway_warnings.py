@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.gateway import _warnings
+from shared.kubewire import _warnings
 
 
 @pytest.mark.parametrize(

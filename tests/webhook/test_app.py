@@ -187,7 +187,7 @@ async def test_an_exception_outside_the_reviews_own_handling_is_a_500_and_logged
         raise RuntimeError("secret detail")
 
     async def unencodable(_: bytes) -> Any:
-        return 200, {"response": {"value": float("nan")}}
+        return 200, {"response": {"uid": "\ud800"}}  # a lone surrogate, as a request may send
 
     with caplog.at_level(logging.ERROR):
         for fake in (broken, unencodable):

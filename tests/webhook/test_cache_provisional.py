@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -22,11 +23,11 @@ from hypothesis import strategies as st
 
 from shared import ledger, model
 from shared.gateway import WatchEvent
-from shared.ledger import QuietWrite
 from tests.policy.builders import NOW, gpu_pod, reservation
 from tests.webhook.helpers import call, review, wired
-from webhook import cache as cache_module
-from webhook.cache import Entry, joined, metadata_of, token_in
+from webhook.cache import metadata_of, token_in
+from webhook.claims import journal as journal_module
+from webhook.claims.entries import Entry, applied, decided
 from webhook.handler import Admission
 
 pytestmark = pytest.mark.anyio
@@ -77,7 +78,7 @@ def entry(admission: Admission) -> Entry:
 
 def assert_is_the_store(admission: Admission, store: Any) -> None:
     got, stored = entry(admission), store.stored(NAME)
-    assert got.pending == ()
+    assert admission.cache.journal.pending(NAME) == ()
     assert got.raw["status"] == stored["status"]
     assert got.raw["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
     assert got.reservation == model.from_object(stored)
@@ -92,18 +93,30 @@ async def write(
 ) -> ledger.ClaimResult:
     """One quiet claim write of ``pod`` decided on ``raw``; ``sending`` tells the
     cache as the group commit does (``sending=None``: it does not hear of it)."""
-    more.setdefault("sending", admission.cache.sending)
-    [result] = await ledger.claim_group(
-        store,
-        store.namespace,
-        NAME,
-        [ledger.Ask(1, pod, NOW)],
+    sending = more.pop("sending", admission.cache.journal.sent)
+    plan = ledger.ClaimPlan(
+        namespace=store.namespace,
+        name=NAME,
+        asks=[ledger.Ask(1, pod, NOW)],
         deadline=1e12,
-        cached=raw,
+        base=raw,
         echo=False,
         **more,
     )
+    [result] = await ledger.write_claims(store, plan, Sending(sending))
     return result
+
+
+class Sending:
+    """A ``WriteLog`` telling ``sending`` of each quiet write, as the group commit does
+    (``sending=None``: nobody hears of it)."""
+
+    def __init__(self, sending: Callable[[ledger.Write], None] | None) -> None:
+        self.sending = sending
+
+    def sent(self, write: ledger.Write) -> None:
+        if self.sending is not None and write.quiet:
+            self.sending(write)
 
 
 def answered(admission: Admission, *results: ledger.ClaimResult) -> None:
@@ -112,7 +125,7 @@ def answered(admission: Admission, *results: ledger.ClaimResult) -> None:
         assert result.raw is not None
         assert result.reservation is not None
         assert result.landed is not None
-        admission.cache.wrote(result.raw, result.reservation, result.landed)
+        admission.cache.landed(result)
 
 
 async def test_a_write_is_provisional_until_its_own_event_which_is_not_decoded() -> None:
@@ -120,7 +133,7 @@ async def test_a_write_is_provisional_until_its_own_event_which_is_not_decoded()
     watch = Watch(admission, store)
     await claim(admission, "p-1")
     provisional = entry(admission)
-    assert len(provisional.pending) == 1
+    assert len(admission.cache.journal.pending(NAME)) == 1
     assert pods_held(admission) == ["p-1"]  # our hold shows at once
     assert provisional.reservation.holds == store.reservation(NAME).holds
     watch.deliver()
@@ -192,18 +205,18 @@ async def test_pipelined_writes_are_shown_one_event_at_a_time() -> None:
     watch = Watch(admission, store)
     cache = admission.cache
     first = entry(admission)
-    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
-    two = await write(admission, store, "b", one.raw, cached_parsed=one.reservation, pipelined=True)
+    one = await write(admission, store, "a", first.raw, parsed=first.reservation)
+    two = await write(admission, store, "b", one.raw, parsed=one.reservation, pipelined=True)
     assert (one.conflicts, two.conflicts) == (0, 0)
     answered(admission, one, two)
-    assert len(entry(admission).pending) == 2
+    assert len(admission.cache.journal.pending(NAME)) == 2
     assert pods_held(admission) == ["a", "b"]
     first_state, second_state = watch.states
     assert cache.peek(line(second_state)) is None  # not the first pending write's
     shown = cache.peek(line(first_state))
     assert shown is not None
     cache.watched.apply(shown)
-    assert len(entry(admission).pending) == 1
+    assert len(admission.cache.journal.pending(NAME)) == 1
     version = shown.object["metadata"]["resourceVersion"]
     assert entry(admission).reservation.resource_version == version
     assert pods_held(admission) == ["a", "b"]
@@ -217,7 +230,7 @@ async def test_an_answer_after_the_watch_showed_its_write_changes_nothing() -> N
     admission, store = await wired(reservation(1, gpus=8))
     watch = Watch(admission, store)
     first = entry(admission)
-    result = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
+    result = await write(admission, store, "a", first.raw, parsed=first.reservation)
     watch.deliver()  # the event before the answer: known from the send, not decoded
     assert watch.decoded == 0
     assert_is_the_store(admission, store)
@@ -234,20 +247,26 @@ async def test_a_list_from_before_our_write_keeps_our_hold_until_its_event() -> 
     provisional = entry(admission)
     old = model.from_object(listed)
     assert (
-        joined(provisional, Entry(old, listed)).reservation.holds == provisional.reservation.holds
+        admission.cache.journal.join(provisional, Entry(old, listed)).reservation.holds
+        == provisional.reservation.holds
     )
     watch.deliver()
     assert_is_the_store(admission, store)
 
 
-def test_a_state_with_a_token_no_pending_write_knows_is_taken_as_it_is() -> None:
-    res = reservation(1, gpus=8)
-    write = QuietWrite(NAME, "t0", "t1", [], (model.Hold("c", 1, NOW, "p"),), "5")
-    pending = Entry(replace(res, token="t1"), {}, (write,))
+async def test_a_state_with_a_token_no_pending_write_knows_is_taken_as_it_is() -> None:
+    """A token none of our writes tested or set: a room-taking write since them all.
+    The state is taken as it is, and our writes are seen (it shows them)."""
+    admission, _ = await wired(reservation(1, gpus=8))
+    await claim(admission, "p-1")
+    journal, provisional = admission.cache.journal, entry(admission)
+    assert len(journal.pending(NAME)) == 1
+    res = provisional.reservation
     other = Entry(replace(res, token="t9", resource_version="9"), {"other": True})
-    assert joined(pending, other) is other
-    assert joined(None, other) is other
-    assert joined(Entry(res, {}), other) is other
+    assert journal.join(provisional, other) is other
+    assert journal.pending(NAME) == ()
+    assert journal.join(None, other) is other
+    assert journal.join(Entry(res, {}), other) is other
 
 
 async def test_peek_leaves_every_other_line_to_the_decoder() -> None:
@@ -265,7 +284,7 @@ async def test_peek_leaves_every_other_line_to_the_decoder() -> None:
     assert cache.peek(line(old)) is None
     assert cache.peek(b'{"type":"MODIFIED","object":{"status":{}}}') is None
     assert cache.peek(line({**state, "metadata": "not an object"})) is None
-    assert len(entry(admission).pending) == 1
+    assert len(admission.cache.journal.pending(NAME)) == 1
     assert cache.peek(line(state)) is not None
 
 
@@ -293,11 +312,11 @@ def test_metadata_is_read_alone_or_not_at_all(raw: bytes, expected: str | None) 
 async def test_pending_writes_are_bounded_when_the_watch_delivers_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cache_module, "MAX_PENDING", 3)
+    monkeypatch.setattr(journal_module, "MAX_PENDING", 3)
     admission, store = await wired(reservation(1, gpus=100))
     for i in range(6):
         await claim(admission, f"p-{i}")
-    assert len(entry(admission).pending) == 3
+    assert len(admission.cache.journal.pending(NAME)) == 3
     assert pods_held(admission) == [f"p-{i}" for i in range(6)]  # every hold still shown
     assert admission.metrics.ledger_conflicts._value.get() == 0  # nor a race lost for it
     await admission.cache.relist()
@@ -310,8 +329,8 @@ async def test_writes_whose_events_come_before_their_answers_are_not_decoded() -
     admission, store = await wired(reservation(1, gpus=8))
     watch = Watch(admission, store)
     first = entry(admission)
-    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
-    two = await write(admission, store, "b", one.raw, cached_parsed=one.reservation, pipelined=True)
+    one = await write(admission, store, "a", first.raw, parsed=first.reservation)
+    two = await write(admission, store, "b", one.raw, parsed=one.reservation, pipelined=True)
     three = await write(admission, store, "c", first.raw)
     assert (one.conflicts, two.conflicts, three.conflicts) == (0, 0, 1)
     watch.deliver()  # no answer in yet
@@ -327,8 +346,8 @@ async def test_a_pipelined_write_answered_before_the_one_it_follows_shows_both()
     admission, store = await wired(reservation(1, gpus=8))
     watch = Watch(admission, store)
     first = entry(admission)
-    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
-    two = await write(admission, store, "b", one.raw, cached_parsed=one.reservation, pipelined=True)
+    one = await write(admission, store, "a", first.raw, parsed=first.reservation)
+    two = await write(admission, store, "b", one.raw, parsed=one.reservation, pipelined=True)
     answered(admission, two)  # the second's answer first: the first landed before it
     assert pods_held(admission) == ["a", "b"]
     assert entry(admission).reservation.token == store.reservation(NAME).token
@@ -371,8 +390,8 @@ async def test_a_refusal_decided_on_a_provisional_entry_leaves_it_provisional() 
     second = await call(admission, review(gpu_pod(1).build() | {"metadata": meta("p-2")}))
     assert (await first)["response"].get("patch")
     assert not second["response"].get("patch")  # queued: the booking is full
-    assert admission.group.writes == 2  # the second group wrote nothing
-    assert len(entry(admission).pending) == 1
+    assert admission.engine.writes == 2  # the second group wrote nothing
+    assert len(admission.cache.journal.pending(NAME)) == 1
     watch.deliver()
     assert watch.decoded == 0
     assert_is_the_store(admission, store)
@@ -385,12 +404,12 @@ async def test_an_event_before_its_answer_takes_the_write_as_the_ledger_decided_
     admission, store = await wired(reservation(1, gpus=8, holds=(1, 2)))
     watch = Watch(admission, store)
     first = entry(admission)
-    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
+    one = await write(admission, store, "a", first.raw, parsed=first.reservation)
     landed = one.landed
     assert landed is not None
     assert landed.after is not None
     assert landed.result is not None
-    assert cache_module.decided(first, landed) == cache_module.applied(first, [landed])
+    assert decided(first, landed) == applied(first, [landed])
     watch.deliver()
     assert watch.decoded == 0
     assert entry(admission).raw["status"] is landed.after["status"]  # taken, not rebuilt
@@ -403,17 +422,17 @@ async def test_a_write_not_decided_on_the_entry_is_applied_on_top() -> None:
     resourceVersion."""
     admission, store = await wired(reservation(1, gpus=8))
     first = entry(admission)
-    one = await write(admission, store, "a", first.raw, cached_parsed=first.reservation)
-    two = await write(admission, store, "b", one.raw, cached_parsed=one.reservation, pipelined=True)
+    one = await write(admission, store, "a", first.raw, parsed=first.reservation)
+    two = await write(admission, store, "b", one.raw, parsed=one.reservation, pipelined=True)
     assert one.landed is not None
     assert two.landed is not None
     assert two.landed.base_version == ""
-    assert cache_module.decided(first, two.landed) is None
-    pending = cache_module.applied(first, [one.landed])
+    assert decided(first, two.landed) is None
+    pending = applied(first, [one.landed])
     assert pending is not None
-    assert cache_module.decided(pending, one.landed) is None
+    assert decided(pending, one.landed) is None
     moved = Entry(replace(first.reservation, resource_version="999"), first.raw)
-    assert cache_module.decided(moved, one.landed) is None
+    assert decided(moved, one.landed) is None
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -432,20 +451,20 @@ def test_the_ledger_decided_is_the_write_applied_on_the_state_it_was_decided_on(
     async def run() -> None:
         admission, store = await wired(reservation(1, gpus=max(gpus, sum(held)), holds=tuple(held)))
         first = entry(admission)
-        results = await ledger.claim_group(
-            store,
-            store.namespace,
-            NAME,
-            [ledger.Ask(n, f"p-{i}", NOW) for i, n in enumerate(asks)],
+        plan = ledger.ClaimPlan(
+            namespace=store.namespace,
+            name=NAME,
+            asks=[ledger.Ask(n, f"p-{i}", NOW) for i, n in enumerate(asks)],
             deadline=1e12,
-            cached=first.raw,
-            cached_parsed=first.reservation,
+            base=first.raw,
+            parsed=first.reservation,
             echo=False,
         )
+        results = await ledger.write_claims(store, plan)
         landed = next((r.landed for r in results if r.landed is not None), None)
         if landed is None:  # nothing fitted: nothing written
             assert not any(r.admitted for r in results)
             return
-        assert cache_module.decided(first, landed) == cache_module.applied(first, [landed])
+        assert decided(first, landed) == applied(first, [landed])
 
     asyncio.run(run())

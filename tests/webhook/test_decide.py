@@ -23,7 +23,7 @@ from webhook.settings import DENY
 
 
 def ctx(**overrides: Any) -> Context:
-    return Context(policy(**overrides), NOW)
+    return Context(policy=policy(**overrides), now=NOW)
 
 
 def create(pod: PodBuilder, *res: GPUReservation, **overrides: Any):
@@ -362,7 +362,7 @@ def test_deciding_and_stamping_a_random_pod_never_edits_it(
     """Edits copy only what they change and share the rest with the request's pod: the
     pod itself stays as it came, and the patch still takes it to the edited one."""
     before = json.dumps(pod, sort_keys=True)
-    context = Context(policy(gate_name=gate), NOW, dry_run=dry)
+    context = Context(policy=policy(gate_name=gate), now=NOW, dry_run=dry)
     pool = [reservation(1, gpus=4), reservation(2, gpus=1, holds=(1,))]
     verdict = decide_create(pod, "alice", pool, context)
     edited = verdict.edited
@@ -482,7 +482,7 @@ def pinned(node: str = "a100-r1", classes: frozenset[str] = frozenset({"h100"}))
 
 
 def create_pinned(pod: PodBuilder, *res: GPUReservation, pin: Any = None) -> Any:
-    context = Context(policy(), NOW, pinned=pin if pin is not None else pinned())
+    context = Context(policy=policy(), now=NOW, pinned=pin if pin is not None else pinned())
     return decide_create(pod.on("a100-r1").build(), "alice", res, context)
 
 

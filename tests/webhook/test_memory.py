@@ -89,12 +89,12 @@ async def test_serving_admissions_grows_no_structure(monkeypatch: pytest.MonkeyP
     assert not growing, f"allocation sites growing with every round of requests: {growing}"
     assert len(model._HOLDS) <= 64
     for _ in range(10):  # a writer ends a few loop steps after its last caller's answer
-        if admission.group.idle:
+        if admission.engine.idle:
             break
         await asyncio.sleep(0)
-    assert admission.group.idle
+    assert admission.engine.idle
     assert len(admission.cache) == 1
     # A claim's write goes into the cache as provisional (its answer not read); the
     # pending writes it keeps end with the next state of the server met (here the
     # relist after each round, as the watch's events would).
-    assert all(not e.pending for e in admission.cache.watched.items.values())
+    assert admission.cache.journal.names == []

@@ -22,7 +22,7 @@ When the configurations change, ``retain`` closes the clients no webhook uses an
 (a new ``caBundle`` or service makes a new client; the old one is closed once its calls
 in flight have ended). ``aclose`` closes them all (the server's stop).
 
-The client is ``shared.http1``: one keep-alive ``Pool`` per endpoint, parsed by
+The client is ``sandbox.kube.admission.http1``: one keep-alive ``Pool`` per endpoint, parsed by
 httptools on the server's own loop — Python's cost per call kept small, as the real
 client's is. A reused connection the webhook closed before answering fails the call (a
 POST is not sent twice; Go's transport retries it only when nothing was written). The
@@ -45,9 +45,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from sandbox.kube import encoding
+from sandbox.kube.admission import http1
 from sandbox.kube.admission.config import ServiceRef, Webhook
 from sandbox.kube.admission.endpoints import EndpointResolver, ResolveError
-from shared import http1
 
 #: Connections open at once to one endpoint (Go's transport sets no limit; a bound keeps
 #: a runaway caller from exhausting file descriptors).

@@ -1,11 +1,13 @@
-"""A minimal HTTP/1.1 client on the caller's event loop, for the webhook's hot path.
+"""A minimal HTTP/1.1 client on the caller's event loop: the emulated API server's
+webhook client (``transport``), as kube-apiserver keeps one of kept-alive connections.
 
 One ``Pool`` talks to one origin (scheme, host, port) over a few keep-alive
 connections (TLS when given a context). Each connection is an ``asyncio.Protocol``
 whose answer is parsed by ``httptools`` (C, the parser uvicorn serves with), so a call
 costs a write, the parser's callbacks and a future — no thread, no executor hop, no
-``http.client`` header parsing. It knows nothing of Kubernetes: ``shared.loopgateway``
-builds the requests and maps the answers.
+``http.client`` header parsing (httpx cost the emulator more per call than the webhook
+spends deciding). It knows nothing of admission: ``transport`` builds the requests and
+reads the answers.
 
 Terms: an *answer* is the status, headers and whole body of one response. A body is
 delimited by ``Content-Length`` or chunked transfer coding; one delimited only by the

@@ -4,21 +4,18 @@ The official client is synchronous; every call here runs on a worker thread with
 explicit timeout and returns plain dicts (the client's generated models never leak
 out). Errors come back as our classes from ``shared.errors`` — nothing else escapes.
 The gateway speaks the REST API generically (any group/version/resource), using the
-client only for configuration (kubeconfig or in-cluster), authentication and TLS.
+client only for configuration (kubeconfig or in-cluster: ``configuration``),
+authentication and TLS; watches are read on worker threads (``threads``); the wire's
+encoding, decoding and error mapping are ``shared.kubewire``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-import ssl
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Self
 from urllib.parse import urlencode
 
@@ -26,13 +23,61 @@ import kubernetes.client
 import kubernetes.config
 import urllib3
 
-from shared import jsontext
-from shared.errors import Gone, KubeError, ServerError, TooManyRequests, from_status
+from shared.errors import Gone, ServerError, TooManyRequests
+from shared.gateway.configuration import (
+    KUBECONFIG_SEPARATOR,
+    Endpoint,
+    load_configuration,
+    strict_verification,
+)
+from shared.gateway.threads import watch_on_thread
+from shared.kubewire import (
+    THROTTLE_RETRIES,
+    THROTTLE_WAIT_CAP_S,
+    ListResult,
+    Response,
+    WatchEvent,
+    answer,
+    encoded,
+    failure,
+    retry_after_s,
+    throttle_wait,
+    watch_event,
+    watch_lines,
+    watch_query,
+)
 from shared.logs import log
 from shared.resources import Resource
 
 if TYPE_CHECKING:
     from shared.settings import CommonSettings
+
+__all__ = [
+    "AUTH_REUSE_S",
+    "DEFAULT_TIMEOUT_S",
+    "KUBECONFIG_SEPARATOR",
+    "LIST_PAGE_SIZE",
+    "THROTTLE_RETRIES",
+    "THROTTLE_WAIT_CAP_S",
+    "WATCH_CONNECTIONS",
+    "Configuration",
+    "Endpoint",
+    "Gateway",
+    "ListResult",
+    "PatchType",
+    "Response",
+    "WatchEvent",
+    "answer",
+    "encoded",
+    "failure",
+    "load_configuration",
+    "retry_after_s",
+    "strict_verification",
+    "throttle_wait",
+    "watch_event",
+    "watch_lines",
+    "watch_query",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -47,169 +92,11 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
     "strategic": "application/strategic-merge-patch+json",
 }
 
-#: How the official loader splits a list of kubeconfig files (``$KUBECONFIG``'s form).
-KUBECONFIG_SEPARATOR: str = kubernetes.config.kube_config.ENV_KUBECONFIG_PATH_SEPARATOR
 
 #: Seconds a single non-watch call may take before it counts as failed.
 DEFAULT_TIMEOUT_S = 10.0
 #: Page size of LISTs.
 LIST_PAGE_SIZE = 500
-#: Watch events buffered between the reading thread and the consumer.
-WATCH_BUFFER = 4096
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """One watch event: ``type`` is ADDED, MODIFIED, DELETED or BOOKMARK."""
-
-    type: str
-    object: dict[str, Any]
-
-
-@dataclass
-class ListResult:
-    """All items of a LIST and the resourceVersion to resume a watch from."""
-
-    items: list[dict[str, Any]]
-    resource_version: str
-
-
-@dataclass
-class Response:
-    """A decoded answer, with the apiserver's ``Warning`` header texts."""
-
-    body: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """The configuration's connection facts, for a client other than the official one."""
-
-    #: The API root URL as configured (``https://host:port[/prefix]``).
-    root: str
-    #: The CA bundle file to verify the server against (None: the system's).
-    ca_file: str | None
-    #: The client certificate and key files, when the kubeconfig has them.
-    cert_file: str | None
-    key_file: str | None
-    #: False when the kubeconfig says ``insecure-skip-tls-verify``.
-    verify: bool
-    #: False when the configuration turns the hostname check off.
-    check_hostname: bool
-    #: The name to present (SNI) and verify instead of the URL's host, if any.
-    server_name: str | None
-    #: True when calls must go through an HTTP proxy.
-    proxied: bool
-
-
-def load_configuration(
-    kubeconfig: str | Sequence[str] | None = None, context: str | None = None
-) -> kubernetes.client.Configuration:
-    """Client configuration from kubeconfig files, else in-cluster credentials.
-
-    ``kubeconfig`` is one file or several (``$KUBECONFIG``'s list), merged by the
-    official loader: the first file that names a cluster, context or user wins.
-    ``context`` picks the context (None: the merged ``current-context``). Files are
-    never written back (a refreshed token stays in memory)."""
-    cfg = kubernetes.client.Configuration()
-    if kubeconfig:
-        files = [kubeconfig] if isinstance(kubeconfig, str) else list(kubeconfig)
-        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=KUBECONFIG_SEPARATOR.join(files),
-            context=context,
-            client_configuration=cfg,
-            persist_config=False,
-        )
-    else:
-        kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=cfg
-        )
-    return cfg
-
-
-def strict_verification(context: ssl.SSLContext, strict: bool) -> ssl.SSLContext:
-    """Turn OpenSSL's strict X.509 checks on or off in ``context`` (K8S_TLS_STRICT_VERIFY).
-
-    Strict is what Python 3.13 does by default and what we ask on every Python: among
-    other checks, each certificate the chain runs through must carry an Authority Key
-    Identifier. Off only relaxes those checks — the chain is still verified against the
-    CA, dates still apply and the host name is still matched."""
-    if strict:
-        context.verify_flags |= ssl.VERIFY_X509_STRICT
-    else:
-        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    return context
-
-
-def encoded(body: Any, headers: dict[str, str]) -> bytes | None:
-    """A call's body as JSON bytes (None without one), setting ``headers``' content type
-    unless the caller chose one (a patch's). Compact (``shared.jsontext``: a claim's JSON
-    Patch ≈ 11 → 0.7 µs against ``json.dumps``); instants and dataclasses refused as
-    ``json.dumps`` refuses them; a number that is not finite sent as ``null``
-    (``json.dumps`` wrote ``NaN``, which no API server accepts)."""
-    if body is None:
-        return None
-    headers.setdefault("Content-Type", "application/json")
-    return jsontext.compact(body)
-
-
-#: Times one call the apiserver throttled (429 with a ``Retry-After``) is sent again.
-THROTTLE_RETRIES = 3
-#: The longest wait honoured from one ``Retry-After``, in seconds (a larger one is cut
-#: to it, so a throttled call gives up within a bounded time and its caller decides).
-THROTTLE_WAIT_CAP_S = 5.0
-
-
-def retry_after_s(value: str | None) -> float | None:
-    """A ``Retry-After`` header's delay in seconds; None when absent or not a whole
-    non-negative number of seconds (the apiserver sends only that form; an HTTP date or
-    anything malformed is not honoured)."""
-    text = (value or "").strip()
-    return float(text) if text.isascii() and text.isdigit() else None
-
-
-def throttle_wait(error: KubeError, retries: int) -> float | None:
-    """Seconds to wait before sending a call again after ``error``, when ``retries``
-    retries were made already; None to give up and raise it (no side effects).
-
-    Only a 429 carrying a readable ``Retry-After`` is retried (the apiserver throttled
-    the request before doing anything, so any verb may be sent again; client-go does
-    the same), at most ``THROTTLE_RETRIES`` times, each wait capped at
-    ``THROTTLE_WAIT_CAP_S``."""
-    if not isinstance(error, TooManyRequests) or error.retry_after_s is None:
-        return None
-    if retries >= THROTTLE_RETRIES:
-        return None
-    return min(error.retry_after_s, THROTTLE_WAIT_CAP_S)
-
-
-def failure(status: int, body: bytes, headers: Any) -> KubeError:
-    """Our error for an HTTP answer, a 429 with its ``Retry-After``."""
-    error = from_status(status, body)
-    if isinstance(error, TooManyRequests):
-        error.retry_after_s = retry_after_s(headers.get("Retry-After"))
-    return error
-
-
-def answer(
-    method: str, path: str, status: int, data: bytes, headers: Any, decode: bool = True
-) -> Response:
-    """The decoded answer to a call, or our error for it (either client's answer:
-    ``headers`` has ``get`` and ``getlist``). ``decode=False``: a success's body is not
-    decoded (an empty body comes back) — for a caller that needs only that the call
-    succeeded; an error is decoded as always."""
-    if status >= 300:
-        raise failure(status, data, headers)
-    if not decode:
-        return Response({}, _warnings(headers.getlist("Warning")))
-    try:
-        decoded = json.loads(data) if data else {}
-    except ValueError as exc:
-        raise ServerError(status, f"{method} {path}: answer is not JSON") from exc
-    if not isinstance(decoded, dict):
-        raise ServerError(status, f"{method} {path}: answer is not a JSON object")
-    return Response(decoded, _warnings(headers.getlist("Warning")))
 
 
 #: Connections kept beyond the workers' for long-running watches.
@@ -404,62 +291,11 @@ class Gateway:
         timeout_s: int = 270,
         known: Callable[[bytes], WatchEvent | None] | None = None,
     ) -> AsyncIterator[WatchEvent]:
-        """Stream watch events from ``resource_version`` until the server closes.
-
-        Bookmarks are requested and yielded (type BOOKMARK) so a caller can resume from
-        them. A 410 (as an HTTP status or an ERROR event) raises ``Gone``: relist.
-        ``known`` (a line recognised before it is decoded, ``shared.watch.Watched.peek``)
-        is honoured by ``LoopGateway`` only: here every line is decoded on the thread.
-        """
-        query = watch_query(resource_version, label_selector, timeout_s)
-        loop = asyncio.get_running_loop()
-        # Unbounded on the loop side so a delivery never blocks or fails there; the
-        # thread waits on ``room`` instead, which bounds what is buffered.
-        queue: asyncio.Queue[WatchEvent | KubeError | None] = asyncio.Queue()
-        room = threading.Semaphore(WATCH_BUFFER)
-        stop = threading.Event()
-        resp_box: list[urllib3.BaseHTTPResponse] = []
-
-        def deliver(item: WatchEvent | KubeError | None) -> bool:
-            """Hand ``item`` to the consumer; False once it has gone away."""
-            while not room.acquire(timeout=0.5):
-                if stop.is_set():
-                    return False
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the consumer's loop is closed
-                return False
-            return True
-
-        def pump() -> None:
-            try:
-                for event in self._stream(res.path(namespace), query, timeout_s, resp_box, stop):
-                    if not deliver(event):
-                        return
-            except KubeError as exc:
-                deliver(exc)
-            except Exception as exc:  # any other failure must reach the consumer, not vanish
-                deliver(ServerError(0, f"watch {res.plural} failed: {type(exc).__name__}: {exc}"))
-            finally:
-                deliver(None)
-
-        thread = threading.Thread(target=pump, name="kube-watch", daemon=True)
-        thread.start()
-        try:
-            while True:
-                item = await queue.get()
-                room.release()
-                if item is None:
-                    return
-                if isinstance(item, KubeError):
-                    raise item
-                yield item
-        finally:
-            stop.set()
-            for resp in resp_box:
-                # The stream may already have released the connection to the pool.
-                with contextlib.suppress(RuntimeError):
-                    resp.shutdown() if hasattr(resp, "shutdown") else resp.release_conn()
+        """Stream watch events from ``resource_version`` until the server closes
+        (``shared.gateway.threads.watch_on_thread``: read on a worker thread)."""
+        stream = watch_on_thread(self, res, resource_version, namespace, label_selector, timeout_s)
+        async for event in stream:
+            yield event
 
     # --- plumbing -------------------------------------------------------------------
 
@@ -548,96 +384,3 @@ class Gateway:
         except urllib3.exceptions.HTTPError as exc:
             raise ServerError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         return answer(method, path, resp.status, resp.data, resp.headers, decode)
-
-    def _stream(
-        self,
-        path: str,
-        query: dict[str, Any],
-        timeout_s: int,
-        resp_box: list[urllib3.BaseHTTPResponse],
-        stop: threading.Event,
-    ) -> Iterator[WatchEvent]:
-        url, hdrs = self._url_and_headers("GET", path, query, None)
-        try:
-            resp = self._api.rest_client.pool_manager.request(
-                "GET",
-                url,
-                headers=hdrs,
-                preload_content=False,
-                timeout=urllib3.Timeout(connect=self._timeout_s, read=timeout_s + 30),
-                retries=False,
-            )
-        except urllib3.exceptions.HTTPError as exc:
-            raise ServerError(0, f"watch {path}: {type(exc).__name__}: {exc}") from exc
-        resp_box.append(resp)
-        if resp.status >= 300:
-            raise failure(resp.status, resp.read(), resp.headers)
-        buffer = b""
-        try:
-            for chunk in resp.stream(64 * 1024, decode_content=True):
-                if stop.is_set():
-                    return
-                lines, buffer = watch_lines(buffer, chunk)
-                yield from map(watch_event, lines)
-        except urllib3.exceptions.HTTPError as exc:
-            if not stop.is_set():
-                raise ServerError(0, f"watch {path} broke: {type(exc).__name__}") from exc
-        finally:
-            resp.release_conn()
-
-
-def watch_query(
-    resource_version: str, label_selector: str | None, timeout_s: int
-) -> dict[str, Any]:
-    """The query of a watch from ``resource_version`` (bookmarks asked for)."""
-    query: dict[str, Any] = {
-        "watch": "true",
-        "resourceVersion": resource_version,
-        "allowWatchBookmarks": "true",
-        "timeoutSeconds": timeout_s,
-    }
-    if label_selector:
-        query["labelSelector"] = label_selector
-    return query
-
-
-def watch_lines(buffer: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
-    """The complete, non-blank lines of ``buffer + chunk`` and the incomplete rest."""
-    *lines, rest = (buffer + chunk).split(b"\n")
-    return [line for line in lines if line.strip()], rest
-
-
-def watch_event(line: bytes) -> WatchEvent:
-    """One watch line decoded; an ERROR event raises its error (410: ``Gone``)."""
-    try:
-        raw = json.loads(line)
-    except ValueError as exc:
-        raise ServerError(0, "watch stream carried a line that is not JSON") from exc
-    kind = str(raw.get("type", ""))
-    obj = raw.get("object") or {}
-    if kind == "ERROR":
-        err = from_status(int(obj.get("code", 500) or 500), obj)
-        raise err
-    return WatchEvent(kind, obj)
-
-
-def _warnings(values: list[str]) -> list[str]:
-    """The texts of ``Warning: 299 - "<text>"`` headers (RFC 9111 §5.5 quoted strings:
-    ``\\"`` and ``\\\\`` unescaped); a header that is not in that form is kept whole."""
-    return [_warning_text(value) for value in values]
-
-
-def _warning_text(value: str) -> str:
-    parts = value.split(" ", 2)
-    if len(parts) < 3 or not parts[2].startswith('"'):
-        return value.strip()
-    text: list[str] = []
-    chars = iter(parts[2][1:])
-    for char in chars:
-        if char == "\\":
-            text.append(next(chars, ""))
-        elif char == '"':
-            break
-        else:
-            text.append(char)
-    return "".join(text)

@@ -1,4 +1,4 @@
-"""``webhook.groupcommit.GroupCommit``: concurrent claims on one reservation, one write.
+"""``webhook.claims.engine.ClaimEngine``: concurrent claims on one reservation, one write.
 
 Correctness first: whatever the interleaving, two replicas' group commits, a releaser
 and injected conflicts never make the holds exceed the budget, and each caller's
@@ -21,16 +21,18 @@ from shared.ledger import Ask, ClaimResult
 from shared.model import claim_key
 from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, inject_conflicts, server_error
 from tests.policy.builders import gpu_pod, reservation
+from tests.webhook.claimkit import engine_on
 from tests.webhook.helpers import call, review, wired
-from webhook.groupcommit import MAX_GROUP, GroupCommit
+from webhook.claims.engine import ClaimEngine
+from webhook.claims.lanes import MAX_GROUP
 
 FAR = 1e12
 
 
-def commit(store: FakeStore, seen: list[ClaimResult] | None = None) -> GroupCommit:
+def commit(store: FakeStore, seen: list[ClaimResult] | None = None) -> ClaimEngine:
     """A group commit reading its first copy from the store (as a fresh cache would)."""
     told = seen if seen is not None else []
-    return GroupCommit(store, NAMESPACE, lambda name: None, told.append)
+    return engine_on(store, lambda name: None, told.append)
 
 
 def store_with(gpus: int) -> FakeStore:
@@ -39,7 +41,7 @@ def store_with(gpus: int) -> FakeStore:
     return store
 
 
-async def burst(group: GroupCommit, sizes: list[int], deadline: float = FAR) -> list[ClaimResult]:
+async def burst(group: ClaimEngine, sizes: list[int], deadline: float = FAR) -> list[ClaimResult]:
     return list(
         await asyncio.gather(
             *(group.claim("res-1", Ask(g, f"p{i}", NOW), deadline) for i, g in enumerate(sizes))
@@ -76,7 +78,7 @@ def test_the_cache_hears_each_write_before_the_next_group_reads_it() -> None:
         if result.raw is not None:
             cache["res-1"] = result.raw
 
-    group = GroupCommit(store, NAMESPACE, cache.get, written)
+    group = engine_on(store, cache.get, written)
     results = asyncio.run(burst(group, [1] * 40))
     assert all(r.admitted for r in results)
     assert all(r.conflicts == 0 for r in results)
@@ -102,7 +104,7 @@ def test_a_caller_past_its_deadline_is_told_deadline() -> None:
 
     async def run() -> ClaimResult:
         loop = asyncio.get_running_loop()
-        group = GroupCommit(store, NAMESPACE, lambda n: None, lambda r: None, monotonic=loop.time)
+        group = engine_on(store, lambda n: None, lambda r: None, monotonic=loop.time)
         result = await group.claim("res-1", Ask(1, "p", NOW), loop.time() + 0.05)
         await group.close()
         return result
@@ -124,7 +126,7 @@ def test_a_bug_in_the_writer_is_raised_to_its_callers_not_swallowed() -> None:
     def broken(result: ClaimResult) -> None:
         raise RuntimeError("cache exploded")
 
-    group = GroupCommit(store, NAMESPACE, lambda n: None, broken)
+    group = engine_on(store, lambda n: None, broken)
     with pytest.raises(RuntimeError, match="cache exploded"):
         asyncio.run(burst(group, [1, 1]))
 
@@ -146,7 +148,7 @@ class Run:
     def check(self, obj: dict[str, Any]) -> None:
         assert sum(h["gpus"] for h in obj["status"]["holds"]) <= self.budget
 
-    async def claimer(self, replica: GroupCommit, sizes: list[int]) -> None:
+    async def claimer(self, replica: ClaimEngine, sizes: list[int]) -> None:
         for gpus in sizes:
             await asyncio.sleep(0)
             self.results.append((gpus, await replica.claim("res-1", Ask(gpus, None, NOW), FAR)))
@@ -212,7 +214,7 @@ async def test_concurrent_admissions_share_a_write_and_count_its_409_once() -> N
     docs = await asyncio.gather(*(call(admission, review(gpu_pod(1).build())) for _ in range(3)))
     assert all(d["response"]["warnings"][0].startswith("admitted under") for d in docs)
     assert ledger.used(store.reservation("res-1")) == 4
-    assert admission.group.writes == 1
+    assert admission.engine.writes == 1
     conflicts = admission.metrics.registry.get_sample_value(
         "gpu_reservation_webhook_ledger_conflicts_total"
     )

@@ -13,7 +13,8 @@ from shared import ledger, model
 from shared.errors import Conflict, Invalid
 from shared.ledger import Ask, ClaimResult
 from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts, server_error
-from webhook.groupcommit import GroupCommit
+from tests.webhook.claimkit import engine_on
+from webhook.claims.engine import ClaimEngine
 
 FAR = 1e12
 
@@ -64,24 +65,22 @@ def store_with(gpus: int) -> FakeStore:
     return store
 
 
-def group_on(store: FakeStore, cached: Any = None) -> GroupCommit:
-    return GroupCommit(
-        store, NAMESPACE, cached or (lambda name: copy.deepcopy(store.stored(name))), _ignore
-    )
+def group_on(store: FakeStore, cached: Any = None) -> ClaimEngine:
+    return engine_on(store, cached or (lambda name: copy.deepcopy(store.stored(name))), _ignore)
 
 
 def _ignore(result: ClaimResult) -> None:
     return None
 
 
-def claim(group: GroupCommit, gpus: int, pod: str) -> asyncio.Task[ClaimResult]:
+def claim(group: ClaimEngine, gpus: int, pod: str) -> asyncio.Task[ClaimResult]:
     return asyncio.ensure_future(group.claim("res-1", Ask(gpus, pod, NOW), FAR))
 
 
 def test_a_second_group_is_sent_before_the_first_answer_and_lands_after_it() -> None:
     store = store_with(8)
 
-    async def run() -> tuple[list[ClaimResult], GroupCommit]:
+    async def run() -> tuple[list[ClaimResult], ClaimEngine]:
         gated, group = Gated(store), group_on(store)
         first = claim(group, 2, "a")
         await gated.sent(1)
@@ -168,7 +167,7 @@ def test_without_a_uid_to_test_the_second_group_waits() -> None:
         del obj["metadata"]["uid"]
         return obj
 
-    async def run() -> tuple[list[ClaimResult], GroupCommit]:
+    async def run() -> tuple[list[ClaimResult], ClaimEngine]:
         gated, group = Gated(store), group_on(store, no_uid)
         first = claim(group, 2, "a")
         await gated.sent(1)
@@ -195,15 +194,17 @@ def test_a_pipelined_422_whose_tests_hold_on_the_re_read_is_decided_again() -> N
         store.faults["patch"] = Invalid(422, "the server rejected our request", "Invalid")
         store.before["get"] = lambda: store.faults.pop("patch")
         (result,) = asyncio.run(
-            ledger.claim_group(
+            ledger.write_claims(
                 store,
-                NAMESPACE,
-                "res-1",
-                [Ask(1, "p", NOW)],
-                deadline=FAR,
-                cached=raw,
-                cached_parsed=parsed,
-                pipelined=pipelined,
+                ledger.ClaimPlan(
+                    namespace=NAMESPACE,
+                    name="res-1",
+                    asks=[Ask(1, "p", NOW)],
+                    deadline=FAR,
+                    base=raw,
+                    parsed=parsed,
+                    pipelined=pipelined,
+                ),
             )
         )
         return result
@@ -218,15 +219,17 @@ def test_expected_after_is_what_the_server_stores() -> None:
     parsed = model.from_object(raw)
     seen: list[dict[str, Any]] = []
     (result,) = asyncio.run(
-        ledger.claim_group(
+        ledger.write_claims(
             store,
-            NAMESPACE,
-            "res-1",
-            [Ask(2, "p", NOW)],
-            deadline=FAR,
-            cached=raw,
-            cached_parsed=parsed,
-            on_sent=lambda obj, res: seen.append(obj),
+            ledger.ClaimPlan(
+                namespace=NAMESPACE,
+                name="res-1",
+                asks=[Ask(2, "p", NOW)],
+                deadline=FAR,
+                base=raw,
+                parsed=parsed,
+            ),
+            Seen(seen),
         )
     )
     assert result.admitted
@@ -234,3 +237,13 @@ def test_expected_after_is_what_the_server_stores() -> None:
     stored = store.stored("res-1")
     assert expected["status"] == stored["status"]
     assert ledger.guard_ops(expected) == ledger.guard_ops(stored)
+
+
+class Seen:
+    """A ``WriteLog`` keeping what each write is expected to leave."""
+
+    def __init__(self, seen: list[dict[str, Any]]) -> None:
+        self.seen = seen
+
+    def sent(self, write: ledger.Write) -> None:
+        self.seen.append(write.after)

@@ -13,9 +13,10 @@ import pytest
 
 from shared import ledger, model
 from shared.ledger import Ask, ClaimResult
-from tests.ledger.fakes import NAMESPACE, NOW, FakeStore, facts
-from tests.webhook.test_groupcommit_pipeline import Gated
-from webhook.groupcommit import SETTLE, GroupCommit
+from tests.ledger.fakes import NOW, FakeStore, facts
+from tests.webhook.claimkit import engine_on
+from tests.webhook.test_engine_pipeline import Gated
+from webhook.claims.engine import SETTLE, ClaimEngine
 
 FAR = 1e12
 
@@ -26,10 +27,9 @@ def store_with(gpus: int) -> FakeStore:
     return store
 
 
-def group_on(store: FakeStore, **kwargs: Any) -> GroupCommit:
-    return GroupCommit(
+def group_on(store: FakeStore, **kwargs: Any) -> ClaimEngine:
+    return engine_on(
         store,
-        NAMESPACE,
         lambda name: copy.deepcopy(store.stored(name)),
         lambda result: None,
         **kwargs,
@@ -37,7 +37,7 @@ def group_on(store: FakeStore, **kwargs: Any) -> GroupCommit:
 
 
 def claim(
-    group: GroupCommit, gpus: int, pod: str, deadline: float = FAR
+    group: ClaimEngine, gpus: int, pod: str, deadline: float = FAR
 ) -> asyncio.Task[ClaimResult]:
     return asyncio.ensure_future(group.claim("res-1", Ask(gpus, pod, NOW), deadline))
 
@@ -45,7 +45,7 @@ def claim(
 def test_claims_arriving_in_the_same_pass_of_the_loop_share_the_first_write() -> None:
     store = store_with(8)
 
-    async def run() -> tuple[list[ClaimResult], GroupCommit, int]:
+    async def run() -> tuple[list[ClaimResult], ClaimEngine, int]:
         gated, group = Gated(store), group_on(store)
         tasks = [claim(group, 1, f"p{i}") for i in range(5)]
         await gated.sent(1)
@@ -68,7 +68,7 @@ def test_a_claim_made_ready_in_the_next_pass_of_the_loop_still_joins_the_group()
     assert SETTLE >= 2
     store = store_with(8)
 
-    async def run() -> tuple[list[ClaimResult], GroupCommit, int]:
+    async def run() -> tuple[list[ClaimResult], ClaimEngine, int]:
         gated, group = Gated(store), group_on(store)
         first = claim(group, 1, "a")
         await asyncio.sleep(0)  # the first claim has run and asked for a group
@@ -98,7 +98,7 @@ def test_every_caller_is_answered_deadline_at_its_own_deadline_not_before() -> N
         late = claim(group, 1, "late", start + 0.2)
         early = claim(group, 1, "early", start + 0.02)
         never = claim(group, 1, "never", FAR)
-        seen = []
+        seen: list[tuple[str, bool]] = []
         for task, deadline in ((early, start + 0.02), (late, start + 0.2)):
             result = await task
             seen.append((result.reason, loop.time() >= deadline))
@@ -114,7 +114,7 @@ def test_every_caller_is_answered_deadline_at_its_own_deadline_not_before() -> N
 def test_a_caller_cancelled_before_its_group_forms_is_left_out() -> None:
     store = store_with(8)
 
-    async def run() -> tuple[list[ClaimResult], GroupCommit]:
+    async def run() -> tuple[list[ClaimResult], ClaimEngine]:
         gated, group = Gated(store), group_on(store)
         first = claim(group, 1, "a")
         await gated.sent(1)
@@ -139,11 +139,9 @@ def test_a_bug_reaches_the_group_and_the_queued_callers_then_the_next_claim_writ
         if broken[0]:
             raise RuntimeError("cache exploded")
 
-    async def run() -> tuple[list[BaseException | ClaimResult], ClaimResult, GroupCommit]:
+    async def run() -> tuple[list[BaseException | ClaimResult], ClaimResult, ClaimEngine]:
         gated = Gated(store)
-        group = GroupCommit(
-            store, NAMESPACE, lambda name: copy.deepcopy(store.stored(name)), written, depth=1
-        )
+        group = engine_on(store, lambda name: copy.deepcopy(store.stored(name)), written, depth=1)
         first = claim(group, 1, "a")
         await gated.sent(1)
         queued = claim(group, 1, "b")
@@ -164,7 +162,7 @@ def test_a_bug_reaches_the_group_and_the_queued_callers_then_the_next_claim_writ
 def test_close_cancels_the_queued_and_the_written_callers() -> None:
     store = store_with(8)
 
-    async def run() -> tuple[list[BaseException | ClaimResult], GroupCommit]:
+    async def run() -> tuple[list[BaseException | ClaimResult], ClaimEngine]:
         gated, group = Gated(store), group_on(store, depth=1)
         first = claim(group, 1, "a")
         await gated.sent(1)
@@ -196,7 +194,7 @@ def test_a_long_stream_of_claims_keeps_at_most_depth_writes_in_flight(depth: int
 
     store.patch = patch  # type: ignore[method-assign]
 
-    async def client(group: GroupCommit, index: int) -> list[ClaimResult]:
+    async def client(group: ClaimEngine, index: int) -> list[ClaimResult]:
         results = []
         for n in range(30):
             for _ in range((index + n) % 4):  # the clients come back out of step
@@ -204,7 +202,7 @@ def test_a_long_stream_of_claims_keeps_at_most_depth_writes_in_flight(depth: int
             results.append(await group.claim("res-1", Ask(1, f"p{index}-{n}", NOW), FAR))
         return results
 
-    async def run() -> tuple[list[ClaimResult], GroupCommit]:
+    async def run() -> tuple[list[ClaimResult], ClaimEngine]:
         group = group_on(store, depth=depth)
         done = await asyncio.gather(*(client(group, i) for i in range(10)))
         return [r for rs in done for r in rs], group
