@@ -261,9 +261,13 @@ def waits(pod: PodView) -> bool:
     admitted, alive, not tolerated by hand, and not bound to a node yet — a pod the
     scheduler already placed runs in
     the ordinary pool (its spec can no longer move it onto a reserved node), so admitting
-    it would charge the booking for GPUs it does not take from it."""
+    it would charge the booking for GPUs it does not take from it. A labelled pod that
+    asks for no GPU is not routed either: a reservation admits GPU pods only (the
+    webhook says so at create, and the backstop would evict it from a reserved node);
+    one whose GPU count cannot be read is, so that it hears why it waits."""
     return bool(
         pod.gpu_pod
+        and (pod.gpus > 0 or not pod.profile.gpus.readable)
         and not pod.admitted
         and not pod.finished
         and not pod.deleting

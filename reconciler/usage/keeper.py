@@ -316,7 +316,10 @@ class UsageKeeper:
     async def _write(self, name: str, res: GPUReservation, record: Record) -> int:
         phase = res.facts.phase(self._clock.now()).value
         status = {usage.STATUS_KEY: usage.record_to_status(record, usage.window_of(res))}
-        body = {"status": {**status, "phase": phase}}
+        # The display values too (as every ledger write sets them): a usage write may be
+        # the first to give the object a status, and the mirror's own first status
+        # write is skipped once one exists.
+        body = {"status": {**status, "phase": phase, "usedGpus": res.used_gpus}}
         try:
             await self._gateway.patch(
                 GPU_RESERVATIONS,

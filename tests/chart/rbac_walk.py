@@ -151,8 +151,10 @@ def _signature(method: str) -> inspect.Signature:
 
 
 def _looks_like_gateway(receiver: ast.expr) -> bool:
-    text = ast.unparse(receiver).lower()
-    return "gateway" in text or text.split(".")[-1] in {"kube", "_kube"}
+    """``gateway``, ``self._gateway``, ``kube``: the object called is a gateway (not
+    ``gateway._api.rest_client.pool_manager``, the client's own pool inside it)."""
+    last = ast.unparse(receiver).lower().split(".")[-1]
+    return "gateway" in last or last in {"kube", "_kube"}
 
 
 def calls_in(source: str, module: str) -> tuple[list[Call], list[Unresolved]]:

@@ -162,6 +162,9 @@ class FaultWorld:
             "POD_NAMESPACE": self.ctx.namespace,
             "LEADER_ELECTION_ENABLED": "false",
             "POD_ADOPTION_ENABLED": "false",
+            # Ended mirrors go at once: "window ends" exercises the deletion under faults
+            # (the retention of usage records is tested in tests/reconciler).
+            "USAGE_RETENTION_DAYS": "0",
         }
         self.settings, _ = rs.load(env)
         app = wrap(self.app_client)

@@ -120,3 +120,25 @@ def test_the_explainer_still_calls_a_pinned_plain_pod_not_a_gpu_pod() -> None:
     assert project_pod(raw, MatchRules()) is not None  # kept for the backstop
     assert cli.gpu_view(raw, MatchRules()) is None
     assert cli.projected([raw], MatchRules()) == []
+
+
+@pytest.mark.parametrize("limits", [None, {vocab.GPU_RESOURCE: "0"}])
+def test_a_labelled_pod_asking_for_no_gpu_is_not_routed(limits: dict[str, str] | None) -> None:
+    """A reservation admits GPU pods only: the queue never admits (nor leases for) a
+    pod of a GPU class that asks for none, whatever room its owner's booking has."""
+    containers = [{"name": "c", "resources": {"limits": limits} if limits else {}}]
+    raw = pod(meta={"labels": {vocab.GPU_CLASS_LABEL: "h100"}}, containers=containers)
+    view = project_pod(raw, MatchRules())
+    assert view is not None
+    assert view.gpu_pod
+    assert view.gpus == 0
+    assert not waits(view)
+    asking = project_pod(
+        pod(
+            meta={"labels": {vocab.GPU_CLASS_LABEL: "h100"}},
+            containers=[{"name": "c", "resources": {"limits": {vocab.GPU_RESOURCE: "1"}}}],
+        ),
+        MatchRules(),
+    )
+    assert asking is not None
+    assert waits(asking)
