@@ -45,3 +45,13 @@ def test_reader_page_tells_no_history(page: str) -> None:
 def test_history_is_caught() -> None:
     text = "Fine.\nThe audit comes with issue 11 (R14).\nSee kubernetes-facts §1.8.\n"
     assert [o.split(":")[0] for o in offences(text)] == ["2", "2", "3"]
+
+
+#: The benchmark page holds today's figures, each with its command; history is git's.
+PERFORMANCE_LINES = 400
+
+
+def test_the_performance_page_holds_current_figures_only() -> None:
+    page = docs.ROOT / "docs" / "developer" / "performance.md"
+    lines = page.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= PERFORMANCE_LINES, f"{len(lines)} lines: keep current figures only"
