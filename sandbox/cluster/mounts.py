@@ -8,7 +8,10 @@ or ``configMap`` volume holds (``items``, ``defaultMode``, per-item ``mode``);
 ``..data`` link swapped in one rename, each file a link through it) so a reader never
 sees half an update. ``rewrite`` maps a value naming a path at or under a container's
 ``mountPath`` onto the volume's directory (longest mount first): the kubelet runs it on
-every env value and argument.
+every env value and argument. A path inside the checkout is never rewritten: the
+checkout stands in for the image's files, which on a cluster live apart from any
+mount (a checkout under ``/tmp`` would otherwise vanish under an ``emptyDir`` at
+``/tmp``, as the chart mounts one).
 """
 
 from __future__ import annotations
@@ -112,8 +115,13 @@ def write_volume(directory: Path, files: dict[str, tuple[bytes, int]]) -> bool:
     return True
 
 
-def rewrite(value: str, mounts: list[Mount]) -> str:
-    """``value`` with a leading mount path replaced by its directory."""
+def rewrite(value: str, mounts: list[Mount], image: Path | None = None) -> str:
+    """``value`` with a leading mount path replaced by its directory; a path at or
+    under ``image`` (the checkout: the image's own files) is left as it is."""
+    if image is not None:
+        root = str(image).rstrip("/")
+        if value == root or value.startswith(root + "/"):
+            return value
     for mount in sorted(mounts, key=lambda m: len(m.path), reverse=True):
         base = mount.path.rstrip("/") or "/"
         if value == base:

@@ -212,7 +212,7 @@ def environment(
     """The process's whole environment (``ConfigError`` if the spec's cannot be)."""
     mounts = run.mounts.get(c.name, [])
     spec_env = container_env(run.pod, c.spec, run.ip, HOST_IP, lookup)
-    env = {k: rewrite(v, mounts) for k, v in {**IMAGE_ENV, **spec_env}.items()}
+    env = {k: rewrite(v, mounts, ROOT) for k, v in {**IMAGE_ENV, **spec_env}.items()}
     base = {
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": os.pathsep.join([str(PODPATH), str(ROOT)]),
@@ -240,7 +240,7 @@ def mapped(run: PodRun, c: ContainerRun, argv: list[str], env: dict[str, str]) -
     """``argv`` as the process runs it: variables expanded, mount paths rewritten,
     ``python`` this interpreter."""
     mounts = run.mounts.get(c.name, [])
-    argv = [rewrite(expand(a, env), mounts) for a in argv]
+    argv = [rewrite(expand(a, env), mounts, ROOT) for a in argv]
     if argv and argv[0] in ("python", "python3"):
         argv[0] = sys.executable
     return argv

@@ -239,3 +239,14 @@ def test_an_ipv6_wildcard_bind_lands_on_the_mapped_pod_address() -> None:
     except OSError:
         pytest.skip("IPv6 sockets cannot be created here")
     assert _bound_address("AF_INET6", "::") == "::ffff:127.9.0.7"
+
+
+def test_a_path_inside_the_checkout_is_the_images_and_never_rewritten() -> None:
+    """A checkout under /tmp (as CI clones it) keeps its programs when a pod mounts an
+    emptyDir at /tmp, as the chart does."""
+    mounts = [Mount("/tmp", Path("/v/tmp"))]
+    checkout = Path("/tmp/clone")
+    assert rewrite("/tmp/clone/tests/program.py", mounts, checkout) == "/tmp/clone/tests/program.py"
+    assert rewrite("/tmp/clone", mounts, checkout) == "/tmp/clone"
+    assert rewrite("/tmp/scratch/x", mounts, checkout) == "/v/tmp/scratch/x"
+    assert rewrite("/tmp/clone2/x", mounts, checkout) == "/v/tmp/clone2/x"
