@@ -39,7 +39,7 @@ from shared.clock import Clock, parse_utc
 from shared.errors import KubeError, NotFound
 from shared.logs import log
 from shared.model import GPUReservation
-from shared.policy import usage
+from shared.policy import usage, usagerecord
 from shared.policy.usage import Figures, Record, Run, Window
 from shared.resources import GPU_RESERVATIONS
 
@@ -228,7 +228,7 @@ class UsageKeeper:
         book = self._books.get(name)
         if book is None:
             try:
-                stored = usage.record_from_status(res.status_extra)
+                stored = usagerecord.record_from_status(res.status_extra)
             except ValueError as exc:
                 log(_log, logging.WARNING, "usage.malformed", reservation=name, error=str(exc))
                 stored = Record()
@@ -315,7 +315,7 @@ class UsageKeeper:
 
     async def _write(self, name: str, res: GPUReservation, record: Record) -> int:
         phase = res.facts.phase(self._clock.now()).value
-        status = {usage.STATUS_KEY: usage.record_to_status(record, usage.window_of(res))}
+        status = {usage.STATUS_KEY: usagerecord.record_to_status(record, usage.window_of(res))}
         # The display values too (as every ledger write sets them): a usage write may be
         # the first to give the object a status, and the mirror's own first status
         # write is skipped once one exists.

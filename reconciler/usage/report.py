@@ -20,7 +20,7 @@ from typing import Any
 
 from shared.clock import format_utc
 from shared.model import GPUReservation, Kind
-from shared.policy import usage
+from shared.policy import usage, usagerecord
 from shared.policy.usage import HOUR, Window
 
 #: ``--by`` choices.
@@ -76,7 +76,7 @@ def slice_of(res: GPUReservation, by: str, start: datetime, now: datetime) -> Sl
     if hi <= lo:
         return None
     try:
-        record = usage.record_from_status(res.status_extra)
+        record = usagerecord.record_from_status(res.status_extra)
     except ValueError:
         record = usage.Record()
     by_hour = usage.used_by_hour(record, window, now)

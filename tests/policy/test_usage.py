@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from shared.clock import utc
 from shared.model import GPUReservation, Kind, ReservationFacts, State
-from shared.policy import usage
+from shared.policy import usage, usagerecord
 from shared.policy.usage import Open, Record, Run, Window
 
 T0 = utc(2026, 3, 2, 10)
@@ -136,11 +136,11 @@ def test_cancelled_by_the_user_stops_at_its_update() -> None:
 
 def test_record_round_trips() -> None:
     rec = usage.advance(Record(), WIN, [Run("a", 1, at(0)), Run("b", 2, at(1), at(5))], at(6))
-    status = usage.record_to_status(rec, WIN)
+    status = usagerecord.record_to_status(rec, WIN)
     assert status["usedGpuSeconds"] == 360 + 2 * 240
     assert status["bookedGpuSeconds"] == 4 * 360
-    assert usage.record_from_status({"usage": status}) == rec
-    assert usage.record_from_status({}) == Record()
+    assert usagerecord.record_from_status({"usage": status}) == rec
+    assert usagerecord.record_from_status({}) == Record()
 
 
 @pytest.mark.parametrize(
@@ -166,7 +166,7 @@ def test_record_round_trips() -> None:
 )
 def test_malformed_records_are_refused(raw: object) -> None:
     with pytest.raises(ValueError, match=r"status\.usage"):
-        usage.record_from_status({"usage": raw})
+        usagerecord.record_from_status({"usage": raw})
 
 
 def test_unchanged_ignores_as_of() -> None:
@@ -300,7 +300,7 @@ def test_restarts_give_the_reference_when_nothing_was_missed(
 def test_restarting_from_the_stored_record_gives_the_same_figures() -> None:
     pods = [Run("a", 2, at(-10)), Run("b", 1, at(5), at(25)), Run("c", 1, None)]
     rec = usage.advance(Record(), WIN, pods, at(30))
-    restarted = usage.record_from_status({"usage": usage.record_to_status(rec, WIN)})
+    restarted = usagerecord.record_from_status({"usage": usagerecord.record_to_status(rec, WIN)})
     again = usage.advance(restarted, WIN, pods, at(45))
     straight = usage.advance(rec, WIN, pods, at(45))
     assert again == straight

@@ -21,7 +21,7 @@ from shared import model, vocab
 from shared.clock import ManualClock as _Clock
 from shared.clock import format_utc, utc
 from shared.model import GPUReservation, Kind, ReservationFacts, State
-from shared.policy import usage
+from shared.policy import usage, usagerecord
 from shared.policy.matching import MatchRules
 from shared.resources import GPU_RESERVATIONS
 from tests.fakekube import FakeKube
@@ -163,7 +163,7 @@ async def test_running_pod_is_counted_written_and_survives_a_new_term() -> None:
     other.keeper.pod_changed("alice/p", None, running)
     clock.set(START + timedelta(minutes=40))
     await other.keeper.once()
-    record = usage.record_from_status(w.kube.read(GPU_RESERVATIONS, ref, NS)["status"])
+    record = usagerecord.record_from_status(w.kube.read(GPU_RESERVATIONS, ref, NS)["status"])
     fig = usage.figures(record, usage.window_of(other.reservations()[ref]), clock.now())
     assert fig.used == 2 * 30 * 60
     # The pod finishes at minute 50; it is folded once, whoever sees it again.

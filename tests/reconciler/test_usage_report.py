@@ -21,7 +21,7 @@ from shared import model, vocab
 from shared.clock import ManualClock, format_utc, utc
 from shared.gateway import Gateway
 from shared.model import GPUReservation, Kind, ReservationFacts, State
-from shared.policy import usage
+from shared.policy import usage, usagerecord
 from shared.policy.matching import MatchRules
 from shared.policy.usage import Record, Run
 from shared.resources import GPU_RESERVATIONS
@@ -61,7 +61,7 @@ def booking(
     res = GPUReservation(facts, status_extra=extra)
     window = usage.window_of(res)
     record = usage.advance(Record(), window, runs, NOW)
-    extra[usage.STATUS_KEY] = usage.record_to_status(record, window)
+    extra[usage.STATUS_KEY] = usagerecord.record_to_status(record, window)
     return GPUReservation(facts, status_extra=extra)
 
 
