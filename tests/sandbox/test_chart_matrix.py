@@ -178,6 +178,9 @@ def test_a_value_the_process_refuses_crash_loops_and_logs_say_why(tmp_path: Path
         (status,) = pod["status"]["containerStatuses"]
         assert status["restartCount"] >= 1
         assert status["lastState"]["terminated"]["exitCode"] != 0
+        # The chart's FallbackToLogsOnError: kubectl describe shows why it crashed.
+        assert "WEBHOOK_MAX_BODY_BYTES" in status["lastState"]["terminated"]["message"]
+        assert "WEBHOOK_MAX_BODY_BYTES" in term.ok("describe", "pod", "-n", NS, name)
         # the reconciler is not affected
         assert all(ready(p) for p in term.pods() if component(p) == "reconciler")
 
