@@ -7,7 +7,8 @@ Ready, as many as the values ask for, and the README's walk holds — alice's no
 admitted at creation, bob's training waits behind the scheduling gate. A broken value
 shows what a cluster shows: refused by the chart's schema at install, or — one the
 schema cannot see — a crash loop whose reason ``kubectl logs`` gives in the process's
-own words. ``kubectl scale`` of the webhook gives three processes.
+own words. ``kubectl scale`` of the webhook gives three processes, and the API server
+spreads admissions over them (each replica's ``requests_total``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sandbox.__main__ import main
 from sandbox.release_component import SYSTEM_NODE
@@ -39,6 +42,8 @@ VALUES = ROOT / "tests" / "chart" / "values"
 EXAMPLES = ROOT / "sandbox" / "examples"
 NS = vocab.PRODUCT_NAME
 UP = ["kube", "cluster", "app", "release"]
+#: The chart's default webhook.healthPort (metrics and probes).
+HEALTH_PORT = 8080
 
 
 class Terminal:
@@ -200,3 +205,38 @@ def test_kubectl_scale_gives_three_webhook_processes(tmp_path: Path) -> None:
         assert len({p.pid for p in alive}) == 3
         ips = {p["status"]["podIP"] for p in term.pods() if component(p) == "webhook"}
         assert len(ips) == 3
+
+        # The API server spreads the admissions over the three: each replica's own
+        # requests_total counts some of 30 creates (all on one: 3 x (1/3)^30).
+        def three_endpoints() -> bool:
+            got = json.loads(term.ok("get", "endpoints", f"{NS}-webhook", "-n", NS, "-o", "json"))
+            return sum(len(s.get("addresses") or []) for s in got.get("subsets") or []) == 3
+
+        term.until(three_endpoints)
+        before = {ip: requests_total(ip) for ip in ips}
+        pods = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"spread-{i}", "labels": {vocab.GPU_CLASS_LABEL: "h100"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            }
+            for i in range(30)
+        ]
+        manifest = tmp_path / "spread.yaml"
+        manifest.write_text(yaml.safe_dump_all(pods))
+        term.ok("create", "-n", "carol", "-f", str(manifest))
+        spread = {ip: requests_total(ip) - before[ip] for ip in ips}
+        assert sum(spread.values()) == 30, spread
+        assert all(count > 0 for count in spread.values()), spread
+
+
+def requests_total(ip: str) -> float:
+    """The webhook replica's ``requests_total`` summed over outcomes (its metrics port)."""
+    with urllib.request.urlopen(f"http://{ip}:{HEALTH_PORT}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("gpu_reservation_webhook_requests_total{")
+    )
