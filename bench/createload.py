@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.loadgen import exchange
 from shared import vocab
 
 #: Connections per load process.
@@ -93,27 +94,6 @@ def request_bytes(owner: str, token: str, body: bytes) -> bytes:
         f"Accept: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
     return head + body
-
-
-async def exchange(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes
-) -> tuple[int, bytes]:
-    """Send ``data``; the answer's status and body (Content-Length or chunked)."""
-    writer.write(data)
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ", 2)[1])
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = b""
-        while size := int((await reader.readuntil(b"\r\n")).strip() or b"0", 16):
-            body += (await reader.readexactly(size + 2))[:-2]
-        await reader.readuntil(b"\r\n")
-        return status, body
-    return status, await reader.readexactly(int(headers.get("content-length", "0")))
 
 
 class _Process:

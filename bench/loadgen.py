@@ -240,19 +240,26 @@ class Feed:
         self.sock.close()
 
 
-async def _exchange(
+async def exchange(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes
 ) -> tuple[int, bytes]:
+    """Send ``data``; the answer's status and body (Content-Length or chunked: the
+    webhook answers with one, the emulated API server with either)."""
     writer.write(data)
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ", 2)[1])
-    length = 0
+    headers = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value.strip())
-    return status, await reader.readexactly(length)
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = b""
+        while size := int((await reader.readuntil(b"\r\n")).strip() or b"0", 16):
+            body += (await reader.readexactly(size + 2))[:-2]
+        await reader.readuntil(b"\r\n")
+        return status, body
+    return status, await reader.readexactly(int(headers.get("content-length", "0")))
 
 
 class _Process:
@@ -318,7 +325,7 @@ class _Process:
             data = request_bytes(self.body, f"bench-{self.index}-{conn}-{sent}-{os.getpid()}")
             started = time.perf_counter()
             try:
-                status, body = await _exchange(reader, writer, data)
+                status, body = await exchange(reader, writer, data)
             except (OSError, asyncio.IncompleteReadError, ValueError):
                 self.found["errors"] += 1
                 return

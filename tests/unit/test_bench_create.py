@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from bench import bench_create, createload
+from bench import bench_create, createload, loadgen
 from sandbox.kube.admission.dispatcher import DispatchTimes
 from shared import vocab
 
@@ -33,7 +33,7 @@ async def read(answer: bytes) -> tuple[int, bytes, bytes]:
     reader = asyncio.StreamReader()
     reader.feed_data(answer + b"NEXT")
     sink = _Sink()
-    status, body = await createload.exchange(reader, sink, b"request")  # type: ignore[arg-type]
+    status, body = await loadgen.exchange(reader, sink, b"request")  # type: ignore[arg-type]
     return status, body, await reader.read(4)
 
 
