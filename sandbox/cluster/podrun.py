@@ -95,7 +95,10 @@ class LocalProcess:
         return self.proc.returncode is None
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to the container's processes (SIGKILL: a crash)."""
+        """Send ``sig`` to the container's processes (SIGKILL: a crash); nothing once
+        the process was reaped (its pid, and so its group's id, may be reused)."""
+        if not self.alive:
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
 

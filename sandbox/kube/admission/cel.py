@@ -62,12 +62,20 @@ class MatchOutcome:
 
 
 def compile_condition(name: str, expression: str) -> Condition:
-    """Compile ``expression``; raises ``CELError`` for a parse error or unbound names."""
-    return Condition(name, expression, _compile(expression))
+    """Compile ``expression``; raises ``CELError`` for a parse error or unbound names.
+
+    The check is cached; the native program is made anew for each condition, so a
+    program is used only by the configuration (and the emulator thread) that compiled
+    it. Configurations are compiled when they change, not per request."""
+    _check(expression)
+    try:
+        return Condition(name, expression, cel.compile(expression))
+    except ValueError as exc:  # a parse the two disagree on: refuse it too
+        raise CELError(f"compilation failed: {str(exc).splitlines()[0]}") from exc
 
 
 @functools.lru_cache(maxsize=512)
-def _compile(expression: str) -> Any:
+def _check(expression: str) -> None:
     try:
         tree = _ENV.compile(expression)
     except celpy.celparser.CELParseError as exc:
@@ -78,10 +86,6 @@ def _compile(expression: str) -> Any:
     unknown_calls = sorted(called_functions(tree) - _FUNCTIONS)
     if unknown_calls:
         raise CELError(f"found no matching overload for '{unknown_calls[0]}'")
-    try:
-        return cel.compile(expression)
-    except ValueError as exc:  # a parse the two disagree on: refuse it too
-        raise CELError(f"compilation failed: {str(exc).splitlines()[0]}") from exc
 
 
 def free_variables(tree: lark.Tree[Any], bound: frozenset[str] = frozenset()) -> set[str]:
