@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any
 
-from shared import vocab
-from shared.clock import format_utc, parse_utc
-
-E = TypeVar("E", bound=StrEnum)
+from shared import fields, vocab
+from shared.clock import format_utc
 
 
 class Kind(StrEnum):
@@ -294,34 +292,37 @@ def to_object(res: GPUReservation, namespace: str, now: datetime) -> dict[str, A
 
 def from_object(obj: dict[str, Any]) -> GPUReservation:
     """Read a GPUReservation object; ``ValueError`` names the first bad field."""
-    meta = _mapping(obj.get("metadata"), "metadata")
-    spec = _mapping(obj.get("spec"), "spec")
+    meta = fields.mapping(obj.get("metadata"), "metadata")
+    spec = fields.mapping(obj.get("spec"), "spec")
     status = obj.get("status") or {}
     if not isinstance(status, dict):
         raise ValueError("status: not an object")
     facts = _facts(spec)
-    entries = _list(status.get("holds"), "status.holds")
-    holds = tuple(_known_hold(h, i) for i, h in enumerate(entries))
+    listed = fields.entries(status.get("holds"), "status.holds")
+    holds = tuple(_known_hold(h, i) for i, h in enumerate(listed))
     extra = {k: v for k, v in status.items() if k not in _MODELLED}
     version = str(meta.get("resourceVersion", ""))
     return GPUReservation(facts, holds, version, extra, token_of(status))
 
 
 def _facts(spec: dict[str, Any]) -> ReservationFacts:
+    def field(key: str) -> tuple[Any, str]:
+        return spec.get(key), f"spec.{key}"
+
     return ReservationFacts(
-        id=_int(spec, "reservationId", minimum=0),
-        owner=_str(spec, "owner"),
-        gpu_class=_str(spec, "gpuClass"),
-        gpu_class_name=_str(spec, "gpuClassName"),
-        gpu_count=_int(spec, "gpuCount", minimum=0),
-        kind=_enum(Kind, spec, "kind"),
-        start=_instant(spec, "start"),
-        end=_instant(spec, "end"),
-        state=_enum(State, spec, "state"),
-        updated_at=_instant(spec, "updatedAt"),
-        owner_id=_int(spec, "ownerId") if spec.get("ownerId") is not None else None,
-        group=_str(spec, "group") if spec.get("group") is not None else None,
-        cancel_reason=_str(spec, "cancelReason") if spec.get("cancelReason") else None,
+        id=fields.whole(*field("reservationId"), minimum=0),
+        owner=fields.text(*field("owner")),
+        gpu_class=fields.text(*field("gpuClass")),
+        gpu_class_name=fields.text(*field("gpuClassName")),
+        gpu_count=fields.whole(*field("gpuCount"), minimum=0),
+        kind=fields.member(Kind, *field("kind")),
+        start=fields.instant(*field("start")),
+        end=fields.instant(*field("end")),
+        state=fields.member(State, *field("state")),
+        updated_at=fields.instant(*field("updatedAt")),
+        owner_id=fields.whole(*field("ownerId")) if spec.get("ownerId") is not None else None,
+        group=fields.text(*field("group")) if spec.get("group") is not None else None,
+        cancel_reason=fields.text(*field("cancelReason")) if spec.get("cancelReason") else None,
     )
 
 
@@ -354,59 +355,13 @@ def _known_hold(raw: Any, index: int) -> Hold:
 
 def _hold(raw: Any, index: int) -> Hold:
     where = f"status.holds[{index}]"
-    entry = _mapping(raw, where)
+    entry = fields.mapping(raw, where)
+    pod, uid = entry.get("pod"), entry.get("podUid")
     return Hold(
-        claim=_str(entry, "claim", where),
-        gpus=_int(entry, "gpus", where, minimum=0),
-        at=_instant(entry, "at", where),
-        pod=_str(entry, "pod", where) if entry.get("pod") is not None else None,
-        pod_uid=_str(entry, "podUid", where) if entry.get("podUid") is not None else None,
+        claim=fields.text(entry.get("claim"), f"{where}.claim"),
+        gpus=fields.whole(entry.get("gpus"), f"{where}.gpus", minimum=0),
+        at=fields.instant(entry.get("at"), f"{where}.at"),
+        pod=fields.text(pod, f"{where}.pod") if pod is not None else None,
+        pod_uid=fields.text(uid, f"{where}.podUid") if uid is not None else None,
         announced=entry.get("announced") is True,
     )
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: not an object")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ValueError(f"{where}: not a list")
-    return value
-
-
-def _str(data: dict[str, Any], key: str, where: str = "spec") -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{where}.{key}: expected a non-empty string, got {value!r:.40}")
-    return value
-
-
-def _int(data: dict[str, Any], key: str, where: str = "spec", minimum: int | None = None) -> int:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{where}.{key}: expected an integer, got {value!r:.40}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{where}.{key}: must be >= {minimum}, got {value}")
-    return value
-
-
-def _instant(data: dict[str, Any], key: str, where: str = "spec") -> datetime:
-    text = _str(data, key, where)
-    try:
-        return parse_utc(text)
-    except ValueError as exc:
-        raise ValueError(f"{where}.{key}: not a UTC instant: {text!r:.40}") from exc
-
-
-def _enum(cls: type[E], data: dict[str, Any], key: str) -> E:
-    text = _str(data, key)
-    try:
-        return cls(text)
-    except ValueError as exc:
-        choices = ", ".join(m.value for m in cls)
-        raise ValueError(f"spec.{key}: {text!r:.40} is not one of {choices}") from exc

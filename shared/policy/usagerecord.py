@@ -5,10 +5,10 @@ the caller starts afresh). The accounting itself is ``shared.policy.usage``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
-from shared.clock import format_utc, parse_utc
+from shared import fields
+from shared.clock import format_utc
 from shared.policy.usage import (
     MAX_ENTRIES,
     STATUS_KEY,
@@ -53,62 +53,44 @@ def record_from_status(status: Mapping[str, Any]) -> Record:
         return Record()
     if not isinstance(raw, Mapping):
         raise ValueError("status.usage: not an object")
-    opened = _entries(raw.get("open"), "open")
-    hours = _entries(raw.get("closedByHour"), "closedByHour")
-    folded = _entries(raw.get("folded"), "folded")
+    opened = _entries(raw, "open")
+    hours = _entries(raw, "closedByHour")
+    folded = _entries(raw, "folded")
     runs = []
     for i, entry in enumerate(opened):
         where = f"status.usage.open[{i}]"
-        if not isinstance(entry, Mapping):
-            raise ValueError(f"{where}: not an object")
+        entry = fields.mapping(entry, where)
         runs.append(
             Open(
-                _text(entry.get("uid"), f"{where}.uid"),
+                _name(entry.get("uid"), f"{where}.uid"),
                 _count(entry.get("gpus"), f"{where}.gpus"),
-                _instant(entry.get("since"), f"{where}.since"),
+                fields.instant(entry.get("since"), f"{where}.since"),
             )
         )
     return Record(
-        as_of=_instant(raw["asOf"], "status.usage.asOf") if raw.get("asOf") is not None else None,
+        as_of=fields.instant(raw["asOf"], "status.usage.asOf")
+        if raw.get("asOf") is not None
+        else None,
         closed=_count(raw.get("closedGpuSeconds", 0), "status.usage.closedGpuSeconds"),
-        folded=tuple(_text(u, f"status.usage.folded[{i}]") for i, u in enumerate(folded)),
+        folded=tuple(_name(u, f"status.usage.folded[{i}]") for i, u in enumerate(folded)),
         open=tuple(runs),
         peak=_count(raw.get("peakGpus", 0), "status.usage.peakGpus"),
         hours=tuple(_count(h, f"status.usage.closedByHour[{i}]") for i, h in enumerate(hours)),
         first_start=(
-            _instant(raw["firstPodStart"], "status.usage.firstPodStart")
+            fields.instant(raw["firstPodStart"], "status.usage.firstPodStart")
             if raw.get("firstPodStart") is not None
             else None
         ),
     )
 
 
-def _entries(value: Any, name: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ValueError(f"status.usage.{name}: not a list")
-    if len(value) > MAX_ENTRIES:
-        raise ValueError(f"status.usage.{name}: more than {MAX_ENTRIES} entries")
-    return value
+def _entries(raw: Mapping[str, Any], name: str) -> list[Any]:
+    return fields.entries(raw.get(name), f"status.usage.{name}", limit=MAX_ENTRIES)
 
 
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 128:
-        raise ValueError(f"{where}: expected a non-empty string, got {value!r:.40}")
-    return value
+def _name(value: Any, where: str) -> str:
+    return fields.text(value, where, longest=128)
 
 
 def _count(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{where}: expected a whole number >= 0, got {value!r:.40}")
-    return value
-
-
-def _instant(value: Any, where: str) -> datetime:
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a UTC instant, got {value!r:.40}")
-    try:
-        return parse_utc(value)
-    except ValueError as exc:
-        raise ValueError(f"{where}: not a UTC instant: {value!r:.40}") from exc
+    return fields.whole(value, where, minimum=0)
