@@ -94,23 +94,31 @@ class Layers:
 
     sandbox: Values = field(default_factory=dict)
     computed: Values = field(default_factory=dict)
-    #: The user's ``--values`` files, as read (in order).
+    #: The user's ``--values`` files at install, as read (in order).
     files: tuple[Values, ...] = ()
-    #: The user's ``--set`` expressions, as written (in order).
+    #: The user's ``--set`` expressions at install, as written (in order).
     sets: tuple[str, ...] = ()
+    #: Each upgrade's files and ``--set``s, in the order the upgrades ran.
+    upgrades: tuple[tuple[tuple[Values, ...], tuple[str, ...]], ...] = ()
 
     def merged(self) -> Values:
-        """The values handed to the chart (its defaults are applied by the engine)."""
+        """The values handed to the chart (its defaults are applied by the engine). As
+        ``helm upgrade --reuse-values`` does, an upgrade's files and ``--set``s go on
+        top of everything before it: an earlier ``--set`` loses to a later file."""
         out: Values = {}
-        for layer in (self.sandbox, self.computed, *self.files):
+        for layer in (self.sandbox, self.computed):
             out = merge_maps(out, copy.deepcopy(layer))
-        for expression in self.sets:
-            out = set_into(out, parse_set(expression))
+        for files, sets in ((self.files, self.sets), *self.upgrades):
+            for layer in files:
+                out = merge_maps(out, copy.deepcopy(layer))
+            for expression in sets:
+                out = set_into(out, parse_set(expression))
         return out
 
     def plus(self, files: Sequence[Values] = (), sets: Sequence[str] = ()) -> Layers:
-        """These layers with more user values on top (``upgrade``)."""
-        return Layers(self.sandbox, self.computed, (*self.files, *files), (*self.sets, *sets))
+        """These layers with one upgrade's user values on top."""
+        upgrade = (tuple(files), tuple(sets))
+        return Layers(self.sandbox, self.computed, self.files, self.sets, (*self.upgrades, upgrade))
 
     def to_json(self) -> Values:
         return {
@@ -118,6 +126,7 @@ class Layers:
             "computed": self.computed,
             "files": list(self.files),
             "sets": list(self.sets),
+            "upgrades": [{"files": list(f), "sets": list(s)} for f, s in self.upgrades],
         }
 
     @classmethod
@@ -127,6 +136,13 @@ class Layers:
             dict(data.get("computed") or {}),
             tuple(dict(f) for f in data.get("files") or ()),
             tuple(str(s) for s in data.get("sets") or ()),
+            tuple(
+                (
+                    tuple(dict(f) for f in u.get("files") or ()),
+                    tuple(str(s) for s in u.get("sets") or ()),
+                )
+                for u in data.get("upgrades") or ()
+            ),
         )
 
 

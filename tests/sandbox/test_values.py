@@ -75,10 +75,15 @@ def test_null_reaches_the_chart_to_delete_a_default() -> None:
 
 
 def test_upgrade_layers_go_on_top() -> None:
+    """``helm upgrade --reuse-values`` coalesces the new values over the release's
+    config: an upgrade's file beats an earlier ``--set`` (Helm's ``CoalesceTables(new,
+    current.Config)``), and within one command ``--set`` beats ``-f``."""
     layers = Layers({"a": 1}, {"b": 1}, ({"a": 2},), ("a=3",))
     more = layers.plus(({"a": 4, "c": 1},), ("c=2",))
-    assert more.merged() == {"a": 3, "b": 1, "c": 2}
-    assert Layers.from_json(more.to_json()) == more
+    assert more.merged() == {"a": 4, "b": 1, "c": 2}
+    again = more.plus(({"c": 5},))
+    assert again.merged() == {"a": 4, "b": 1, "c": 5}
+    assert Layers.from_json(again.to_json()) == again
 
 
 @pytest.mark.parametrize(
