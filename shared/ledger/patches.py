@@ -42,7 +42,8 @@ def appended_ops(
     without a resourceVersion to fall back on: ``ValueError``. Applied to ``raw``, the
     patch gives the status ``status_body`` would write for ``res``.
     """
-    ops = guard_ops(raw)
+    guards = guard_ops(raw)
+    ops = guards
     if ops is None:
         version = (raw.get("metadata") or {}).get("resourceVersion")
         if not isinstance(version, str) or not version:
@@ -53,12 +54,19 @@ def appended_ops(
         totals[model.LEDGER_TOKEN] = res.token
     status = raw.get("status")
     stored = status.get("holds") if isinstance(status, dict) else None
+    fields = [{"op": "add", "path": f"/status/{k}", "value": v} for k, v in totals.items()]
     if isinstance(stored, list) and stored:
         ops += [{"op": "add", "path": "/status/holds/-", "value": e} for e in entries]
-        return ops + [{"op": "add", "path": f"/status/{k}", "value": v} for k, v in totals.items()]
-    # No hold yet: ``raw`` may be a re-encoding of a parsed view (the reconciler's) whose
-    # empty status the stored object lacks, and an ``add`` under a missing parent is
-    # refused — so the whole status is written, as a PUT would (nothing to save here).
+        return ops + fields
+    if guards is not None:
+        # No hold yet, but the token test proves the stored status exists: set the holds
+        # in it and leave every other field as stored — what another writer put there
+        # since ``raw`` was read (a usage record) is not undone from a cached copy.
+        return [*ops, {"op": "add", "path": "/status/holds", "value": [*entries]}, *fields]
+    # No hold yet and no token: ``raw`` may be a re-encoding of a parsed view (the
+    # reconciler's) whose empty status the stored object lacks, and an ``add`` under a
+    # missing parent is refused — so the whole status is written, as a PUT would; the
+    # resourceVersion precondition makes it land only on the object as read.
     whole = dict(status) if isinstance(status, dict) else {}
     whole.update(holds=[*entries], **totals)
     return [*ops, {"op": "add", "path": "/status", "value": whole}]

@@ -139,6 +139,30 @@ def test_appended_ops_start_a_ledger_that_has_none_yet(status: dict[str, Any] | 
     assert {k: v for k, v in (status or {}).items() if k != "holds"}.items() <= status_after.items()
 
 
+def test_a_first_hold_leaves_what_others_wrote_to_the_status_since_the_read() -> None:
+    """A claim on a ledger with a token but no hold yet lands on a newer object whose
+    other status fields changed (the reconciler's usage record): it adds the holds
+    and keeps those fields as stored, not as the claimant's cached copy had them."""
+    res = model.GPUReservation(facts(gpus=8), token="t1")
+    raw = model.to_object(res, NAMESPACE, NOW)
+    raw["metadata"].update(uid="u1", generation=1, resourceVersion="3")
+    raw["status"]["usage"] = {"closedGpuSeconds": 10}
+    stored = copy.deepcopy(raw)
+    stored["metadata"]["resourceVersion"] = "4"
+    stored["status"]["usage"] = {"closedGpuSeconds": 70}
+    new = model.Hold("b", 2, NOW, "q")
+    updated = ledger.add_hold(res, new)
+    ops = ledger.appended_ops(raw, updated, [model.hold_to_status(new)], NOW)
+    assert all(op["path"] != "/status" for op in ops)
+    after = jsonpatch.apply_patch(stored, ops)["status"]
+    assert after["usage"] == {"closedGpuSeconds": 70}
+    assert after["holds"] == [model.hold_to_status(new)]
+    assert after["usedGpus"] == 2
+    expected = ledger.expected_after(raw, ops)
+    assert expected is not None
+    assert expected["status"]["holds"] == after["holds"]
+
+
 def test_a_ledger_read_without_a_resource_version_is_never_written() -> None:
     """Without a version to write against the patch would be unconditional (able to
     land on a ledger it was not decided on): the claim stops with ``error``."""
