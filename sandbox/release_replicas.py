@@ -1,4 +1,5 @@
-"""Our processes in a test's sandbox, run as a cluster runs them: from the chart.
+"""Reconciler replicas for tests and benchmarks, run as a cluster runs them: from the
+chart.
 
 ``Reconcilers`` installs the chart's release (``sandbox.release_component``) into a
 running sandbox (kube, cluster, app) when a test asks for its first reconciler replica,

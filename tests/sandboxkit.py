@@ -2,7 +2,7 @@
 namespace, CRD and RBAC installed, an admin gateway and an HTTP client — and the
 reservation app's control API for making bookings. Shared by the integration tests
 (``tests/reconciler/test_integration.py``, which run our processes from the chart's
-release: ``tests.releasekit``) and the fault harness (``tests/faults``)."""
+release: ``sandbox.release_replicas``) and the fault harness (``tests/faults``)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Each test starts the kube, cluster and app components and runs one or two
 ``python -m reconciler`` replicas as a cluster runs them: the chart's release, its
-reconciler Deployment's pods run by the process kubelet (``tests.releasekit``).
+reconciler Deployment's pods run by the process kubelet (``sandbox.release_replicas``).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox.release_replicas import ReconcilerPod, Reconcilers
 from sandbox.runner import SandboxContext
 from shared import ledger, model, vocab
 from shared.clock import Clock
 from shared.errors import NotFound
 from shared.gateway import Gateway
 from shared.resources import GPU_RESERVATIONS, LEASES, PODS
-from tests.releasekit import ReconcilerPod, Reconcilers
 from tests.sandboxkit import book, emulators
 
 #: The in-process emulators' uvicorn servers may drop a keep-alive transport of a
