@@ -151,9 +151,9 @@ class Reconcilers:
             values["webhook"] = {"replicas": self.webhook_replicas}
         files, sets = self.ctx.handles.get("release.user", ((), ()))
         self.ctx.handles["release.user"] = ((*files, values), tuple(sets))
-        release = ReleaseComponent()
+        release = self.release = ReleaseComponent()  # close() stops even a failed start
         await release.start(self.ctx)
-        self.release, self.env, self.wanted = release, dict(env), 1
+        self.env, self.wanted = dict(env), 1
         if release.problems:
             raise RuntimeError(f"the release did not start: {release.problems}")
         if self.webhook_replicas is None:
