@@ -5,13 +5,15 @@ For each size *N* pods (1,000, 3,000, 10,000): N/20 nodes (a tenth of them taint
 over N/50 user namespaces. The app emulator holds the N/5 one-GPU bookings (one user
 each, windows starting one to six days ahead, inside the mirror's look-ahead); the kube
 emulator holds the nodes and the pods (GPU pods labelled with the class, queued on
-their owner's upcoming booking). One real reconciler replica (``python -m
-reconciler``, leader election off) then starts against them; measured:
+their owner's upcoming booking; no scheduler serves their ``schedulerName``, so they
+stay Pending as the emulated scheduler finds them). One real reconciler replica then
+starts against them, a pod of the chart's release (``sandbox.release_replicas``, leader
+election off) run by the process kubelet; measured:
 
-- **ready**: seconds from spawning the process to ``leader.loops_started`` (the first
+- **ready**: seconds from the process's start (``/proc``) to ``leader.loops_started`` (the first
   LISTs, the startup sync, caches synced) — on the first start, whose sync creates the
-  N/5 GPUReservation mirrors, and on a restart (a second replica after the first
-  stopped), whose sync finds them in place;
+  N/5 GPUReservation mirrors, and on a restart (a second pod after the first was
+  scaled away), whose sync finds them in place;
 - **status after ready**: seconds from ``leader.loops_started`` to the N/5-th
   ``mirror.status`` line, when the first start's deferred status writes (phase, empty
   ledger) are done and ``kubectl get gpures`` shows every phase (the CPU interval
@@ -54,12 +56,14 @@ from prometheus_client import CollectorRegistry
 
 from bench.bench_webhook import conditions, write_json
 from bench.bench_window_open import one_class_app
-from bench.procstat import cpu_s, rss_mib
+from bench.procstat import cpu_s, rss_mib, started_at
 from reconciler.base.metrics import UsageMetrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import UsageSettings
 from reconciler.usage import UsageKeeper
-from sandbox.reconciler_component import ReconcilerProcess, install
+from sandbox import chart
+from sandbox.install import install_base
+from sandbox.release_replicas import ReconcilerPod, Reconcilers
 from sandbox.runner import Sandbox, SandboxContext
 from shared import model, vocab
 from shared.clock import ManualClock, SystemClock, format_utc
@@ -71,6 +75,8 @@ from shared.resources import GPU_RESERVATIONS, PODS
 
 GPU_CLASS = "a100"
 GROUP = "scale"
+#: The pods' scheduler: none serves it, so they stay Pending, unbound.
+UNSERVED_SCHEDULER = "bench-unscheduled"
 TICK_S = 5
 PASSES = 3
 CREATE_CONCURRENCY = 32
@@ -137,7 +143,7 @@ def pod(n: int, i: int, gpu: bool) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": f"p{i:05d}", "namespace": names[i % len(names)], "labels": labels},
-        "spec": {"containers": [container]},
+        "spec": {"containers": [container], "schedulerName": UNSERVED_SCHEDULER},
     }
 
 
@@ -154,16 +160,20 @@ async def create_pods(gateway: Gateway, n: int) -> float:
     return time.monotonic() - t0
 
 
-async def ready_after(replica: ReconcilerProcess, started: float, timeout_s: float) -> float:
-    """Seconds from ``started`` to the ``leader.loops_started`` log line."""
-    while time.monotonic() - started < timeout_s:
-        if any(e.get("event") == "leader.loops_started" for e in replica.logs()):
-            return time.monotonic() - started
+async def ready_after(replica: ReconcilerPod, timeout_s: float) -> float:
+    """Seconds from the process's start to its ``leader.loops_started`` log line."""
+    started = started_at(replica.pid)
+    waited = 0.0
+    while waited < timeout_s:
+        ready = [e["ts"] for e in replica.logs() if e.get("event") == "leader.loops_started"]
+        if ready:
+            return datetime.fromisoformat(ready[0]).timestamp() - started
         await asyncio.sleep(0.1)
+        waited += 0.1
     return float("nan")
 
 
-async def status_after_ready(replica: ReconcilerProcess, count: int, timeout_s: float) -> float:
+async def status_after_ready(replica: ReconcilerPod, count: int, timeout_s: float) -> float:
     """Seconds from ``leader.loops_started`` to the ``count``-th ``mirror.status`` log
     line (waited for, up to ``timeout_s``; NaN when it never came)."""
     waited = 0.0
@@ -181,24 +191,21 @@ async def status_after_ready(replica: ReconcilerProcess, count: int, timeout_s: 
 
 async def measure(n: int, state: Path) -> dict[str, Any]:
     ctx = SandboxContext(state_dir=state, scenario=scenario(n), clock=SystemClock())
-    box = Sandbox(ctx, ["kube", "app"])
+    box = Sandbox(ctx, ["kube", "cluster", "app"])
     t0 = time.monotonic()
     await box.start()
     seeded_s = time.monotonic() - t0
-    replica: ReconcilerProcess | None = None
+    kit = Reconcilers(ctx)
     assert ctx.kubeconfig is not None
     admin = state / "admin.kubeconfig"
     admin.write_text(ctx.kubeconfig, encoding="utf-8")
     gateway = Gateway.from_kubeconfig(str(admin))
     try:
-        await install(admin, ctx.namespace)
+        await install_base(gateway, chart.objects(ctx.namespace))
         created_s = await create_pods(gateway, n)
-        replica = ReconcilerProcess(ctx, "r0", ENV)
-        started = time.monotonic()
-        await replica.start()
-        assert replica.proc is not None
-        pid = replica.proc.pid
-        ready_s = await ready_after(replica, started, 120)
+        replica = await kit.add("r0", ENV)
+        pid = replica.pid
+        ready_s = await ready_after(replica, 120)
         status_s = await status_after_ready(replica, n // 5, 120)
         await asyncio.sleep(TICK_S)  # the first passes after the start settle
         rss_ready = rss_mib(pid)
@@ -211,10 +218,8 @@ async def measure(n: int, state: Path) -> dict[str, Any]:
         mirrors = len((await gateway.list_all(GPU_RESERVATIONS, ctx.namespace)).items)
         rss_after = rss_mib(pid)
         await replica.stop()
-        replica = ReconcilerProcess(ctx, "r1", ENV)  # a restart: the mirrors exist
-        restarted = time.monotonic()
-        await replica.start()
-        restart_s = await ready_after(replica, restarted, 120)
+        replica = await kit.add("r1", ENV)  # a restart: the mirrors exist
+        restart_s = await ready_after(replica, 120)
         return {
             "pods": n,
             "gpu_pods": n // 5,
@@ -230,8 +235,7 @@ async def measure(n: int, state: Path) -> dict[str, Any]:
             "usage_cpu_share": usage_spent / spent if spent > 0 else float("nan"),
         }
     finally:
-        if replica is not None:
-            await replica.stop()
+        await kit.close()
         gateway.close()
         await box.stop()
         gc.collect()

@@ -207,8 +207,7 @@ async def settle(gateway: Gateway, namespace: str) -> tuple[float, list[str]]:
 
 async def measure(state: Path, seed: int) -> list[str]:
     ctx = SandboxContext(state_dir=state, scenario=scenario())
-    ctx.handles["webhook.replicas"] = 3
-    async with with_replica(ctx, ["kube", "app", "webhook"], ENV) as box:
+    async with with_replica(ctx, ["kube", "app", "webhook"], ENV, webhook_replicas=3) as box:
         gateway, store = box.gateway, box.kube.store
         budgets = await book(ctx.endpoints["app"], gateway, ctx.namespace)
         admitted = Admitted(budgets)

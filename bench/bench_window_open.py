@@ -1,8 +1,10 @@
 """Window-open benchmark: 500 queued pods across 50 bookings that open at the same instant.
 
-The sandbox's kube and app emulators run in this process (as in the sandbox tests), one
-real reconciler replica as a subprocess (``sandbox.reconciler_component``); the emulated
-scheduler and kubelet are not started ("tolerated" is the reconciler's work alone).
+The sandbox's kube, cluster and app emulators run in this process (as in the sandbox
+tests), one real reconciler replica as a pod of the chart's release, run by the process
+kubelet (``sandbox.release_replicas``). "Tolerated" is the reconciler's work alone: the
+emulated scheduler runs too (the process kubelet comes with it), but a pod reaches it
+only once tolerated, after the instant measured.
 
 1. The app emulator gets one class with room for every booking, 50 users (one
    namespace each in the kube emulator) and one group holding them all.
@@ -47,7 +49,7 @@ import httpx
 from bench.procstat import cpu_s, thread_cpu_s
 from bench.sandboxed import Box, in_fresh_state, rank, with_replica
 from sandbox.kube.store import Change
-from sandbox.reconciler_component import ReconcilerProcess
+from sandbox.release_replicas import ReconcilerPod
 from sandbox.runner import SandboxContext
 from shared import ledger, model, vocab
 from shared.clock import ScaledClock, format_utc, parse_utc
@@ -497,11 +499,8 @@ async def opening(
     await asyncio.to_thread(watcher.ready.wait, 30)
     await settle(gateway, clock, opens, setup)
     setup.early = len(committed.seen)
-    assert replica.proc is not None
     burst = Burst()
-    sampler = asyncio.create_task(
-        sample_cpu(replica.proc.pid, clock, opens, committed, total, burst)
-    )
+    sampler = asyncio.create_task(sample_cpu(replica.pid, clock, opens, committed, total, burst))
     watched, errors = await asyncio.to_thread(watcher.collect, timeout_s)
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(30):
@@ -551,7 +550,7 @@ def figures(
     return [f"{what}: {text}, max {both(lags[-1])}; {end}"]
 
 
-def own_view(replica: ReconcilerProcess, opens: datetime) -> dict[str, datetime]:
+def own_view(replica: ReconcilerPod, opens: datetime) -> dict[str, datetime]:
     """Each pod's admission instant as the reconciler logged it once its patch answered
     (``since_open_s``, on the reconciler's own copy of the sandbox clock)."""
     seen: dict[str, datetime] = {}

@@ -40,3 +40,15 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
         fields = tail.split()
         found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
     return found
+
+
+def started_at(pid: int) -> float:
+    """When process ``pid`` started, in seconds since the epoch (``/proc/<pid>/stat``'s
+    start time after boot, plus the boot time of ``/proc/stat``), to a clock tick."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    boot = next(
+        int(line.split()[1])
+        for line in Path("/proc/stat").read_text().splitlines()
+        if line.startswith("btime ")
+    )
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sandbox import chart
+from sandbox.install import install_base
 from sandbox.kube.server import KubeServer
-from sandbox.reconciler_component import ReconcilerProcess, install
+from sandbox.release_replicas import ReconcilerPod, Reconcilers
 from sandbox.runner import Sandbox, SandboxContext
 from shared.gateway import Gateway
 
@@ -37,8 +39,9 @@ async def admin_gateway(ctx: SandboxContext, state: Path) -> tuple[Path, Gateway
     assert ctx.kubeconfig is not None
     admin = state / "admin.kubeconfig"
     admin.write_text(ctx.kubeconfig, encoding="utf-8")
-    await install(admin, ctx.namespace)
-    return admin, Gateway.from_kubeconfig(str(admin))
+    gateway = Gateway.from_kubeconfig(str(admin))
+    await install_base(gateway, chart.objects(ctx.namespace))
+    return admin, gateway
 
 
 @dataclass
@@ -49,32 +52,36 @@ class Box:
     ctx: SandboxContext
     kube: KubeServer
     gateway: Gateway
-    replica: ReconcilerProcess
+    replica: ReconcilerPod
     admin: Path
 
 
 @asynccontextmanager
 async def with_replica(
-    ctx: SandboxContext, components: list[str], env: dict[str, str], *, pushed: bool = True
+    ctx: SandboxContext,
+    components: list[str],
+    env: dict[str, str],
+    *,
+    pushed: bool = True,
+    webhook_replicas: int = 1,
 ) -> AsyncIterator[Box]:
-    """``components`` started on ``ctx``, the chart installed, one reconciler replica
-    (``env`` added) running; everything stopped on the way out. The app emulator pushes
-    its changes to the replica unless ``pushed`` is false (the replica then learns of
-    bookings only by fetching them)."""
-    box = Sandbox(ctx, components)
+    """``components`` started on ``ctx`` with the cluster, and the chart's release
+    installed with one reconciler replica (``env`` as ``reconciler.extraEnv``) run by the
+    process kubelet; everything stopped on the way out. ``"webhook"`` in ``components``:
+    the release's webhook runs ``webhook_replicas`` pods (else it is scaled to 0). The
+    app emulator pushes its changes to the replica unless ``pushed`` is false (the
+    replica then learns of bookings only by fetching them)."""
+    names = [*(c for c in components if c != "webhook"), "cluster"]
+    box = Sandbox(ctx, list(dict.fromkeys(names)))
     await box.start()
-    replica: ReconcilerProcess | None = None
+    kit = Reconcilers(ctx, webhook_replicas if "webhook" in components else None)
     gateway: Gateway | None = None
     try:
         admin, gateway = await admin_gateway(ctx, ctx.state_dir)
-        replica = ReconcilerProcess(ctx, "r0", env)
-        await replica.start()
-        if pushed:
-            ctx.endpoints["reconciler"] = replica.url
+        replica = await kit.add("r0", env, push=pushed)
         yield Box(ctx, ctx.handles["kube"], gateway, replica, admin)
     finally:
-        if replica is not None:
-            await replica.stop()
+        await kit.close()
         if gateway is not None:
             gateway.close()
         await box.stop()

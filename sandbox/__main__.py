@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         "--components",
         default=",".join(UP_COMPONENTS),
         help=f"comma-separated subset of {','.join(UP_COMPONENTS)} (default: all); the "
-        "webhook and reconciler run from the release (--set webhook.replicas=0 "
-        "leaves the webhook out)",
+        "webhook and reconciler run from the release, which needs the cluster (kubectl "
+        "scale deploy/gpu-reservation-webhook --replicas=0 takes the webhook out)",
     )
     up.add_argument("--state-dir", default=".sandbox", type=Path)
     up.add_argument("--scenario", type=Path, help="scenario YAML (default: built-in)")

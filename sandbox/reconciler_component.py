@@ -1,5 +1,10 @@
 """``ReconcilerComponent``: the real reconciler, run as ``python -m reconciler``.
 
+Retiring: the sandbox, its tests and benchmarks run the reconciler from the chart's
+release (``sandbox.release_component``, ``sandbox.release_replicas``). Only
+``bench/bench_webhook.py`` and ``bench/bench_create.py`` still start this component;
+it goes when they move to the release. ``ROOT`` is ``sandbox.paths.ROOT``.
+
 Installs the controller namespace, the chart's CRD and every component's RBAC into the
 Kubernetes emulator (``sandbox.install.install_base``, from the chart's render), then
 starts the reconciler as a subprocess wired to the app emulator:
@@ -32,11 +37,10 @@ import httpx
 
 from sandbox import chart
 from sandbox.install import account_kubeconfig, install_base
+from sandbox.paths import ROOT as ROOT  # re-exported for bench/bench_webhook.py
 from sandbox.ports import free_port
 from sandbox.runner import SandboxContext, clock_env, gate_env
 from shared.gateway import Gateway
-
-ROOT = Path(__file__).resolve().parents[1]
 
 #: Short sandbox intervals (seconds of the sandbox clock).
 SANDBOX_ENV = {

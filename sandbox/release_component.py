@@ -9,11 +9,11 @@ the chart rendered with the values layers (``sandbox.values``: the sandbox's fil
 computed layer, the user's ``--values``/``--set`` from ``ctx.handles["release.user"]``),
 applied by ``sandbox.apply``.
 
-Until the process kubelet runs the chart's pods (``ctx.handles["processes"]``), the
-webhook and reconciler processes are started by the sandbox's own components, and the
-release withholds the kinds whose pods those components stand in for: Deployments and
-the certificates hook Job. The record keeps the withheld kinds, so an upgrade withholds
-them too.
+The release's pods run as local processes of the process kubelet
+(``ctx.handles["processes"]``, the cluster component): it is the one way the sandbox
+runs our webhook and reconciler, so the release needs the cluster. Tests and benchmarks
+that want reconciler replicas of their own add them as pods of this release
+(``sandbox.release_replicas``).
 """
 
 from __future__ import annotations
@@ -45,8 +45,6 @@ from shared.errors import Conflict
 from shared.gateway import Gateway
 from shared.resources import CRDS, NAMESPACES, NODES, PODS, SECRETS, Resource
 
-#: Kinds withheld while the sandbox's own components run our processes.
-WITHOUT_PROCESSES = frozenset({"Deployment", "Job"})
 #: The app URL rendered when the sandbox runs without the app emulator.
 NO_APP_URL = "http://127.0.0.1:9"
 ADMIN_KUBECONFIG = "release-admin.kubeconfig"
@@ -109,6 +107,8 @@ class ReleaseComponent:
     async def start(self, ctx: SandboxContext) -> None:
         if ctx.kubeconfig is None or "kube" not in ctx.handles:
             raise RuntimeError("the release needs the kube component")
+        if "processes" not in ctx.handles:
+            raise ValueError("the release needs the cluster component (its pods' kubelet)")
         admin = ctx.state_dir / ADMIN_KUBECONFIG
         write_private(admin, ctx.kubeconfig.encode())
         self.gateway = Gateway.from_kubeconfig(str(admin))
@@ -125,16 +125,14 @@ class ReleaseComponent:
         self.cert_manager.start()
         await self._secrets(ctx, rendered.effective)
         self.applier = Applier(self.gateway, ctx.namespace, now=_now)
-        withheld = frozenset() if "processes" in ctx.handles else WITHOUT_PROCESSES
         self._ctx, self._loop = ctx, asyncio.get_running_loop()
-        self.record = await self.applier.install(rendered, layers, withheld)
+        self.record = await self.applier.install(rendered, layers)
         self.rendered = rendered
         ctx.handles[self.name] = self
-        if not withheld:
-            # docs/operator/install.md: no --wait on a self-signed install; `kubectl rollout
-            # status` after it.
-            self.problems = await self._rollout(ctx, rendered)
-            await self._publish(ctx, rendered.effective)
+        # docs/operator/install.md: no --wait on a self-signed install; `kubectl rollout
+        # status` after it.
+        self.problems = await self._rollout(ctx, rendered)
+        await self._publish(ctx, rendered.effective)
 
     async def _rollout(self, ctx: SandboxContext, rendered: rel.Rendered) -> list[str]:
         """Wait until every Deployment is available, or until a pod of the release is
@@ -231,9 +229,7 @@ class ReleaseComponent:
 
     def _alive(self, pod: dict[str, Any]) -> bool:
         assert self._ctx is not None
-        processes = self._ctx.handles.get("processes")
-        if processes is None:
-            return True
+        processes = self._ctx.handles["processes"]
         found = processes.of(self._ctx.namespace, pod["metadata"]["name"])
         return found is not None and bool(found.alive)
 

@@ -23,7 +23,10 @@ from shared import vocab
 from shared.clock import Clock, ScaledClock, SystemClock
 
 #: Every component the sandbox knows, in start order, with where its class lives.
-#: A later issue adds its component here.
+#: Our webhook and reconciler run from the release (the process kubelet runs its pods);
+#: ``reconciler`` and ``webhook`` are retiring components that start them with an
+#: environment of their own, kept only for the two benchmarks still using them
+#: (bench/bench_webhook.py, bench/bench_create.py).
 ORDER: tuple[tuple[str, str], ...] = (
     ("kube", "sandbox.kube.component:KubeComponent"),
     ("cluster", "sandbox.cluster.component:ClusterComponent"),

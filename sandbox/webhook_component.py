@@ -1,5 +1,10 @@
 """``WebhookComponent``: N replicas of the real webhook behind one Service.
 
+Retiring: the sandbox, its tests and benchmarks run the webhook from the chart's
+release (``sandbox.release_component``). Only ``bench/bench_webhook.py`` and
+``bench/bench_create.py`` still start this component; it goes when they move to the
+release.
+
 What it sets up in the Kubernetes emulator — from the chart (``sandbox.chart`` renders
 it, ``sandbox.install`` puts it in), as ``helm install`` would:
 
@@ -51,8 +56,8 @@ from sandbox.install import (
     write_private,
 )
 from sandbox.kube.admission.install import install as install_dispatch
+from sandbox.paths import ROOT
 from sandbox.ports import free_port
-from sandbox.reconciler_component import ROOT
 from sandbox.runner import SandboxContext, clock_env, gate_env
 from shared.clock import SystemClock
 from shared.gateway import Gateway

@@ -26,6 +26,8 @@ TAINT_EFFECT_NO_SCHEDULE: Final = "NoSchedule"
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
 #: Label every namespace carries with its own name (set by the apiserver).
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
+#: Annotation ranking a ReplicaSet's pods for scale-down: the lowest cost goes first.
+POD_DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
 
 # --- Pod annotations written by the controller (controller-owned) --------------------
 

@@ -1,7 +1,8 @@
 """The sandbox's emulators for one test: started on a given clock, the chart's
 namespace, CRD and RBAC installed, an admin gateway and an HTTP client — and the
 reservation app's control API for making bookings. Shared by the integration tests
-(``tests/reconciler/test_integration.py``) and the fault harness (``tests/faults``)."""
+(``tests/reconciler/test_integration.py``, which run our processes from the chart's
+release: ``sandbox.release_replicas``) and the fault harness (``tests/faults``)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,22 @@ from typing import Any
 
 import httpx
 
-from sandbox.reconciler_component import install
+from sandbox import chart
+from sandbox.install import install_base
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.scenario import load_scenario
 from shared.clock import Clock
 from shared.gateway import Gateway
+
+
+async def install(kubeconfig: Path, namespace: str) -> None:
+    """The chart's namespace, CRD and RBAC, put in with the admin ``kubeconfig``
+    (existing objects are kept or replaced); returns once GPUReservations are served."""
+    gateway = Gateway.from_kubeconfig(str(kubeconfig))
+    try:
+        await install_base(gateway, chart.objects(namespace))
+    finally:
+        gateway.close()
 
 
 @dataclass
@@ -43,7 +55,7 @@ async def emulators(
     **gateway_options: Any,
 ) -> AsyncIterator[Emulated]:
     """The emulators (``components``) on ``clock`` seeded from ``scenario`` (the default
-    one when None); ``handles`` are put on the context first (e.g. ``webhook.replicas``).
+    one when None); ``handles`` are put on the context first (e.g. ``release.user``).
     The admin kubeconfig is written to ``tmp_path / kubeconfig``; ``gateway_options`` go
     to the gateway built on it. Everything is stopped on the way out."""
     ctx = SandboxContext(state_dir=tmp_path, scenario=scenario or load_scenario())

@@ -40,7 +40,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import IO, Any
 
-from sandbox.cluster import events
+from sandbox.cluster import events, pdeath
 from sandbox.cluster.backoff import advanced, restart_wait
 from sandbox.cluster.localstatus import (
     CONFIG_ERROR,
@@ -397,6 +397,9 @@ class ProcessRuntime:
             stdout=log,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
+            # Dies with the sandbox even when the sandbox is SIGKILLed; spawned from the
+            # loop's thread, which outlives every child (sandbox.cluster.pdeath).
+            preexec_fn=pdeath.preexec(),
         )
         return LocalProcess(run.namespace, run.name, c.name, proc, Path(log.name))
 

@@ -10,9 +10,11 @@ scaling down, and the slow-start batches creations go in.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
+from shared import vocab
 from shared.resources import Resource
 
 Obj = dict[str, Any]
@@ -103,15 +105,28 @@ def is_ready(pod: Obj) -> bool:
     )
 
 
-def deletion_order(pod: Obj) -> tuple[int, int, int, str]:
-    """Which pods go first when scaling down (``controller.ActivePods`` ordering, the
-    parts the sandbox has): unassigned before assigned, Pending before Running, not
-    ready before ready, then the newest first."""
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+def deletion_order(pod: Obj) -> tuple[int, int, int, int, str]:
+    """Which pods go first when scaling down (``controller.ActivePodsWithRanks``
+    ordering, the parts the sandbox has): unassigned before assigned, Pending before
+    Running, not ready before ready, the lowest ``pod-deletion-cost`` (default 0) first,
+    then the newest first."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(str(status.get("phase")), 0)
-    created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+    created = str(meta.get("creationTimestamp") or "")
     newest_first = "".join(chr(0x10FFFF - ord(c)) for c in created)
-    return (1 if spec.get("nodeName") else 0, phase_rank, 1 if is_ready(pod) else 0, newest_first)
+    assigned = 1 if spec.get("nodeName") else 0
+    ready = 1 if is_ready(pod) else 0
+    return (assigned, phase_rank, ready, deletion_cost(pod), newest_first)
+
+
+def deletion_cost(pod: Obj) -> int:
+    """The pod's ``controller.kubernetes.io/pod-deletion-cost``, read as the controller
+    reads it (``strconv.ParseInt(value, 10, 32)``): 0 when absent or not an int32."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(vocab.POD_DELETION_COST)
+    if not isinstance(raw, str) or not re.fullmatch(r"[+-]?[0-9]+", raw):
+        return 0
+    cost = int(raw)
+    return cost if -(2**31) <= cost < 2**31 else 0
 
 
 def slow_start(count: int, initial: int = 1) -> Iterator[int]:

@@ -3,11 +3,12 @@
 Compared against an independent rendering by the chart tests' own helper; the only
 difference allowed is the ``caBundle`` the sandbox adds. A second test replays every
 Kubernetes call the walker found through the sandbox's RBAC rule matcher over exactly
-the objects the sandbox installs. Then a running sandbox (kube + webhook) is read back:
-every object it holds is the rendered one (RBAC verbatim; server defaults may add to
-the others), its service accounts are bound to nothing else, only the ``caBundle``
-(from the certs Secret) and the Endpoints (the replicas' loopback ports) are its own,
-and the webhook runs as the chart's service account. Last, ``webhook.configuration``
+the objects the sandbox installs. Then a running sandbox (the chart's release, run by
+the process kubelet) is read back: every object it holds is the rendered one (RBAC
+verbatim; server defaults may add to the others), its service accounts are bound to
+nothing else, only the ``caBundle`` (from the certs Secret) and the Endpoints (the
+Ready webhook pods' addresses) are its own, and each process runs as the chart's
+service account. Last, ``webhook.configuration``
 agrees with the chart's webhook configuration on everything DESIGN §4 fixes.
 """
 
@@ -118,19 +119,22 @@ def _as_rendered(stored: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A sandbox with the kube and webhook components; what it holds, read at once."""
+    """A sandbox as ``make sandbox`` starts it (the chart's release, its pods run by the
+    process kubelet); what it holds, read at once."""
     pytest.importorskip("sandbox.kube.component")
     from sandbox.install import RESOURCES
     from sandbox.runner import Sandbox, SandboxContext
+    from sandbox.scenario import load_scenario
 
-    ctx = SandboxContext(state_dir=tmp_path_factory.mktemp("sandbox"), scenario={})
-    sandbox = Sandbox(ctx, ["kube", "webhook"])
+    ctx = SandboxContext(state_dir=tmp_path_factory.mktemp("sandbox"), scenario=load_scenario())
+    sandbox = Sandbox(ctx, ["kube", "cluster", "app", "release"])
 
     async def snapshot() -> dict[str, Any]:
         await sandbox.start()
         try:
             server = ctx.handles["kube"]
-            objects = chart.objects(ctx.namespace)
+            release = ctx.handles["release"]
+            objects = chart.objects(ctx.namespace, release.rendered.values)
             held = {}
             for obj in objects.install_order():
                 res = RESOURCES[obj["kind"]]
@@ -144,20 +148,20 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 RESOURCES["Endpoints"], objects.webhook_service["metadata"]["name"], ctx.namespace
             )
             secret = server.get_object(SECRETS, objects.webhook_secret, ctx.namespace)
-            webhook = ctx.handles["webhook"]
-            ports = [r.port for r in webhook.replicas]
+            webhooks = await release.replicas("webhook")
+            reconcilers = await release.replicas("reconciler")
             users = {
-                "webhook": _user_of(server, webhook.replicas[0].env["KUBECONFIG"]),
-                "reconciler": _user_of(server, _reconciler_kubeconfig(ctx)),
+                "webhook": _user_of(server, _kubeconfig_of(ctx, webhooks[0].name)),
+                "reconciler": _user_of(server, _kubeconfig_of(ctx, reconcilers[0].name)),
             }
-            refused = await _refused(webhook.replicas[0].env["KUBECONFIG"], ctx.namespace)
+            refused = await _refused(_kubeconfig_of(ctx, webhooks[0].name), ctx.namespace)
             return {
                 "objects": objects,
                 "held": held,
                 "bindings": bindings,
                 "endpoints": endpoints,
                 "secret": secret,
-                "ports": ports,
+                "addresses": sorted((r.ip, r.port) for r in webhooks),
                 "users": users,
                 "refused": refused,
                 "namespace": ctx.namespace,
@@ -168,13 +172,12 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return asyncio.run(snapshot())
 
 
-def _reconciler_kubeconfig(ctx: Any) -> str:
-    """The kubeconfig a sandbox reconciler replica is given (not started here)."""
-    from sandbox.reconciler_component import ReconcilerProcess
-
-    ctx.endpoints.setdefault("app", "http://127.0.0.1:9")
-    ctx.app_keys.setdefault("read_write", "unused")
-    return ReconcilerProcess(ctx, "reconciler-probe").env["KUBECONFIG"]
+def _kubeconfig_of(ctx: Any, pod: str) -> str:
+    """The ``KUBECONFIG`` the process kubelet gave the pod's process (its service
+    account's token)."""
+    runs = ctx.handles["processes"].runs.values()
+    run = next(r for r in runs if r.name == pod and r.namespace == ctx.namespace)
+    return str(run.containers[0].env["KUBECONFIG"])
 
 
 async def _refused(kubeconfig: str, namespace: str) -> bool:
@@ -237,8 +240,8 @@ def test_only_the_ca_bundle_and_the_endpoints_are_the_sandboxs_own(running: dict
     ca = running["secret"]["data"]["ca.crt"]
     assert [h["clientConfig"]["caBundle"] for h in mwc["webhooks"]] == [ca]
     subsets = running["endpoints"]["subsets"]
-    assert [s["ports"][0]["port"] for s in subsets] == running["ports"]
-    assert {a["ip"] for s in subsets for a in s["addresses"]} == {"127.0.0.1"}
+    served = sorted((a["ip"], s["ports"][0]["port"]) for s in subsets for a in s["addresses"])
+    assert served == running["addresses"]  # the Ready webhook pods, at the chart's port
 
 
 @pytest.mark.slow

@@ -12,12 +12,14 @@ from sandbox.cluster.ratelimit import BURST, QPS, LimitedClient, TokenBucket
 from sandbox.cluster.workloads import (
     POD_TEMPLATE_HASH,
     REPLICASETS,
+    deletion_cost,
     deletion_order,
     pod_from_template,
     same_template,
     slow_start,
     template_hash,
 )
+from shared import vocab
 
 
 def test_the_bucket_allows_a_burst_of_30_then_20_a_second() -> None:
@@ -111,6 +113,37 @@ def test_scale_down_removes_unassigned_pending_unready_newest_first() -> None:
     ]
     order = [p["metadata"]["name"] for p in sorted(pods, key=deletion_order)]
     assert order == ["unbound", "pending", "unready", "new-ready", "old-ready"]
+
+
+def _costed(name: str, created: str, cost: Any = None) -> dict[str, Any]:
+    notes = {} if cost is None else {vocab.POD_DELETION_COST: cost}
+    return {
+        "metadata": {"name": name, "creationTimestamp": created, "annotations": notes},
+        "spec": {"nodeName": "n"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def test_among_ready_pods_the_lowest_deletion_cost_goes_first() -> None:
+    """``controller.kubernetes.io/pod-deletion-cost`` ranks ready pods before their age:
+    an old pod of cost -5 goes before a new one of no cost, one of cost 7 last."""
+    pods = [
+        _costed("new", "2026-01-02T00:00:00Z"),
+        _costed("old-cheap", "2026-01-01T00:00:00Z", "-5"),
+        _costed("newest-dear", "2026-01-03T00:00:00Z", "7"),
+    ]
+    order = [p["metadata"]["name"] for p in sorted(pods, key=deletion_order)]
+    assert order == ["old-cheap", "new", "newest-dear"]
+
+
+@pytest.mark.parametrize("value", ["", "1.5", " 3", "x", "2147483648", "-2147483649", "1_0", 3])
+def test_a_deletion_cost_that_is_no_int32_counts_as_zero(value: Any) -> None:
+    assert deletion_cost(_costed("p", "2026-01-01T00:00:00Z", value)) == 0
+
+
+@pytest.mark.parametrize(("value", "cost"), [("+4", 4), ("-2147483648", -(2**31)), ("0", 0)])
+def test_a_deletion_cost_is_a_signed_decimal(value: str, cost: int) -> None:
+    assert deletion_cost(_costed("p", "2026-01-01T00:00:00Z", value)) == cost
 
 
 def test_a_replicaset_runs_the_template_up_to_its_hash_label() -> None:

@@ -84,7 +84,7 @@ def test_pods_declared_while_the_webhook_is_down_are_evicted_the_admitted_one_st
 
 async def scenario(tmp_path: Path) -> None:
     components = ("kube", "app", "webhook")
-    async with world(tmp_path, components=components, handles={"webhook.replicas": 2}) as w:
+    async with world(tmp_path, components=components, webhook_replicas=2) as w:
         config = tmp_path / "kubeconfig"
         await w.replica("r1", True, **ENV)
         rid = await w.book(gpus=2, start="-1m", end="+1h")
@@ -103,7 +103,7 @@ async def scenario(tmp_path: Path) -> None:
         await eventually(bound, 10)
         # The hold is bound to the job's uid now: a copy of its claim is the copy
         # whenever it is created, in the job's own second included.
-        await w.ctx.handles["webhook"].stop_replicas()  # every replica down
+        await w.ctx.handles["release"].scale("webhook", 0)  # kubectl scale --replicas=0
         await apply(config, manifest("sneak"))  # no reference at all
         copied = {k: v for k, v in admitted.items() if k.startswith(vocab.ANNOTATION_PREFIX)}
         await apply(config, manifest("copy", copied))  # the admitted pod's claim

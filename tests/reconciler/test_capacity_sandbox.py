@@ -1,9 +1,9 @@
 """Issue 11 acceptance 2 and 3 in the sandbox, driven with the real kubectl.
 
 kube, app and cluster (scheduler and kubelet) run in-process, the reconciler as real
-processes (``sandbox.reconciler_component``). Acceptance 2 runs on the system clock
-with a one-second capacity audit; the no-show tests run on a scaled clock so
-"fifteen minutes after the window opens" takes seconds.
+processes (pods of the chart's release, ``sandbox.release_replicas``). Acceptance 2
+runs on the system clock with a one-second capacity audit; the no-show tests run on a
+scaled clock so "fifteen minutes after the window opens" takes seconds.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import signal
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sandbox.reconciler_component import ReconcilerProcess
+from sandbox.release_replicas import ReconcilerPod
 from shared import vocab
 from shared.clock import ScaledClock, SystemClock, parse_utc
 from shared.policy import noshow
@@ -36,7 +35,7 @@ async def run(config: Path, *args: str) -> str:
     return await asyncio.to_thread(kubectl, config, *args)
 
 
-async def metric(w: World, proc: ReconcilerProcess, name: str, **labels: str) -> float | None:
+async def metric(w: World, proc: ReconcilerPod, name: str, **labels: str) -> float | None:
     """One sample of the replica's ``gpu_reservation_<name>`` (None when absent)."""
     text = (await w.http.get(f"{proc.url}/metrics")).text
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
@@ -57,7 +56,7 @@ async def lease_events(config: Path, reason: str) -> list[dict[str, Any]]:
     ]
 
 
-def logged(proc: ReconcilerProcess, event: str) -> list[dict[str, Any]]:
+def logged(proc: ReconcilerPod, event: str) -> list[dict[str, Any]]:
     return [line for line in proc.logs() if line.get("event") == event]
 
 
@@ -294,9 +293,7 @@ async def takeover(tmp_path: Path) -> None:
         await eventually(declared_not_cancelled, 20)
         leader, standby = (a, b) if await _leads(w, a) else (b, a)
         assert await _leads(w, leader)
-        leader.signal(signal.SIGKILL)
-        assert leader.proc is not None
-        await leader.proc.wait()
+        await leader.kill()  # gone without a shutdown, as after a crash; no restart
         assert await cancels(w, rid) == []  # nothing reached the app so far
         cleared = await w.http.delete(f"{w.app}/_sandbox/faults")
         assert cleared.status_code == 204
@@ -311,7 +308,7 @@ async def takeover(tmp_path: Path) -> None:
         assert len(took_over) == 1
 
 
-async def _leads(w: World, proc: ReconcilerProcess) -> bool:
-    if proc.proc is None or proc.proc.returncode is not None:
+async def _leads(w: World, proc: ReconcilerPod) -> bool:
+    if not proc.running:
         return False
     return bool((await w.http.get(f"{proc.url}/health")).json()["leader"])

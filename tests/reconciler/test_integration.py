@@ -1,13 +1,14 @@
 """The real reconciler process against the sandbox's Kubernetes and app emulators.
 
-Each test starts the kube and app components, installs the CRD, and runs one or two
-``python -m reconciler`` replicas (``sandbox.reconciler_component``). Skipped until
-the Kubernetes emulator's component exists.
+Each test starts the kube, cluster and app components and runs one or two
+``python -m reconciler`` replicas as a cluster runs them: the chart's release, its
+reconciler Deployment's pods run by the process kubelet (``sandbox.release_replicas``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import random
@@ -24,15 +25,13 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox.release_replicas import ReconcilerPod, Reconcilers
 from sandbox.runner import SandboxContext
 from shared import ledger, model, vocab
 from shared.clock import Clock
 from shared.errors import NotFound
 from shared.gateway import Gateway
-from shared.resources import GPU_RESERVATIONS, PODS
-
-pytest.importorskip("sandbox.kube.component")
-from sandbox.reconciler_component import ReconcilerProcess
+from shared.resources import GPU_RESERVATIONS, LEASES, PODS
 from tests.sandboxkit import book, emulators
 
 #: The in-process emulators' uvicorn servers may drop a keep-alive transport of a
@@ -58,21 +57,29 @@ def kubectl_sandbox_marks(timeout_s: int) -> list[pytest.MarkDecorator]:
 
 
 class World:
-    def __init__(self, ctx: SandboxContext, gateway: Gateway, http: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        ctx: SandboxContext,
+        gateway: Gateway,
+        http: httpx.AsyncClient,
+        webhook_replicas: int | None = None,
+    ) -> None:
         self.ctx, self.gateway, self.http = ctx, gateway, http
-        self.replicas: list[ReconcilerProcess] = []
+        self.reconcilers = Reconcilers(ctx, webhook_replicas)
 
     @property
     def app(self) -> str:
         return self.ctx.endpoints["app"]
 
-    async def replica(self, name: str, push: bool = True, **env: str) -> ReconcilerProcess:
-        proc = ReconcilerProcess(self.ctx, name, env)
-        await proc.start()
-        self.replicas.append(proc)
-        if push:
-            self.ctx.endpoints["reconciler"] = proc.url
-        return proc
+    @property
+    def replicas(self) -> list[ReconcilerPod]:
+        return self.reconcilers.pods
+
+    async def replica(self, label: str, push: bool = True, **env: str) -> ReconcilerPod:
+        """One more pod of the chart's reconciler Deployment, its environment ``env``
+        (``reconciler.extraEnv``: the same for every replica of a test); ``push``: the
+        app emulator pushes its changes to it."""
+        return await self.reconcilers.add(label, env, push)
 
     async def book(
         self, gpus: int = 2, start: str = "+0s", end: str = "+1h", gpu_class: str = "a100"
@@ -123,28 +130,30 @@ async def world(
     clock: Clock | None = None,
     components: tuple[str, ...] = ("kube", "app"),
     scenario: dict[str, Any] | None = None,
-    handles: dict[str, Any] | None = None,
+    webhook_replicas: int = 1,
 ) -> AsyncIterator[World]:
-    """The emulators (``tests.sandboxkit.emulators``); the caller starts reconciler
-    replicas, stopped on the way out."""
+    """The emulators (``tests.sandboxkit.emulators``) with the cluster (the process
+    kubelet runs the chart's pods); the caller adds reconciler replicas, which install
+    the chart's release. ``"webhook"`` in ``components``: the release's webhook runs with
+    ``webhook_replicas`` pods; otherwise its Deployment is scaled to 0."""
+    wanted = (*(c for c in components if c != "webhook"), "cluster")
     kit = emulators(
         tmp_path,
-        components,
+        tuple(dict.fromkeys(wanted)),
         clock=clock,
         scenario=scenario,
-        handles=handles,
         kubeconfig="reconciler.kubeconfig",
     )
     async with kit as e:
-        w = World(e.ctx, e.gateway, e.http)
+        webhook = webhook_replicas if "webhook" in components else None
+        w = World(e.ctx, e.gateway, e.http, webhook)
         try:
             yield w
         finally:
-            for proc in w.replicas:
-                await proc.stop()
+            await w.reconcilers.close()
 
 
-async def leading(proc: ReconcilerProcess) -> None:
+async def leading(proc: ReconcilerPod) -> None:
     """Wait until the replica leads and its loops run (``leader.loops_started``)."""
 
     async def started() -> bool:
@@ -184,7 +193,7 @@ def test_booking_and_cancellation_arrive_by_push(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-async def _fetches(w: World, proc: ReconcilerProcess) -> float:
+async def _fetches(w: World, proc: ReconcilerPod) -> float:
     """The replica's full reservation fetches so far (every outcome)."""
     text = (await w.http.get(f"{proc.url}/metrics")).text
     prefix = "gpu_reservation_reservation_fetches_total{"
@@ -283,7 +292,7 @@ def test_two_replicas_one_leads_and_the_other_takes_over(tmp_path: Path) -> None
             async def leaders() -> list[str]:
                 names = []
                 for proc in (a, b):
-                    if proc.proc is not None and proc.proc.returncode is None:
+                    if proc.running:
                         health = (await w.http.get(f"{proc.url}/health")).json()
                         if health["leader"]:
                             names.append(proc.name)
@@ -298,8 +307,11 @@ def test_two_replicas_one_leads_and_the_other_takes_over(tmp_path: Path) -> None
                     f"{proc.url}/api/reservations/push", json={"reservations": []}, headers=token
                 )
                 assert push.status_code == 200
-            leader, standby = (a, b) if first == ["ra"] else (b, a)
-            leader.signal(signal.SIGKILL)
+            leader, standby = (a, b) if first == [a.name] else (b, a)
+            # Killed and gone (its pod removed without a shutdown): the Lease is left
+            # to lapse. A leader the kubelet restarts keeps its pod's name and so its
+            # Lease (``test_a_crashed_leader_restarts_and_keeps_its_lease``).
+            await leader.kill()
             # Lease (4 s) plus one renew period (1 s) on a quiet machine; the bound itself
             # is checked on a virtual clock (tests/reconciler/test_leader.py).
             await eventually(lambda: _is_leader(w, standby), 4.0 + 1.5)
@@ -307,7 +319,43 @@ def test_two_replicas_one_leads_and_the_other_takes_over(tmp_path: Path) -> None
     asyncio.run(scenario())
 
 
-async def _is_leader(w: World, proc: ReconcilerProcess) -> bool:
+def test_a_crashed_leader_restarts_and_keeps_its_lease(tmp_path: Path) -> None:
+    """A leader SIGKILLed is restarted by the kubelet at once (its first restart has no
+    back-off): the same pod, so the same identity, takes its own Lease back without
+    waiting for it to lapse, and the pod shows the restart."""
+
+    async def scenario() -> None:
+        async with world(tmp_path) as w:
+            proc = await w.replica("r0")
+            await eventually(lambda: _is_leader(w, proc), 6.0)
+            before = proc.pid
+            lease = await w.gateway.get(LEASES, vocab.LEADER_LEASE_NAME, w.ctx.namespace)
+            transitions = lease["spec"].get("leaseTransitions")
+            proc.signal(signal.SIGKILL)
+
+            async def restarted() -> bool:
+                return proc.running and proc.pid != before
+
+            await eventually(restarted, 5.0)
+
+            async def leads_again() -> bool:
+                with contextlib.suppress(httpx.HTTPError):  # until it listens again
+                    return await _is_leader(w, proc)
+                return False
+
+            await eventually(leads_again, 5.0)
+            lease = await w.gateway.get(LEASES, vocab.LEADER_LEASE_NAME, w.ctx.namespace)
+            assert lease["spec"]["holderIdentity"] == proc.name
+            assert lease["spec"].get("leaseTransitions") == transitions, "not a new holder"
+            pod = await w.gateway.get(PODS, proc.name, w.ctx.namespace)
+            status = pod["status"]["containerStatuses"][0]
+            assert status["restartCount"] == 1
+            assert status["lastState"]["terminated"]["exitCode"] == 137
+
+    asyncio.run(scenario())
+
+
+async def _is_leader(w: World, proc: ReconcilerPod) -> bool:
     return bool((await w.http.get(f"{proc.url}/health")).json()["leader"])
 
 
@@ -337,9 +385,7 @@ def test_app_outage_leaves_the_mirror_untouched_and_is_visible(tmp_path: Path) -
     asyncio.run(scenario())
 
 
-async def _metric(
-    w: World, proc: ReconcilerProcess, name: str, value: float, eq: bool = False
-) -> bool:
+async def _metric(w: World, proc: ReconcilerPod, name: str, value: float, eq: bool = False) -> bool:
     text = (await w.http.get(f"{proc.url}/metrics")).text
     for line in text.splitlines():
         if line.startswith(f"gpu_reservation_reservation_{name} "):

@@ -10,7 +10,6 @@ nothing in the cluster uses the lease) — never left active and unused.
 from __future__ import annotations
 
 import asyncio
-import signal
 from pathlib import Path
 
 from shared import vocab
@@ -50,8 +49,7 @@ async def killed(tmp_path: Path) -> None:
             return len(leases(w)) == 2
 
         await eventually(granted, 10)
-        proc.signal(signal.SIGKILL)
-        await proc.stop()
+        await proc.kill()  # SIGKILLed and gone: no restart before the leaver is deleted
         for name in ("survivor", "leaver"):
             assert reference(await pod_of(w, name)) is None, "killed before the admission"
         assert (await w.http.delete(f"{w.app}/_sandbox/faults")).status_code in (200, 204)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sandbox.reconciler_component import ReconcilerProcess
+from sandbox.release_replicas import ReconcilerPod
 from shared import vocab
 from shared.clock import ScaledClock, parse_utc
 from tests.reconciler import test_queue_sandbox as queue_sandbox
@@ -45,7 +45,7 @@ def lease_for(w: World, pod: dict[str, Any]) -> Any:
     return next(r for r in leases(w) if r.id == rid)
 
 
-async def retry_at(proc: ReconcilerProcess, pod: str) -> datetime | None:
+async def retry_at(proc: ReconcilerPod, pod: str) -> datetime | None:
     """When the replica planned to ask again for ``pod`` after its first refusal."""
     refused = [
         e

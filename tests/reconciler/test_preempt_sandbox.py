@@ -361,9 +361,12 @@ def test_acceptance_3_forecast_503_while_the_node_watch_is_not_synced(tmp_path: 
 
 async def unsynced(tmp_path: Path) -> None:
     """The Kubernetes emulator fails every node LIST: the replica's node watch never
-    syncs, so the forecast answers 503; once nodes can be listed again, 200."""
+    syncs, so the forecast answers 503; once nodes can be listed again, 200. (The fault
+    hits every client: the release is installed with a first replica, scaled away,
+    before it — the sandbox's own caches and the webhook have synced by then.)"""
     async with world(tmp_path) as w:
         kube = w.ctx.handles["kube"]
+        await (await w.replica("r0", True, **ENV)).stop()
         kube.faults.add(method="GET", path="/api/v1/nodes", status=500, count=None)
         proc = await w.replica("r1", True, **ENV)
         path = f"{proc.url}/api/forecast/preemption-risk"

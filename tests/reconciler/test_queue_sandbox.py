@@ -1,7 +1,7 @@
 """Issue 7 acceptance 1, 2 and 5 in the sandbox with the real kubectl.
 
 kube + app (+ cluster: the emulated scheduler and kubelet) run in-process; the
-reconciler runs as a real process (``sandbox.reconciler_component``). Acceptance 1
+reconciler runs as a real process (a pod of the chart's release). Acceptance 1
 runs on a scaled clock so "five minutes before the window opens" takes seconds.
 """
 

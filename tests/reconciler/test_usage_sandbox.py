@@ -22,7 +22,6 @@ import functools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -31,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.reconciler_component import ReconcilerProcess
+from sandbox.release_replicas import ReconcilerPod
 from sandbox.runner import clock_env
 from sandbox.scenario import load_scenario
 from shared import vocab
@@ -136,24 +135,24 @@ async def running(w: World, name: str, namespace: str) -> bool:
     return bool(pod["status"].get("phase") == "Running")
 
 
-async def leads(w: World, proc: ReconcilerProcess) -> bool:
-    if proc.proc is None or proc.proc.returncode is not None:
+async def leads(w: World, proc: ReconcilerPod) -> bool:
+    if not proc.running:
         return False
     return bool((await w.http.get(f"{proc.url}/health")).json()["leader"])
 
 
-async def leader_of(w: World, procs: list[ReconcilerProcess]) -> ReconcilerProcess:
-    async def found() -> ReconcilerProcess | None:
+async def leader_of(w: World, procs: list[ReconcilerPod]) -> ReconcilerPod:
+    async def found() -> ReconcilerPod | None:
         for p in procs:
             if await leads(w, p):
                 return p
         return None
 
-    got: ReconcilerProcess = await eventually(found, 10)
+    got: ReconcilerPod = await eventually(found, 10)
     return got
 
 
-async def counted(w: World, proc: ReconcilerProcess) -> dict[str, dict[str, float]]:
+async def counted(w: World, proc: ReconcilerPod) -> dict[str, dict[str, float]]:
     """The replica's usage counters by owner (booked, used)."""
     out: dict[str, dict[str, float]] = {}
     for owner in OWNERS:
@@ -218,9 +217,7 @@ async def scenario(tmp_path: Path) -> None:
         first = await leader_of(w, [a, b])
         standby = b if first is a else a
         dead = [await counted(w, first)]
-        first.signal(signal.SIGKILL)
-        assert first.proc is not None
-        await first.proc.wait()
+        await first.kill()  # gone without a shutdown, as after a crash; no restart
         second = await leader_of(w, [standby])
 
         # Later: a fresh replica joins, the leader stops, the fresh one counts on.

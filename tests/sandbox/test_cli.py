@@ -123,3 +123,14 @@ def test_webhook_replicas_is_the_charts_value(
     assert Layers({}, {}, files, sets).merged()["webhook"]["replicas"] == 2
     assert cli.main(args) == 2
     assert Layers({}, {}, *seen[1]).merged()["webhook"]["replicas"] == 3
+
+
+@pytest.mark.timeout(60)
+def test_the_release_without_the_cluster_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The process kubelet is the one way our processes run: a release without the
+    cluster component would install Deployments nobody runs."""
+    state = tmp_path / "state"
+    assert main(["up", "--components", "kube,release", "--state-dir", str(state)]) == 2
+    assert "the release needs the cluster component" in capsys.readouterr().err
