@@ -1,54 +1,36 @@
-"""Children that die with the sandbox: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``.
+"""Children that die with the sandbox: ``setpriv --pdeathsig KILL``.
 
 The process kubelet starts each container in a session of its own (a Ctrl-C in the
 terminal is the sandbox's to handle, not every child's), so nothing in the process
 group reaches them when the sandbox itself is killed hard (SIGKILL of ``python -m
 sandbox`` or of a pytest worker): without more, the webhook and reconciler would run
 on, holding their ports. On Linux each child asks the kernel for SIGKILL when its
-parent goes away, in the child between fork and exec (``preexec_fn``).
+parent goes away (``prctl(PR_SET_PDEATHSIG)``), which survives the ``exec`` of the
+container's command.
 
-The kernel's "parent" here is the *thread* that forked, not the process: the signal
-comes when that thread exits. The runtime spawns from its event loop's thread, which
-lives as long as the sandbox (a sandbox on a background loop keeps that loop's thread
-until it is stopped, and stopping it stops every child first); a spawn from a
-short-lived worker thread would kill the child when that thread ended.
+The call is made by util-linux's ``setpriv`` (Essential in Debian), which sets it and
+execs the command: the pid the kubelet watches is the command's own. Not a
+``preexec_fn``: Python runs that in the child between fork and exec, which is not safe
+while other threads run (the sandbox's have locks a forked child can find held).
 
-A parent that dies between the fork and the ``prctl`` would be missed, so the child
-then compares its parent with the one it was forked from and exits if they differ.
-Elsewhere than Linux there is no such call: ``preexec`` is None and children may
-outlive a hard-killed sandbox.
+The kernel's "parent" is the *thread* that forked, not the process: the signal comes
+when that thread exits. The runtime spawns from its event loop's thread, which lives as
+long as the sandbox (stopping a sandbox stops every child first); a spawn from a
+short-lived worker thread would kill the child when that thread ended. Without
+``setpriv`` (not Linux) the command runs untied and may outlive a hard-killed sandbox.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
-import os
-import signal
+import shutil
 import sys
-from collections.abc import Callable
-
-#: ``<linux/prctl.h>``.
-PR_SET_PDEATHSIG = 1
+from collections.abc import Sequence
 
 
-def preexec() -> Callable[[], None] | None:
-    """The ``preexec_fn`` that ties a child's life to this thread (None off Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = _libc()
-    parent = os.getpid()
-
-    def tie() -> None:
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            os._exit(126)  # the kubelet records the failed start with this code
-        if os.getppid() != parent:
-            os._exit(0)  # the sandbox died before the tie was made
-
-    return tie
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+def tied(command: Sequence[str]) -> list[str]:
+    """``command`` run so that it dies with the thread spawning it (unchanged where the
+    platform has no way to)."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if setpriv is None:
+        return list(command)
+    return [setpriv, "--pdeathsig", "KILL", "--", *command]

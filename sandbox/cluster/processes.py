@@ -388,7 +388,9 @@ class ProcessRuntime:
         await self._clock.sleep(wait)
 
     async def _spawn(self, run: PodRun, c: ContainerRun, log: IO[bytes]) -> LocalProcess:
-        command = argv(run, c, c.env)
+        # Dies with the sandbox even when the sandbox is SIGKILLed; spawned from the
+        # loop's thread, which outlives every child (sandbox.cluster.pdeath).
+        command = pdeath.tied(argv(run, c, c.env))
         proc = await asyncio.create_subprocess_exec(
             *command,
             env=c.env,
@@ -397,9 +399,6 @@ class ProcessRuntime:
             stdout=log,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
-            # Dies with the sandbox even when the sandbox is SIGKILLed; spawned from the
-            # loop's thread, which outlives every child (sandbox.cluster.pdeath).
-            preexec_fn=pdeath.preexec(),
         )
         return LocalProcess(run.namespace, run.name, c.name, proc, Path(log.name))
 

@@ -76,8 +76,7 @@ def test_a_tied_child_dies_with_its_parent_and_an_untied_one_does_not() -> None:
         """
         import subprocess, sys
         from sandbox.cluster import pdeath
-        tied = subprocess.Popen(["sleep", "60"], start_new_session=True,
-                                preexec_fn=pdeath.preexec())
+        tied = subprocess.Popen(pdeath.tied(["sleep", "60"]), start_new_session=True)
         free = subprocess.Popen(["sleep", "60"], start_new_session=True)
         print(tied.pid, free.pid, flush=True)
         subprocess.run(["sleep", "60"])
@@ -107,7 +106,21 @@ def test_a_tied_child_dies_with_its_parent_and_an_untied_one_does_not() -> None:
 
 def test_off_linux_there_is_no_tie(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert pdeath.preexec() is None
+    assert pdeath.tied(["sleep", "1"]) == ["sleep", "1"]
+
+
+@linux_only
+def test_the_tie_keeps_the_commands_own_pid_and_argv() -> None:
+    """``setpriv`` execs the command: the pid the kubelet watches is the command's."""
+    child = subprocess.Popen(pdeath.tied(["sleep", "60"]))
+    try:
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while command_of(child.pid) != ["sleep", "60"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert command_of(child.pid) == ["sleep", "60"]
+    finally:
+        child.kill()
+        child.wait()
 
 
 @linux_only
