@@ -153,12 +153,8 @@ class Applier:
 
     # --- whole releases ---------------------------------------------------------------
 
-    async def install(
-        self, rendered: Rendered, layers: Layers, withheld: frozenset[str] = frozenset()
-    ) -> Record:
-        """``helm install --create-namespace`` (without ``--wait``), with no object of
-        the ``withheld`` kinds."""
-        rendered = rendered.without(withheld)
+    async def install(self, rendered: Rendered, layers: Layers) -> Record:
+        """``helm install --create-namespace`` (without ``--wait``)."""
         with contextlib.suppress(Conflict):
             await self.gateway.create(NAMESPACES, _namespace(self.namespace))
         for crd in rendered.crds:
@@ -167,7 +163,7 @@ class Applier:
         await self.run_hooks(rendered, "pre-install")
         for manifest in rendered.manifests:
             await self.put(manifest, None)
-        record = Record(1, rel.DEPLOYED, layers, rendered.manifests, rendered.values, withheld)
+        record = Record(1, rel.DEPLOYED, layers, rendered.manifests, rendered.values)
         await self.gateway.create(
             SECRETS, rel.record_secret(record, self.namespace, self.now()), self.namespace
         )
@@ -175,9 +171,7 @@ class Applier:
         return record
 
     async def upgrade(self, previous: Record, rendered: Rendered, layers: Layers) -> Record:
-        """``helm upgrade``: apply the difference from ``previous`` to ``rendered``
-        (the kinds ``previous`` withheld stay withheld)."""
-        rendered = rendered.without(previous.withheld)
+        """``helm upgrade``: apply the difference from ``previous`` to ``rendered``."""
         await self.run_hooks(rendered, "pre-upgrade")
         before = {m.key: m for m in previous.manifest}
         now_keys = {m.key for m in rendered.manifests}
@@ -189,12 +183,7 @@ class Applier:
             if manifest.annotations.get(rel.RESOURCE_POLICY) != "keep":
                 await self.delete(manifest)
         record = Record(
-            previous.version + 1,
-            rel.DEPLOYED,
-            layers,
-            rendered.manifests,
-            rendered.values,
-            previous.withheld,
+            previous.version + 1, rel.DEPLOYED, layers, rendered.manifests, rendered.values
         )
         await self._supersede(previous)
         await self.gateway.create(

@@ -182,18 +182,6 @@ class Rendered:
         """The hooks of ``event`` in the order Helm runs them."""
         return [h for h in self.hooks if event in h.events]
 
-    def without(self, kinds: Iterable[str]) -> Rendered:
-        """This render with no object (hook or not) of ``kinds``."""
-        out = frozenset(kinds)
-        return Rendered(
-            self.crds,
-            [m for m in self.manifests if m.kind not in out],
-            [h for h in self.hooks if h.manifest.kind not in out],
-            self.values,
-            self.notes,
-            self.effective,
-        )
-
 
 def manifest_text(manifests: Iterable[Manifest]) -> str:
     """A manifest as Helm stores it: each object under a ``# Source:`` line."""
@@ -258,8 +246,6 @@ class Record:
     layers: Layers
     manifest: list[Manifest] = field(default_factory=list)
     values: Obj = field(default_factory=dict)
-    #: Kinds this sandbox does not apply (``sandbox.release_component``).
-    withheld: frozenset[str] = frozenset()
 
 
 def secret_name(version: int, release: str = RELEASE_NAME) -> str:
@@ -276,7 +262,6 @@ def record_secret(record: Record, namespace: str, now: str, release: str = RELEA
         "config": record.values,
         "manifest": manifest_text(record.manifest),
         "sandbox_layers": record.layers.to_json(),
-        "sandbox_withheld": sorted(record.withheld),
     }
     packed = base64.b64encode(gzip.compress(json.dumps(body).encode())).decode()
     return {
@@ -315,7 +300,6 @@ def from_secret(secret: Obj) -> Record:
         Layers.from_json(body.get("sandbox_layers") or {}),
         manifest,
         dict(body.get("config") or {}),
-        frozenset(body.get("sandbox_withheld") or ()),
     )
 
 

@@ -73,9 +73,7 @@ def test_a_bad_value_is_refused_with_helms_message() -> None:
 def test_the_record_round_trips_through_its_secret() -> None:
     rendered = chart()
     layers = Layers({"a": 1}, {"b": 2}, ({"c": 3},), ("d=4",))
-    record = rel.Record(
-        2, rel.DEPLOYED, layers, rendered.manifests, rendered.values, frozenset({"Job"})
-    )
+    record = rel.Record(2, rel.DEPLOYED, layers, rendered.manifests, rendered.values)
     secret = rel.record_secret(record, NS, "2026-12-05T00:00:00Z")
     assert secret["metadata"]["name"] == "sh.helm.release.v1.gpu-reservation.v2"
     assert secret["type"] == "helm.sh/release.v1"
@@ -86,7 +84,7 @@ def test_the_record_round_trips_through_its_secret() -> None:
         "version": "2",
     }
     back = rel.from_secret(secret)
-    assert (back.version, back.layers, back.withheld) == (2, layers, frozenset({"Job"}))
+    assert (back.version, back.layers, back.values) == (2, layers, rendered.values)
     assert [m.obj for m in back.manifest] == [m.obj for m in rendered.manifests]
     assert [m.path for m in back.manifest] == [m.path for m in rendered.manifests]
     with pytest.raises(ValueError, match="not a release record"):
