@@ -274,10 +274,26 @@ class System:
         return {"emulators": time.process_time(), "reconciler": cpu_s(self.reconciler.pid)}
 
     def requests(self) -> int:
-        return sum(int(counted(self.health_url(r), "requests_total")[0]) for r in self.replicas)
+        return int(self.samples()[0])
+
+    def samples(self) -> list[float]:
+        """``CELL_SAMPLES`` summed over the replicas."""
+        found = [counted(self.health_url(r), *CELL_SAMPLES) for r in self.replicas]
+        return [sum(column) for column in zip(*found, strict=True)]
 
     def health_url(self, replica: Replica) -> str:
         return f"http://{replica.ip}:{self.health_port}"
+
+
+#: What a system cell reads from every replica before and after: answers, fail-opens,
+#: group commits (how many, how many claims they carried), 409s met.
+CELL_SAMPLES = (
+    "requests_total",
+    "fail_open_total",
+    "claim_group_size_count",
+    "claim_group_size_sum",
+    "ledger_conflicts_total",
+)
 
 
 def counted(health_url: str, *samples: str) -> list[float]:
@@ -424,11 +440,16 @@ def cells() -> list[Cell]:
 async def system_arm(
     system: System, cell: Cell, owner_tokens: dict[str, str], tag: str
 ) -> dict[str, Any]:
-    cpu, answered = system.cpu_s(), await asyncio.to_thread(system.requests)
+    cpu, before = system.cpu_s(), await asyncio.to_thread(system.samples)
     others, calls = system.others_cpu_s(), dispatch_times(system.kube)
+    writes = system.kube.store.resource_version
     maker = PlanMaker(cell.plan, owner_tokens, tag, HELD)
     out = await asyncio.to_thread(run_plan, system.kube.secure_port, maker, cell.shape)
-    cpu, answered = system.cpu_s() - cpu, await asyncio.to_thread(system.requests) - answered
+    writes = system.kube.store.resource_version - writes
+    cpu, after_ = system.cpu_s() - cpu, await asyncio.to_thread(system.samples)
+    answered, fails, groups, grouped, conflicts = (
+        int(a - b) for a, b in zip(after_, before, strict=True)
+    )
     others = {k: v - others[k] for k, v in system.others_cpu_s().items()}
     after = dispatch_times(system.kube)
     calls = DispatchTimes(
@@ -452,6 +473,11 @@ async def system_arm(
         ),
         "over_admitted": over,
         "webhook_requests": answered,
+        "fail_opens": fails,
+        "claim_groups": groups,
+        "claims_grouped": grouped,
+        "ledger_conflicts": conflicts,
+        "store_writes_per_pod": writes / len(cell.plan),
         "webhook_cpu_ms_per_request": cpu * 1e3 / answered if answered else math.nan,
         "webhook_cpu_ms_per_admitted": cpu * 1e3 / admitted if admitted else math.nan,
         "drain_s": drain_s,
@@ -500,6 +526,10 @@ def pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "admitted",
         "admitted_pods_listed",
         "webhook_requests",
+        "fail_opens",
+        "claim_groups",
+        "claims_grouped",
+        "ledger_conflicts",
     ):
         if key in rounds[0]:
             found[key] = sum(r[key] for r in rounds)
@@ -509,6 +539,7 @@ def pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         found["webhook_cpu_ms_per_request"] = [r["webhook_cpu_ms_per_request"] for r in rounds]
         found["webhook_cpu_ms_per_admitted"] = [r["webhook_cpu_ms_per_admitted"] for r in rounds]
         found["drain_s"] = [r["drain_s"] for r in rounds]
+        found["store_writes_per_pod"] = [r["store_writes_per_pod"] for r in rounds]
         found["others_cpu_ms_per_pod"] = [r["others_cpu_ms_per_pod"] for r in rounds]
         found["call_ms_per_create"] = [r["call_ms_per_create"] for r in rounds]
         found["matching_ms_per_create"] = [r["matching_ms_per_create"] for r in rounds]
@@ -790,7 +821,10 @@ def lines(found: dict[str, Any]) -> list[str]:
             f"{spread(s['webhook_cpu_ms_per_admitted'])} ms; drained in "
             f"{spread(s['drain_s'])} s; the API server's webhook call "
             f"{spread(s['call_ms_per_create'])} ms and matchConditions "
-            f"{spread(s['matching_ms_per_create'])} ms per create (mean); CPU ms per pod: "
+            f"{spread(s['matching_ms_per_create'])} ms per create (mean); {s['fail_opens']} "
+            f"fail-opens, {s['claims_grouped'] / max(1, s['claim_groups']):.1f} claims per "
+            f"group commit, {s['ledger_conflicts']} 409s, "
+            f"{spread(s['store_writes_per_pod'])} store writes per pod; CPU ms per pod: "
             + ", ".join(
                 f"{k} {spread([r[k] for r in s['others_cpu_ms_per_pod']])}"
                 for k in ("emulators", "reconciler")
