@@ -603,10 +603,3 @@ def pin(pid: int | None, server: bool) -> None:
         return
     with contextlib.suppress(OSError):
         os.sched_setaffinity(pid, cores[0] if server else cores[1])
-
-
-def describe_placement() -> str:
-    cores = placement()
-    if cores is None:
-        return "not pinned (one core)"
-    return f"server on cpu {sorted(cores[0])}, load and API emulator on cpu {sorted(cores[1])}"
