@@ -297,6 +297,12 @@ class Maker(Protocol):
     def report(self) -> dict[str, Any]: ...
 
 
+class Bucket(Protocol):
+    """A rate limiter: ``take`` returns once a request may be released."""
+
+    async def take(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Shape:
     """How requests arrive. Closed loop (``rate`` None): each of ``connections`` sends
@@ -361,8 +367,12 @@ class _Clock:
 class _Runner:
     """One load process: its connections, the start signal, the loop, its counts."""
 
-    def __init__(self, target: Target, shape: Shape, maker: Maker) -> None:
+    def __init__(
+        self, target: Target, shape: Shape, maker: Maker, bucket: Bucket | None = None
+    ) -> None:
         self.target, self.shape, self.maker = target, shape, maker
+        #: The open loop's rate limiter (a ``TokenBucket`` of the shape's rate by default).
+        self.bucket = bucket
         self.counts = Counts()
         self._next = 0
 
@@ -412,7 +422,7 @@ class _Runner:
 
     async def _open(self, streams: list[Stream], clock: _Clock) -> None:
         assert self.shape.rate is not None
-        bucket = TokenBucket(self.shape.rate, self.shape.burst, time.perf_counter)
+        bucket = self.bucket or TokenBucket(self.shape.rate, self.shape.burst, time.perf_counter)
         free: asyncio.Queue[Stream] = asyncio.Queue()
         for stream in streams:
             free.put_nowait(stream)

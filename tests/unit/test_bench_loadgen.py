@@ -183,3 +183,42 @@ def test_the_create_maker_turns_owners_and_alternates_names() -> None:
     assert owners == [b"o0", b"o1", b"o2", b"o0"]
     named = [b'"name": "bx-0-' in d for d in sent if d is not None]
     assert named == [True, False, True, False]
+
+
+class Tokens:
+    """A rate limiter the test opens by hand: ``grant`` tokens, then ``take`` waits."""
+
+    def __init__(self) -> None:
+        self.left = 0
+        self.more = asyncio.Event()
+
+    def grant(self, count: int) -> None:
+        self.left += count
+        self.more.set()
+
+    async def take(self) -> None:
+        while self.left == 0:
+            self.more.clear()
+            await self.more.wait()
+        self.left -= 1
+
+
+def test_an_open_loop_releases_a_request_only_with_a_token(server: Server) -> None:
+    shape = Shape(4, rate=1.0, tls=False)
+    maker = PlanMaker(plan(6), TOKENS, "t", None)
+    maker.setup(0, 1, shape.connections)
+    tokens = Tokens()
+    runner = loadgen._Runner(Target("127.0.0.1", server.port), shape, maker, tokens)
+
+    async def main() -> tuple[int, int]:
+        task = asyncio.create_task(runner.run(await runner.connect()))
+        tokens.grant(2)
+        for _ in range(20):  # the two released ones come back; nothing more is sent
+            await asyncio.sleep(0.01)
+        first = runner.counts.sent
+        tokens.grant(4)
+        await task
+        return first, runner.counts.answers
+
+    assert asyncio.run(main()) == (2, 6)
+    assert [b["metadata"]["name"] for b in server.bodies] == [f"t-{i}" for i in range(6)]
