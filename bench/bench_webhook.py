@@ -7,8 +7,9 @@ the reservation app emulator, the chart's release with **three webhook replicas*
 as a user's create reaches it: the API server calls the webhook through its Service,
 balanced per round trip. Beside it, **alone**: a second kube emulator in this process
 with the same namespaces, users and admission plugin and no webhook configuration.
-Each cell runs on both arms, alternating (system first on even cells, ``ROUNDS``
-rounds), and reports the latency the system adds (system − alone, p50 and p99).
+Each cell runs on both arms, ``ROUNDS`` rounds, alternating (system first when the
+cell's and the round's numbers add up even), and reports the latency the system adds
+(system − alone, p50 and p99).
 
 **The bookings**: 50 owners (namespaces ``u00``…``u49``), each with one open h100
 booking from the app, sizes as GPU nodes come (``SIZES``): five of 1 GPU, five of 2,
