@@ -1,38 +1,34 @@
 """The pod-creation load: separate processes creating pods through an API server.
 
-Each load process opens its share of ``c`` keep-alive HTTPS connections to the API
-server (TLS handshakes done before the clock starts), waits for the common start signal
-and sends, per connection, one ``POST /api/v1/namespaces/<owner>/pods`` at a time —
-closed-loop concurrency ``c`` — as the owner (their bearer token, the ``edit`` role in
-their namespace), as kubectl would. Requests alternate per connection between a pod
-with a name of its own and a pod with ``generateName`` (a controller's), and rotate
-over the owners, so every owner gets its share. The pod: a 1-GPU pod of the booking's
-class, ``restartPolicy: Never``.
+Requests are ``POST /api/v1/namespaces/<owner>/pods`` over keep-alive HTTPS, each as
+the pod's owner (their bearer token, the ``edit`` role in their namespace), as kubectl
+or a controller would; the processes, connections and arrivals are the generator's
+(``bench.loadgen.generate``). Two request makers:
 
-Counted: requests *started* after the warm-up and *answered* before the end of the
-measured interval; their latency (send → whole answer read), their HTTP status, and
-whether the created pod came back admitted (it carries ``vocab.BOOKING_REFERENCE``).
+- ``CreateMaker`` (``run_creates``, ``bench create``): closed loop at ``c``
+  connections for an interval; requests alternate between a pod with a name of its
+  own and one with ``generateName``, and rotate over the owners, so every owner gets
+  its share. The pod: a 1-GPU pod of the booking's class, ``restartPolicy: Never``.
+- ``PlanMaker`` (``run_plan``, ``bench webhook``): a fixed list of pods (``Planned``:
+  owner, class, GPUs, named or not), closed loop or rate-limited open loop, each
+  answer recorded with its pod's place in the list.
+
+Counted: requests sent after the warm-up and answered before the end of the measured
+interval; their latency, their HTTP status, and whether the created pod came back
+admitted (it carries ``vocab.BOOKING_REFERENCE``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import math
-import multiprocessing as mp
-import ssl
-import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.loadgen import exchange
+from bench.loadgen import Shape, Target, generate
 from shared import vocab
 
-#: Connections per load process.
-CONNECTIONS_PER_PROCESS = 25
-#: Seconds a load process may take to start and connect before the run gives up.
-START_TIMEOUT_S = 30.0
 ADMITTED_MARK = json.dumps(vocab.BOOKING_REFERENCE).encode()
 
 
@@ -66,23 +62,26 @@ class CreateOutcome:
         self.errors += other["errors"]
 
 
-def pod_body(gpu_class: str, name: str | None) -> bytes:
-    """A 1-GPU pod of ``gpu_class``: named ``name``, or ``generateName`` when None."""
+def pod_body(gpu_class: str, name: str | None, gpus: int = 1, gate: str | None = None) -> bytes:
+    """A pod of ``gpu_class`` asking ``gpus`` GPUs (none: a CPU pod without the class
+    label): named ``name``, or ``generateName`` when None; held by scheduling gate
+    ``gate`` when given."""
     naming = {"name": name} if name else {"generateName": "bench-"}
+    labels = {vocab.GPU_CLASS_LABEL: gpu_class} if gpus else {}
+    limits = {vocab.GPU_RESOURCE: str(gpus)} if gpus else {}
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "image": "registry.local/train:1", "resources": {"limits": limits}}
+        ],
+        "restartPolicy": "Never",
+    }
+    if gate:
+        spec["schedulingGates"] = [{"name": gate}]
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {**naming, "labels": {vocab.GPU_CLASS_LABEL: gpu_class}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.local/train:1",
-                    "resources": {"limits": {vocab.GPU_RESOURCE: "1"}},
-                }
-            ],
-            "restartPolicy": "Never",
-        },
+        "metadata": {**naming, "labels": labels},
+        "spec": spec,
     }
     return json.dumps(pod).encode()
 
@@ -96,97 +95,131 @@ def request_bytes(owner: str, token: str, body: bytes) -> bytes:
     return head + body
 
 
-class _Process:
-    """One load process: its connections, the shared start signal, its counts."""
+def admitted(status: int, body: bytes) -> bool:
+    """The create succeeded and the pod it answers carries a booking reference."""
+    return status == 201 and ADMITTED_MARK in body
 
-    def __init__(self, load: CreateLoad, index: int, connections: int) -> None:
-        self.load, self.index, self.connections = load, index, connections
+
+class CreateMaker:
+    """``CreateLoad``'s requests: owners in turn, named and ``generateName`` alternating."""
+
+    def __init__(self, load: CreateLoad) -> None:
+        self.load = load
         self.owners = sorted(load.tokens)
-        self.found: dict[str, Any] = {
-            "latencies": [],
-            "statuses": Counter(),
-            "admitted": 0,
-            "errors": 0,
-        }
+        self.index = 0
+        self.found = {"admitted": 0}
 
-    async def run(self, ready: Any, go: Any) -> dict[str, Any]:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE  # the server's identity is not what we measure
-        streams = [
-            await asyncio.open_connection("127.0.0.1", self.load.port, ssl=context)
-            for _ in range(self.connections)
-        ]
-        ready.put(self.index)
-        await asyncio.to_thread(go.wait, START_TIMEOUT_S)
-        begin = time.perf_counter() + self.load.warmup_s
-        end = begin + self.load.measure_s
-        await asyncio.gather(
-            *(self._connection(i, r, w, begin, end) for i, (r, w) in enumerate(streams))
-        )
-        for _, writer in streams:
-            writer.close()
-        return self.found
+    def setup(self, index: int, processes: int, connections: int) -> None:
+        self.index = index
 
-    async def _connection(
-        self,
-        conn: int,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        begin: float,
-        end: float,
-    ) -> None:
-        sent = 0
-        slot = self.index * CONNECTIONS_PER_PROCESS + conn
-        while time.perf_counter() < end:
-            owner = self.owners[(slot + sent) % len(self.owners)]
-            name = None if sent % 2 else f"b{self.load.tag}-{self.index}-{conn}-{sent}"
-            data = request_bytes(
-                owner, self.load.tokens[owner], pod_body(self.load.gpu_class, name)
-            )
-            started = time.perf_counter()
-            try:
-                status, body = await exchange(reader, writer, data)
-            except (OSError, asyncio.IncompleteReadError, ValueError):
-                self.found["errors"] += 1
-                return
-            done = time.perf_counter()
-            sent += 1
-            if started >= begin and done <= end:
-                self.found["latencies"].append(done - started)
-                self.found["statuses"][status] += 1
-                self.found["admitted"] += status == 201 and ADMITTED_MARK in body
+    def request(self, seq: int) -> bytes | None:
+        owner = self.owners[(self.index + seq) % len(self.owners)]
+        name = None if seq % 2 else f"b{self.load.tag}-{self.index}-{seq}"
+        body = pod_body(self.load.gpu_class, name)
+        return request_bytes(owner, self.load.tokens[owner], body)
 
+    def answered(self, seq: int, status: int, body: bytes, latency: float, counted: bool) -> None:
+        if counted:
+            self.found["admitted"] += admitted(status, body)
 
-def _main(load: CreateLoad, index: int, connections: int, ready: Any, go: Any, out: Any) -> None:
-    found = asyncio.run(_Process(load, index, connections).run(ready, go))
-    found["statuses"] = dict(found["statuses"])
-    out.put(found)
+    def finish(self) -> None:
+        pass
+
+    def report(self) -> dict[str, Any]:
+        return dict(self.found)
 
 
 def run_creates(load: CreateLoad) -> CreateOutcome:
-    """Run ``load`` from separate processes (spawned); their merged outcome."""
-    spawn = mp.get_context("spawn")
-    ready, out, go = spawn.Queue(), spawn.Queue(), spawn.Event()
-    count = max(1, math.ceil(load.connections / CONNECTIONS_PER_PROCESS))
-    base, extra = divmod(load.connections, count)
-    procs = [
-        spawn.Process(target=_main, args=(load, i, base + (i < extra), ready, go, out), daemon=True)
-        for i in range(count)
-    ]
-    for proc in procs:
-        proc.start()
-    try:
-        for _ in procs:
-            ready.get(timeout=START_TIMEOUT_S)
-        go.set()
-        outcome = CreateOutcome()
-        for _ in procs:
-            outcome.merge(out.get(timeout=START_TIMEOUT_S + load.warmup_s + load.measure_s))
-        return outcome
-    finally:
-        for proc in procs:
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+    """Run ``load`` from separate processes (spawned), closed loop; their merged outcome."""
+    shape = Shape(load.connections, load.warmup_s, load.measure_s)
+    outcome = CreateOutcome()
+    for found in generate(Target("127.0.0.1", load.port), shape, CreateMaker(load)):
+        outcome.merge(found)
+    return outcome
+
+
+# --- a planned list of pods ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One pod of a plan: its owner (namespace), class, GPUs (0: a CPU pod), and whether
+    it has a name of its own (else ``generateName``, as a controller's pods)."""
+
+    owner: str
+    gpu_class: str
+    gpus: int
+    named: bool
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a planned pod's create got: its place in the plan, latency (s), HTTP status,
+    admitted at creation, counted (inside the measured interval)."""
+
+    item: int
+    latency: float
+    status: int
+    admitted: bool
+    counted: bool
+
+
+class PlanMaker:
+    """The creates of a plan: process ``i`` of ``n`` sends items ``i``, ``i + n``, …;
+    every pod carries scheduling gate ``gate`` when given; named pods are called
+    ``<tag>-<item>``."""
+
+    def __init__(
+        self, plan: Sequence[Planned], tokens: dict[str, str], tag: str, gate: str | None
+    ) -> None:
+        self.plan, self.tokens, self.tag, self.gate = list(plan), tokens, tag, gate
+        self.items: list[int] = []
+        self.answers: list[Answer] = []
+
+    def setup(self, index: int, processes: int, connections: int) -> None:
+        self.items = list(range(index, len(self.plan), processes))
+
+    def request(self, seq: int) -> bytes | None:
+        if seq >= len(self.items):
+            return None
+        item = self.items[seq]
+        pod = self.plan[item]
+        name = f"{self.tag}-{item}" if pod.named else None
+        body = pod_body(pod.gpu_class, name, pod.gpus, self.gate)
+        return request_bytes(pod.owner, self.tokens[pod.owner], body)
+
+    def answered(self, seq: int, status: int, body: bytes, latency: float, counted: bool) -> None:
+        item = self.items[seq]
+        self.answers.append(Answer(item, latency, status, admitted(status, body), counted))
+
+    def finish(self) -> None:
+        pass
+
+    def report(self) -> dict[str, Any]:
+        return {"replies": [vars(a) for a in self.answers]}
+
+
+@dataclass
+class PlanOutcome:
+    """A plan's answers (in the order they came) and the generator's counts, merged."""
+
+    answers: list[Answer] = field(default_factory=list)
+    errors: int = 0
+    seconds: float = 0.0
+    cpu_s: float = 0.0
+    sent: int = 0
+
+    def merge(self, other: dict[str, Any]) -> None:
+        self.answers += [Answer(**a) for a in other["replies"]]
+        self.errors += other["errors"]
+        self.seconds = max(self.seconds, other["seconds"])
+        self.cpu_s += other["cpu_s"]
+        self.sent += other["sent"]
+
+
+def run_plan(port: int, maker: PlanMaker, shape: Shape) -> PlanOutcome:
+    """Create ``maker``'s pods through the API server at ``port`` as ``shape`` says."""
+    outcome = PlanOutcome()
+    for found in generate(Target("127.0.0.1", port), shape, maker):
+        outcome.merge(found)
+    return outcome

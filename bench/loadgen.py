@@ -1,26 +1,29 @@
-"""The load generator: separate processes sending AdmissionReviews over keep-alive TLS.
+"""The load generator: separate processes sending requests over keep-alive HTTP/1.1.
 
 A benchmark that drives a server from its own process measures the client as much as
-the server (one GIL, one event loop). Here each load process opens its share of the
-connections (TLS handshakes done before the clock starts), waits for the common start
-signal, and sends one request at a time per connection — closed-loop concurrency
-``c`` = connections. The client is a few lines of HTTP/1.1 over ``asyncio`` streams
-(no httpx): the request bytes are prepared once per request from a template, so the
+the server (one GIL, one event loop). ``generate`` runs the load in processes of at
+most ``CONNECTIONS_PER_PROCESS`` connections each (TLS handshakes done before the
+clock starts), started together by one signal. What is sent and what an answer means
+is a *request maker*'s (``Maker``): the AdmissionReviews of the webhook's direct cells
+(``ReviewMaker`` here), the pod creates of the API server's (``bench.createload``).
+How requests arrive is a ``Shape``: closed loop (``c`` connections, each sending its
+next request once its answer is read) or open loop (requests released by a token
+bucket at a rate, as a controller's client-go rate limiter releases them, each on a
+free connection of a pool). The client is a few lines of HTTP/1.1 over ``asyncio``
+streams (``exchange``, no httpx): request bytes are prepared by the maker, so the
 client's own cost per request stays far below the server's.
 
-Counted: requests *started* after the warm-up and *answered* before the end of the
-measured interval; their latencies (send → whole answer read). Answers are classified
-by their bytes: HTTP status, carries a patch, says "admitted under".
+Counted: requests *started* (closed loop) or *released* (open loop) after the warm-up
+and answered before the end of the measured interval; their latencies (send or release
+→ whole answer read). The review maker classifies answers by their bytes: HTTP status,
+carries a patch, says "admitted under".
 
-The *feed*: a claim load given a socket path (``Load.feed``) sends the upkeep stand-in
+The *feed*: a review load given a socket path (``Load.feed``) sends the upkeep stand-in
 (``bench.standin``) the claim id of every admitted answer, warm-up included — the
 pod it names is the one the apiserver would now create, so the stand-in binds only
 holds a pod carries, as the reconciler does. Ids go a few per UNIX datagram
 (``FEED_BATCH``, or after ``FEED_WAIT_S``), non-blocking: a load process shares its
 core with the emulator, so the feed must cost it little.
-
-``python -m bench.loadgen`` is not a thing: ``run_load`` starts the processes itself
-(multiprocessing, spawn) and merges what they report.
 """
 
 from __future__ import annotations
@@ -38,15 +41,18 @@ import ssl
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
 
+from sandbox.cluster.ratelimit import TokenBucket
 from shared import pointer, vocab
 
 #: Connections per load process (more processes for more connections).
 CONNECTIONS_PER_PROCESS = 25
 #: Seconds a load process may take to start and connect before the run gives up.
 START_TIMEOUT_S = 30.0
+#: Seconds a run without a measured interval's end (until its makers run out) may take.
+RUN_GIVE_UP_S = 600.0
 #: Claim ids per datagram of the feed, and the longest an id waits for its datagram.
 #: Small: an id late for the stand-in's pass leaves its hold unbound a pass longer, and
 #: at ≈ 4000 claims/s 16 ids / 5 ms left the 128-GPU booking full (1320 of ≈ 10,000
@@ -60,6 +66,9 @@ FEED_BACKLOG = 4096
 FEED_CLOSE_S = 2.0
 #: The pointer of the claim annotation when the pod already had annotations.
 CLAIM_POINTER = pointer.annotation(vocab.ADMISSION_CLAIM)
+
+
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 @dataclass(frozen=True)
@@ -262,126 +271,262 @@ async def exchange(
     return status, await reader.readexactly(int(headers.get("content-length", "0")))
 
 
-class _Process:
-    """One load process: its connections, the shared start signal, its counts."""
+# --- the generator: processes, keep-alive connections, closed or rate-limited open loop --
 
-    def __init__(self, target: Target, load: Load, index: int, connections: int) -> None:
-        self.target, self.load = target, load
-        self.index, self.connections = index, connections
-        self.body = template(load.kind, load.owner)
-        self.feed = Feed(load.feed) if load.feed else None
-        self.found: dict[str, Any] = {
-            "latencies": [],
-            "statuses": Counter(),
-            "patched": 0,
-            "admitted": 0,
-            "errors": 0,
-            "seconds": 0.0,
-            "cpu_s": 0.0,
-            "answers": 0,
-            "unfed": 0,
-        }
 
-    async def run(self, ready: Any, go: Any) -> dict[str, Any]:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE  # the server's identity is not what we measure
-        streams = [
-            await asyncio.open_connection(self.target.host, self.target.port, ssl=context)
-            for _ in range(self.connections)
-        ]
-        ready.put(self.index)
-        await asyncio.to_thread(go.wait, START_TIMEOUT_S)
+class Maker(Protocol):
+    """What one load process sends and what it makes of the answers. A copy goes to
+    every process (pickled: spawn), which calls ``setup`` first. ``request(seq)`` gives
+    the bytes of the process's ``seq``-th request (0, 1, 2, … in the order sent) or None
+    when it has no more; ``answered`` sees every answer, ``counted`` when it was sent
+    after the warm-up and read before the end of the measured interval; ``report``
+    gives what it found (picklable), merged by the caller; ``finish`` comes between the
+    last answer and ``report``. ``setup`` is told the process's index, how many there
+    are and the process's connections."""
+
+    def setup(self, index: int, processes: int, connections: int) -> None: ...
+
+    def request(self, seq: int) -> bytes | None: ...
+
+    def answered(
+        self, seq: int, status: int, body: bytes, latency: float, counted: bool
+    ) -> None: ...
+
+    def finish(self) -> None: ...
+
+    def report(self) -> dict[str, Any]: ...
+
+
+class Bucket(Protocol):
+    """A rate limiter: ``take`` returns once a request may be released."""
+
+    async def take(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How requests arrive. Closed loop (``rate`` None): each of ``connections`` sends
+    its next request when its answer is read. Open loop: requests are released by a
+    token bucket (``rate`` a second after ``burst`` at once, as client-go's rate
+    limiter releases a controller's calls, ``sandbox.cluster.ratelimit.TokenBucket``),
+    each sent on a free connection of a pool of ``connections``; its latency runs from
+    its release, so time spent waiting for a connection counts. Both end when the
+    makers have no more requests or after ``warmup_s + measure_s``."""
+
+    connections: int
+    warmup_s: float = 0.0
+    measure_s: float = math.inf
+    rate: float | None = None
+    burst: int = 1
+    tls: bool = True
+
+    def shares(self) -> list[int]:
+        """Connections of each load process."""
+        count = max(1, math.ceil(self.connections / CONNECTIONS_PER_PROCESS))
+        base, extra = divmod(self.connections, count)
+        return [base + (i < extra) for i in range(count)]
+
+    def of_process(self, connections: int) -> Shape:
+        """This shape for one process of ``connections``: its part of the rate."""
+        if self.rate is None:
+            return replace(self, connections=connections)
+        part = connections / self.connections
+        return replace(
+            self,
+            connections=connections,
+            rate=self.rate * part,
+            burst=max(1, round(self.burst * part)),
+        )
+
+
+@dataclass
+class Counts:
+    """What the generator itself counts in a process: latencies of the counted
+    answers, statuses, errors (a connection lost: it sends no more), the interval's
+    wall seconds, the process's CPU seconds from the start signal to its last answer
+    and the answers read meanwhile (warm-up included)."""
+
+    latencies: list[float] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
+    errors: int = 0
+    seconds: float = 0.0
+    cpu_s: float = 0.0
+    answers: int = 0
+    sent: int = 0
+
+
+class _Clock:
+    """The interval of one process: warm-up from the start signal, then measured."""
+
+    def __init__(self, shape: Shape) -> None:
+        self.started = time.perf_counter()
+        self.begin = self.started + shape.warmup_s
+        self.end = self.begin + shape.measure_s
+
+
+class _Runner:
+    """One load process: its connections, the start signal, the loop, its counts."""
+
+    def __init__(
+        self, target: Target, shape: Shape, maker: Maker, bucket: Bucket | None = None
+    ) -> None:
+        self.target, self.shape, self.maker = target, shape, maker
+        #: The open loop's rate limiter (a ``TokenBucket`` of the shape's rate by default).
+        self.bucket = bucket
+        self.counts = Counts()
+        self._next = 0
+
+    def _take(self) -> tuple[int, bytes] | None:
+        seq = self._next
+        data = self.maker.request(seq)
+        if data is None:
+            return None
+        self._next += 1
+        return seq, data
+
+    async def stream(self) -> Stream:
+        """A new connection to the target."""
+        context = None
+        if self.shape.tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE  # the server's identity is not measured
+        return await asyncio.open_connection(self.target.host, self.target.port, ssl=context)
+
+    async def connect(self) -> list[Stream]:
+        return [await self.stream() for _ in range(self.shape.connections)]
+
+    async def run(self, streams: list[Stream]) -> Counts:
+        """Send until the maker runs out or the interval ends (the start signal given)."""
         cpu0 = time.process_time()
-        t0 = time.perf_counter()
-        load = self.load
-        begin = t0 + (0.0 if load.per_connection else load.warmup_s)
-        end = begin + (math.inf if load.per_connection else load.measure_s)
-        await asyncio.gather(
-            *(self._connection(i, r, w, begin, end) for i, (r, w) in enumerate(streams))
-        )
-        self.found["seconds"] = (
-            (time.perf_counter() - begin) if load.per_connection else load.measure_s
-        )
-        if self.feed is not None:
-            self.feed.close()
-            self.found["unfed"] += self.feed.lost
-        self.found["cpu_s"] = time.process_time() - cpu0
-        for _, w in streams:
-            w.close()
-        return self.found
+        clock = _Clock(self.shape)
+        if self.shape.rate is None:
+            await asyncio.gather(*(self._closed(r, w, clock) for r, w in streams))
+        else:
+            await self._open(streams, clock)
+        last = time.perf_counter()
+        finite = math.isfinite(self.shape.measure_s)
+        self.counts.seconds = self.shape.measure_s if finite else last - clock.begin
+        self.counts.cpu_s = time.process_time() - cpu0
+        self.maker.finish()
+        for _, writer in streams:
+            writer.close()
+        return self.counts
 
-    async def _connection(
+    async def _closed(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, clock: _Clock
+    ) -> None:
+        while time.perf_counter() < clock.end and (taken := self._take()) is not None:
+            if not await self._send(reader, writer, *taken, time.perf_counter(), clock):
+                return
+
+    async def _open(self, streams: list[Stream], clock: _Clock) -> None:
+        assert self.shape.rate is not None
+        bucket = self.bucket or TokenBucket(self.shape.rate, self.shape.burst, time.perf_counter)
+        free: asyncio.Queue[Stream] = asyncio.Queue()
+        for stream in streams:
+            free.put_nowait(stream)
+        flying: set[asyncio.Task[None]] = set()
+
+        async def one(seq: int, data: bytes, released: float) -> None:
+            reader, writer = await free.get()
+            if await self._send(reader, writer, seq, data, released, clock):
+                free.put_nowait((reader, writer))
+                return
+            writer.close()
+            try:  # a lost connection is replaced: the pool never runs dry
+                free.put_nowait(await self.stream())
+            except OSError:
+                free.put_nowait((reader, writer))  # dead: its next send fails at once
+
+        while (taken := self._take()) is not None:
+            await bucket.take()
+            released = time.perf_counter()
+            if released >= clock.end:
+                break
+            task = asyncio.create_task(one(*taken, released))
+            flying.add(task)
+            task.add_done_callback(flying.discard)
+        if flying:
+            await asyncio.gather(*flying)
+
+    async def _send(
         self,
-        conn: int,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        begin: float,
-        end: float,
-    ) -> None:
-        sent = 0
-        limit = self.load.per_connection
-        while (limit is None or sent < limit) and time.perf_counter() < end:
-            data = request_bytes(self.body, f"bench-{self.index}-{conn}-{sent}-{os.getpid()}")
-            started = time.perf_counter()
-            try:
-                status, body = await exchange(reader, writer, data)
-            except (OSError, asyncio.IncompleteReadError, ValueError):
-                self.found["errors"] += 1
-                return
-            done = time.perf_counter()
-            sent += 1
-            self.found["answers"] += 1
-            if self.feed is not None and b"admitted under" in body:
-                self._feed(body, done)
-            if started >= begin and done <= end:
-                self._count(status, body, done - started)
-
-    def _feed(self, body: bytes, now: float) -> None:
-        assert self.feed is not None
-        claim = admission_claim(body)
-        if claim is None:
-            self.found["unfed"] += 1
-        else:
-            self.feed.add(claim, now)
-
-    def _count(self, status: int, body: bytes, latency: float) -> None:
-        found = self.found
-        found["latencies"].append(latency)
-        found["statuses"][status] += 1
-        found["patched"] += b'"patch"' in body
-        found["admitted"] += b"admitted under" in body
+        seq: int,
+        data: bytes,
+        started: float,
+        clock: _Clock,
+    ) -> bool:
+        """One exchange; False when the connection is lost (counted as an error)."""
+        self.counts.sent += 1
+        try:
+            status, body = await exchange(reader, writer, data)
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            self.counts.errors += 1
+            return False
+        done = time.perf_counter()
+        self.counts.answers += 1
+        counted = started >= clock.begin and done <= clock.end
+        if counted:
+            self.counts.latencies.append(done - started)
+            self.counts.statuses[status] += 1
+        self.maker.answered(seq, status, body, done - started, counted)
+        return True
 
 
-def _main(
-    target: Target, load: Load, index: int, connections: int, ready: Any, go: Any, out: Any
+def _process_main(
+    target: Target,
+    shape: Shape,
+    maker: Maker,
+    index: int,
+    processes: int,
+    ready: Any,
+    go: Any,
+    out: Any,
 ) -> None:
-    found = asyncio.run(_Process(target, load, index, connections).run(ready, go))
-    found["statuses"] = dict(found["statuses"])
-    out.put(found)
+    maker.setup(index, processes, shape.connections)
+    runner = _Runner(target, shape, maker)
+
+    async def main() -> dict[str, Any]:
+        streams = await runner.connect()
+        ready.put(index)
+        await asyncio.to_thread(go.wait, START_TIMEOUT_S)
+        counts = await runner.run(streams)
+        return {**asdict(counts), "statuses": dict(counts.statuses), **maker.report()}
+
+    out.put(asyncio.run(main()))
 
 
-def run_load(target: Target, load: Load) -> Outcome:
-    """Run ``load`` against ``target`` from separate processes; their merged outcome."""
+def generate(
+    target: Target, shape: Shape, maker: Maker, pin_load: bool = False
+) -> list[dict[str, Any]]:
+    """Run ``maker``'s requests against ``target`` from separate processes (spawned; at
+    most ``CONNECTIONS_PER_PROCESS`` connections each), started together once every
+    one has connected; each process's report: ``Counts``'s fields and the maker's.
+    ``pin_load``: the processes go to the load's cores (``pin``)."""
     spawn = mp.get_context("spawn")
     ready, out, go = spawn.Queue(), spawn.Queue(), spawn.Event()
-    shares = _shares(load.connections)
+    shares = shape.shares()
     procs = [
-        spawn.Process(target=_main, args=(target, load, i, n, ready, go, out), daemon=True)
+        spawn.Process(
+            target=_process_main,
+            args=(target, shape.of_process(n), maker, i, len(shares), ready, go, out),
+            daemon=True,
+        )
         for i, n in enumerate(shares)
     ]
     for proc in procs:
         proc.start()
-        pin(proc.pid, server=False)
+        if pin_load:
+            pin(proc.pid, server=False)
     try:
         for _ in procs:
             ready.get(timeout=START_TIMEOUT_S)
         go.set()
-        outcome = Outcome()
-        wait = START_TIMEOUT_S + load.warmup_s + load.measure_s
-        for _ in procs:
-            outcome.merge(out.get(timeout=wait))
-        return outcome
+        wait = START_TIMEOUT_S + shape.warmup_s + min(shape.measure_s, RUN_GIVE_UP_S)
+        return [out.get(timeout=wait) for _ in procs]
     finally:
         for proc in procs:
             proc.join(5)
@@ -390,10 +535,63 @@ def run_load(target: Target, load: Load) -> Outcome:
                 proc.join()
 
 
-def _shares(connections: int) -> list[int]:
-    count = max(1, math.ceil(connections / CONNECTIONS_PER_PROCESS))
-    base, extra = divmod(connections, count)
-    return [base + (i < extra) for i in range(count)]
+class ReviewMaker:
+    """The AdmissionReviews of a ``Load``: a pod of its kind, a fresh name and uid each;
+    answers classified (patched, admitted), admitted claim ids fed when ``load.feed``."""
+
+    def __init__(self, load: Load) -> None:
+        self.load = load
+        self.index = 0
+        self.limit: int | None = None
+        self.body = b""
+        self.feed: Feed | None = None
+        self.found = {"patched": 0, "admitted": 0, "unfed": 0}
+
+    def setup(self, index: int, processes: int, connections: int) -> None:
+        self.index = index
+        self.body = template(self.load.kind, self.load.owner)
+        if self.load.per_connection is not None:
+            self.limit = self.load.per_connection * connections
+        self.feed = Feed(self.load.feed) if self.load.feed else None
+
+    def request(self, seq: int) -> bytes | None:
+        if self.limit is not None and seq >= self.limit:
+            return None
+        return request_bytes(self.body, f"bench-{self.index}-{seq}-{os.getpid()}")
+
+    def answered(self, seq: int, status: int, body: bytes, latency: float, counted: bool) -> None:
+        admitted = b"admitted under" in body
+        if self.feed is not None and admitted:
+            claim = admission_claim(body)
+            if claim is None:
+                self.found["unfed"] += 1
+            else:
+                self.feed.add(claim, time.perf_counter())
+        if counted:
+            self.found["patched"] += b'"patch"' in body
+            self.found["admitted"] += admitted
+
+    def finish(self) -> None:
+        if self.feed is not None:
+            self.feed.close()
+            self.found["unfed"] += self.feed.lost
+
+    def report(self) -> dict[str, Any]:
+        return dict(self.found)
+
+
+def run_load(target: Target, load: Load) -> Outcome:
+    """Run ``load`` against ``target`` from separate processes on the load's cores;
+    their merged outcome. A burst (``per_connection``) has no warm-up and lasts until
+    every connection has sent its requests."""
+    if load.per_connection is None:
+        shape = Shape(load.connections, load.warmup_s, load.measure_s)
+    else:
+        shape = Shape(load.connections)
+    outcome = Outcome()
+    for found in generate(target, shape, ReviewMaker(load), pin_load=True):
+        outcome.merge(found)
+    return outcome
 
 
 # --- placement: server and load on separate cores where the machine allows ----------
@@ -415,10 +613,3 @@ def pin(pid: int | None, server: bool) -> None:
         return
     with contextlib.suppress(OSError):
         os.sched_setaffinity(pid, cores[0] if server else cores[1])
-
-
-def describe_placement() -> str:
-    cores = placement()
-    if cores is None:
-        return "not pinned (one core)"
-    return f"server on cpu {sorted(cores[0])}, load and API emulator on cpu {sorted(cores[1])}"
