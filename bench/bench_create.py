@@ -2,10 +2,15 @@
 
 ``python -m bench create``. Two arms, alternating in one run, each cell the same load:
 
-- **system**: the sandbox as ``python -m sandbox up`` runs it — the kube emulator (in
-  this process), the reservation app emulator, one reconciler replica and one webhook
-  replica (their own processes), the chart's MutatingWebhookConfiguration — with 20
-  owners, each with an open 200-GPU booking of class a100 (this benchmark's scenario);
+- **system**: the sandbox as ``python -m sandbox up`` runs it — the kube emulator, the
+  cluster emulation, the reservation app emulator (in this process) and the chart's
+  release with the sandbox's values: one webhook and one reconciler replica, processes
+  the process kubelet runs from the rendered Deployments, called through the Service —
+  with 20 owners, each with an open 200-GPU booking of class a100 (this benchmark's
+  scenario). The cluster emulation serves the release's namespace only
+  (``sandbox.cluster.component.SCOPE``): on a cluster the scheduler, kubelet and
+  controllers run on CPUs of their own, here their passes over every pod would run on
+  the emulator's event loop; the benchmark's pods stay Pending, as in the other arm;
 - **alone**: a second kube emulator in this process with the same namespaces, users and
   admission plugin but no webhook configuration and nothing of ours watching it — the
   API server without the product.
@@ -16,8 +21,7 @@ The load (``bench.createload``): separate processes, keep-alive HTTPS, closed lo
 the arms alternate system, alone, alone, system, … (``ROUNDS`` each); after every cell
 the pods are deleted and the benchmark waits until the system is quiet (no write for
 ``QUIET_S``: the reconciler has dropped the holds and said what it says), so no cell
-pays for the one before. The scheduler and kubelet emulation are not started (the
-pods stay pending: creation is what is measured). Nothing is pinned to a core.
+pays for the one before. Nothing is pinned to a core.
 
 Printed per ``c``: p50 and p99 of each arm, the difference (the latency the system
 adds), creates per second, and the share of the system's pods admitted at creation
@@ -39,6 +43,7 @@ import httpx
 from bench.bench_window_open import one_class_app
 from bench.createload import CreateLoad, CreateOutcome, run_creates
 from bench.sandboxed import measured, rank
+from sandbox.cluster.component import SCOPE
 from sandbox.kube.admission import WebhookDispatcher
 from sandbox.kube.admission.dispatcher import DispatchTimes
 from sandbox.kube.admission.install import install as install_admission
@@ -54,7 +59,8 @@ GROUP = "bench"
 GPUS_PER_BOOKING = 200
 CONCURRENCY = (1, 10, 50)
 STRESS = frozenset({50})
-COMPONENTS = ["kube", "app", "reconciler", "webhook"]
+#: What ``python -m sandbox up`` starts: our processes come from the chart's release.
+COMPONENTS = ["kube", "cluster", "app", "release"]
 #: Seconds without any write to the system's store that count as quiet, and the most
 #: to wait for it.
 QUIET_S = 0.5
@@ -85,6 +91,15 @@ def scenario() -> dict[str, Any]:
         for name in names
     ]
     return {"namespaces": [*names, vocab.PRODUCT_NAME], "nodes": [], "app": app}
+
+
+def system_context(state: Path) -> SandboxContext:
+    """The system arm's sandbox: the scenario, the chart's release with the sandbox's
+    values, and the cluster emulation confined to the release's namespace (its pods
+    run; the benchmark's stay Pending, as in the alone arm, which has no scheduler)."""
+    ctx = SandboxContext(state_dir=state, scenario=scenario())
+    ctx.handles[SCOPE] = ctx.namespace
+    return ctx
 
 
 def tokens(server: KubeServer) -> dict[str, str]:
@@ -199,7 +214,7 @@ def figures(outcomes: list[CreateOutcome], spent: list[DispatchTimes]) -> dict[s
 
 async def measure(state: Path) -> dict[str, Any]:
     load_before = os.getloadavg()
-    ctx = SandboxContext(state_dir=state, scenario=scenario())
+    ctx = system_context(state)
     box = Sandbox(ctx, COMPONENTS)
     bare = KubeServer()
     await box.start()
