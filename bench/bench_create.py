@@ -2,10 +2,15 @@
 
 ``python -m bench create``. Two arms, alternating in one run, each cell the same load:
 
-- **system**: the sandbox as ``python -m sandbox up`` runs it — the kube emulator (in
-  this process), the reservation app emulator, one reconciler replica and one webhook
-  replica (their own processes), the chart's MutatingWebhookConfiguration — with 20
-  owners, each with an open 200-GPU booking of class a100 (this benchmark's scenario);
+- **system**: the sandbox as ``python -m sandbox up`` runs it — the kube emulator, the
+  cluster emulation, the reservation app emulator (in this process) and the chart's
+  release with the sandbox's values: one webhook and one reconciler replica, processes
+  the process kubelet runs from the rendered Deployments, called through the Service —
+  with 20 owners, each with an open 200-GPU booking of class a100 (this benchmark's
+  scenario). The cluster emulation serves the release's namespace only
+  (``sandbox.cluster.component.SCOPE``): on a cluster the scheduler, kubelet and
+  controllers run on CPUs of their own, here their passes over every pod would run on
+  the emulator's event loop; the benchmark's pods stay Pending, as in the other arm;
 - **alone**: a second kube emulator in this process with the same namespaces, users and
   admission plugin but no webhook configuration and nothing of ours watching it — the
   API server without the product.
@@ -16,18 +21,20 @@ The load (``bench.createload``): separate processes, keep-alive HTTPS, closed lo
 the arms alternate system, alone, alone, system, … (``ROUNDS`` each); after every cell
 the pods are deleted and the benchmark waits until the system is quiet (no write for
 ``QUIET_S``: the reconciler has dropped the holds and said what it says), so no cell
-pays for the one before. The scheduler and kubelet emulation are not started (the
-pods stay pending: creation is what is measured). Nothing is pinned to a core.
+pays for the one before. Nothing is pinned to a core.
 
 Printed per ``c``: p50 and p99 of each arm, the difference (the latency the system
 adds), creates per second, and the share of the system's pods admitted at creation
-(the created pod came back with its booking reference). ``c`` = 50 is a stress cell.
-``BENCH_MODE=full``: 6 s cells after 1 s of warm-up, 3 rounds, instead of 2 s / 0.5 s, 2.
+(the created pod came back with its booking reference), and the CPU per pod created of
+this process's loop and of the webhook and reconciler processes. ``c`` = 50 is a stress
+cell. Both arms run on ``LOOP`` (uvloop). ``BENCH_MODE=full``: 6 s cells after 1 s of
+warm-up, 3 rounds, instead of 2 s / 0.5 s, 2.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import time
@@ -35,15 +42,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvloop
 
 from bench.bench_window_open import one_class_app
 from bench.createload import CreateLoad, CreateOutcome, run_creates
+from bench.procstat import cpu_s, thread_cpu_s
 from bench.sandboxed import measured, rank
+from sandbox.cluster.component import SCOPE
 from sandbox.kube.admission import WebhookDispatcher
 from sandbox.kube.admission.dispatcher import DispatchTimes
 from sandbox.kube.admission.install import install as install_admission
 from sandbox.kube.seed import seed
-from sandbox.kube.server import KubeServer
+from sandbox.kube.server import KubeServer, settle_collector
 from sandbox.runner import Sandbox, SandboxContext
 from sandbox.users import grant_edit
 from shared import vocab
@@ -54,7 +64,10 @@ GROUP = "bench"
 GPUS_PER_BOOKING = 200
 CONCURRENCY = (1, 10, 50)
 STRESS = frozenset({50})
-COMPONENTS = ["kube", "app", "reconciler", "webhook"]
+#: What ``python -m sandbox up`` starts: our processes come from the chart's release.
+COMPONENTS = ["kube", "cluster", "app", "release"]
+#: The release's processes whose CPU the system arm counts.
+PARTS = ("webhook", "reconciler")
 #: Seconds without any write to the system's store that count as quiet, and the most
 #: to wait for it.
 QUIET_S = 0.5
@@ -62,6 +75,10 @@ QUIET_GIVE_UP_S = 30.0
 #: Seconds to wait for the webhook to admit a probe pod (bookings synced, caches warm).
 READY_GIVE_UP_S = 120.0
 FULL = os.environ.get("BENCH_MODE") == "full"
+#: The event loop of this process — both emulators and the sandbox's components: uvloop
+#: (its TLS and transports in C: the emulator spent ≈ 40% more CPU per create on
+#: asyncio's), or ``BENCH_EMULATOR_LOOP=asyncio``.
+LOOP = os.environ.get("BENCH_EMULATOR_LOOP", "uvloop")
 WARMUP_S, MEASURE_S, ROUNDS = (1.0, 6.0, 3) if FULL else (0.5, 2.0, 2)
 
 
@@ -85,6 +102,15 @@ def scenario() -> dict[str, Any]:
         for name in names
     ]
     return {"namespaces": [*names, vocab.PRODUCT_NAME], "nodes": [], "app": app}
+
+
+def system_context(state: Path) -> SandboxContext:
+    """The system arm's sandbox: the scenario, the chart's release with the sandbox's
+    values, and the cluster emulation confined to the release's namespace (its pods
+    run; the benchmark's stay Pending, as in the alone arm, which has no scheduler)."""
+    ctx = SandboxContext(state_dir=state, scenario=scenario())
+    ctx.handles[SCOPE] = ctx.namespace
+    return ctx
 
 
 def tokens(server: KubeServer) -> dict[str, str]:
@@ -152,15 +178,43 @@ def dispatch_times(server: KubeServer) -> DispatchTimes:
     return DispatchTimes()
 
 
+@dataclasses.dataclass
+class Cpu:
+    """CPU seconds a cell cost, by part, and the pods it created (warm-up included):
+    ``loop`` is this process's event loop (the emulator of the arm; for the system arm
+    the cluster emulation and the app emulator too), ``webhook`` and ``reconciler`` the
+    release's processes (system arm only), counted until the load ends."""
+
+    pods: int = 0
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def cpu_now(pids: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds so far: this process's loop thread and each part's processes."""
+    found = {"loop": thread_cpu_s(os.getpid()).get("main", 0.0)}
+    for part, ids in pids.items():
+        found[part] = 0.0
+        for pid in ids:
+            with contextlib.suppress(OSError):  # a process that ended: not counted
+                found[part] += cpu_s(pid)
+    return found
+
+
 async def cell(
-    server: KubeServer, system: KubeServer, owner_tokens: dict[str, str], c: int, tag: str
-) -> tuple[CreateOutcome, DispatchTimes]:
+    server: KubeServer,
+    system: KubeServer,
+    owner_tokens: dict[str, str],
+    c: int,
+    tag: str,
+    pids: dict[str, list[int]],
+) -> tuple[CreateOutcome, DispatchTimes, Cpu]:
     """One cell: the load, then its pods deleted and the system quiet again; with the
-    dispatch's time spent during the load (warm-up included)."""
+    dispatch's time spent during the load (warm-up included) and the CPU it cost."""
     load = CreateLoad(server.secure_port, owner_tokens, GPU_CLASS, c, WARMUP_S, MEASURE_S, tag)
-    before = dispatch_times(server)
+    before, cpu_before = dispatch_times(server), cpu_now(pids)
     outcome = await asyncio.to_thread(run_creates, load)
-    after = dispatch_times(server)
+    after, cpu_after = dispatch_times(server), cpu_now(pids)
+    pods = sum(len(server.store.peek_list("", "pods", owner)) for owner in owners())
     await clean(server)
     await quiet(system)
     spent = DispatchTimes(
@@ -169,13 +223,19 @@ async def cell(
         after.calls - before.calls,
         after.calls_s - before.calls_s,
     )
-    return outcome, spent
+    return outcome, spent, Cpu(pods, {k: cpu_after[k] - cpu_before[k] for k in cpu_after})
 
 
-def figures(outcomes: list[CreateOutcome], spent: list[DispatchTimes]) -> dict[str, Any]:
-    """p50/p99 (ms) of all rounds together, per-round p50s, rate, admitted share, and
-    the dispatch's mean time per request (ms): deciding (matchConditions) and calling."""
+def figures(
+    outcomes: list[CreateOutcome], spent: list[DispatchTimes], cpu: list[Cpu] | None = None
+) -> dict[str, Any]:
+    """p50/p99 (ms) of all rounds together, per-round p50s, rate, admitted share, the
+    dispatch's mean time per request (ms): deciding (matchConditions) and calling, and
+    the CPU per pod created (ms) of each part."""
     requests = sum(t.requests for t in spent)
+    pods = sum(c.pods for c in cpu or [])
+    parts = sorted({part for c in cpu or [] for part in c.seconds})
+    cpu_ms = {p: sum(c.seconds.get(p, 0.0) for c in cpu or []) * 1e3 / pods for p in parts}
     merged = CreateOutcome()
     for outcome in outcomes:
         merged.merge({**outcome.__dict__, "statuses": dict(outcome.statuses)})
@@ -194,12 +254,13 @@ def figures(outcomes: list[CreateOutcome], spent: list[DispatchTimes]) -> dict[s
         "matching_ms": sum(t.matching_s for t in spent) * 1e3 / requests if requests else 0.0,
         "calls_ms": sum(t.calls_s for t in spent) * 1e3 / requests if requests else 0.0,
         "calls_per_request": sum(t.calls for t in spent) / requests if requests else 0.0,
+        "cpu_ms_per_pod": cpu_ms if pods else {},
     }
 
 
 async def measure(state: Path) -> dict[str, Any]:
     load_before = os.getloadavg()
-    ctx = SandboxContext(state_dir=state, scenario=scenario())
+    ctx = system_context(state)
     box = Sandbox(ctx, COMPONENTS)
     bare = KubeServer()
     await box.start()
@@ -210,10 +271,15 @@ async def measure(state: Path) -> dict[str, Any]:
         await bare.start()
         ready_s = await wait_admitting(system)
         await quiet(system)
+        settle_collector()  # this process serves both emulators from here on
         arms = {"system": (system, tokens(system)), "alone": (bare, tokens(bare))}
+        release = ctx.handles["release"]
+        pids: dict[str, dict[str, list[int]]] = {"system": {}, "alone": {}}
+        for part in PARTS:
+            pids["system"][part] = [r.pid for r in await release.replicas(part)]
         cells: dict[str, Any] = {}
         for c in CONCURRENCY:
-            seen: dict[str, list[tuple[CreateOutcome, DispatchTimes]]] = {
+            seen: dict[str, list[tuple[CreateOutcome, DispatchTimes, Cpu]]] = {
                 "system": [],
                 "alone": [],
             }
@@ -222,9 +288,9 @@ async def measure(state: Path) -> dict[str, Any]:
                 for arm in order:
                     server, owner_tokens = arms[arm]
                     tag = f"{c}{arm[0]}{index}"
-                    seen[arm].append(await cell(server, system, owner_tokens, c, tag))
+                    seen[arm].append(await cell(server, system, owner_tokens, c, tag, pids[arm]))
             cells[str(c)] = {
-                arm: figures([o for o, _ in found], [t for _, t in found])
+                arm: figures([f[0] for f in found], [f[1] for f in found], [f[2] for f in found])
                 for arm, found in seen.items()
             }
             cells[str(c)]["stress"] = c in STRESS
@@ -233,6 +299,7 @@ async def measure(state: Path) -> dict[str, Any]:
         await box.stop()
     return {
         "mode": "full" if FULL else "quick",
+        "loop": LOOP,
         "warmup_s": WARMUP_S,
         "measure_s": MEASURE_S,
         "rounds": ROUNDS,
@@ -284,8 +351,23 @@ def lines(found: dict[str, Any]) -> list[str]:
             f"added p50 less the deciding: "
             f"{ms(system['p50_ms'] - alone['p50_ms'] - system['matching_ms'], True)}"
         )
+        out.append(
+            "   CPU per pod created (ms): "
+            + "; ".join(
+                f"{arm} "
+                + ", ".join(f"{k} {v:.2f}" for k, v in arms[arm]["cpu_ms_per_pod"].items())
+                for arm in ("system", "alone")
+            )
+        )
     return out
 
 
 def run() -> list[str]:
-    return lines(measured("create", measure))
+    """Both arms on ``LOOP`` (the policy restored afterwards for the next benchmark)."""
+    previous = asyncio.get_event_loop_policy()
+    if LOOP == "uvloop":
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        return lines(measured("create", measure))
+    finally:
+        asyncio.set_event_loop_policy(previous)

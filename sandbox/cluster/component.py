@@ -9,6 +9,12 @@ emulator without scheduling (pods then stay Pending, as on a cluster with no sch
 Publishes ``ctx.handles["cluster"]`` and ``ctx.handles["processes"]`` (the
 ``ProcessRuntime`` running our image's pods), and registers the runtime as the kube
 emulator's ``pods/log`` reader when the kube server runs in the same process.
+
+``ctx.handles[SCOPE]``, when a namespace, confines every namespaced cache — and so the
+scheduler, kubelet and controllers — to that namespace: the release's pods run, any
+other pod stays Pending, untouched. For a benchmark of the API server (``python -m
+bench create``): on a cluster the scheduler and kubelet spend CPUs of their own, while
+here every pass over every pod would run on the emulator's event loop.
 """
 
 from __future__ import annotations
@@ -39,12 +45,15 @@ from shared.resources import CONFIGMAPS, NODES, PODS, SECRETS, SERVICES
 
 #: Seconds to wait for the first LIST of pods and nodes before giving up on start.
 SYNC_TIMEOUT_S = 10.0
+#: The ``ctx.handles`` key of the one namespace the cluster serves (absent: all).
+SCOPE = "cluster.namespace"
 
 
 class Cluster:
     """Scheduler, kubelet and the workload controllers over one gateway, sharing the
     caches (as kube-scheduler, the kubelet and kube-controller-manager share informers;
-    each controller has its own client rate limit)."""
+    each controller has its own client rate limit). With ``namespace`` every namespaced
+    cache holds that namespace's objects only (nodes stay cluster-wide)."""
 
     def __init__(
         self,
@@ -52,17 +61,18 @@ class Cluster:
         clock: Clock,
         state_dir: Path | None = None,
         credentials: Credentials | None = None,
+        namespace: str | None = None,
     ) -> None:
         self.gateway = gateway
-        self.pods = cache(gateway, PODS, clock)
+        self.pods = cache(gateway, PODS, clock, namespace)
         self.nodes = cache(gateway, NODES, clock)
-        self.replicasets = cache(gateway, REPLICASETS, clock)
-        self.deployments = cache(gateway, DEPLOYMENTS, clock)
-        self.jobs = cache(gateway, JOBS, clock)
-        self.secrets = cache(gateway, SECRETS, clock)
-        self.configmaps = cache(gateway, CONFIGMAPS, clock)
-        self.services = cache(gateway, SERVICES, clock)
-        self.endpoints = cache(gateway, ENDPOINTS, clock)
+        self.replicasets = cache(gateway, REPLICASETS, clock, namespace)
+        self.deployments = cache(gateway, DEPLOYMENTS, clock, namespace)
+        self.jobs = cache(gateway, JOBS, clock, namespace)
+        self.secrets = cache(gateway, SECRETS, clock, namespace)
+        self.configmaps = cache(gateway, CONFIGMAPS, clock, namespace)
+        self.services = cache(gateway, SERVICES, clock, namespace)
+        self.endpoints = cache(gateway, ENDPOINTS, clock, namespace)
         self.block: Block | None = None
         self.runtime: ProcessRuntime | None = None
         if state_dir is not None:
@@ -158,7 +168,8 @@ class ClusterComponent:
         ctx.state_dir.mkdir(parents=True, exist_ok=True)
         gateway = Gateway.from_kubeconfig(str(write_kubeconfig(ctx)))
         kube = ctx.handles.get("kube")
-        self.cluster = Cluster(gateway, ctx.clock, ctx.state_dir, _credentials(kube))
+        scope = ctx.handles.get(SCOPE)
+        self.cluster = Cluster(gateway, ctx.clock, ctx.state_dir, _credentials(kube), scope)
         try:
             await self.cluster.start()
         except BaseException:

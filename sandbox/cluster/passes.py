@@ -31,13 +31,22 @@ RETRY_S = 0.5
 RESYNC_S = 5.0
 
 
-def cache(gateway: Gateway, res: Resource, clock: Clock) -> Cache:
-    """Every object of ``res`` by ``namespace/name`` (``name`` when cluster-scoped).
+def cache(gateway: Gateway, res: Resource, clock: Clock, namespace: str | None = None) -> Cache:
+    """Every object of ``res`` by ``namespace/name`` (``name`` when cluster-scoped); of
+    one ``namespace`` only when given (a namespaced resource).
 
     No periodic relist: when the server ends a watch, the next one resumes from the
     last resourceVersion seen.
     """
-    return Watched(gateway, res, _whole, clock=clock, resync_s=None, retry_s=RETRY_S)
+    return Watched(
+        gateway,
+        res,
+        _whole,
+        clock=clock,
+        namespace=namespace,
+        resync_s=None,
+        retry_s=RETRY_S,
+    )
 
 
 def _whole(obj: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox.kube import selectors as sel
+from sandbox.kube.clone import clone
 from sandbox.kube.cluster import Call, Cluster, present
 from sandbox.kube.errors import bad_request, gone, not_found
 
@@ -91,14 +92,21 @@ def collection(cluster: Cluster, call: Call) -> tuple[int, list[Obj], str]:
             raise _expired(cluster, call, offset)
         rv, items = snap
     else:
-        group, plural = call.rtype.store_key
-        matches = matcher(call)
-        items = [o for o in cluster.store.list(group, plural, call.namespace or None) if matches(o)]
+        items = _matching(cluster, call, matcher(call))
         rv, offset = cluster.store.resource_version, 0
         snap_id = cluster.store.save_snapshot(items) if limit and len(items) > limit else ""
     if not limit or offset + limit >= len(items):
         return rv, items[offset:], ""
     return rv, items[offset : offset + limit], _token(snap_id, offset + limit)
+
+
+def _matching(cluster: Cluster, call: Call, matches: Callable[[Obj], bool]) -> list[Obj]:
+    """Copies of the stored objects of the call's resource and namespace that match: the
+    selectors read the stored objects themselves, only what matches is copied (a field
+    selector picking one Event of thousands copied them all)."""
+    group, plural = call.rtype.store_key
+    stored = cluster.store.peek_list(group, plural, call.namespace or None)
+    return [clone(o) for o in stored if matches(o)]
 
 
 def _check_exact(cluster: Cluster, call: Call) -> None:
@@ -113,9 +121,7 @@ def _check_exact(cluster: Cluster, call: Call) -> None:
 
 
 def _expired(cluster: Cluster, call: Call, offset: int) -> Exception:
-    group, plural = call.rtype.store_key
-    matches = matcher(call)
-    items = [o for o in cluster.store.list(group, plural, call.namespace or None) if matches(o)]
+    items = _matching(cluster, call, matcher(call))
     fresh = _token(cluster.store.save_snapshot(items), offset)
     exc = gone(
         "The provided continue parameter is too old to display a consistent list result. You can "

@@ -25,6 +25,7 @@ from sandbox.faults import FaultBook, FaultMiddleware
 from sandbox.kube.admission_api import MutatingAdmission
 from sandbox.kube.auth import service_account_user
 from sandbox.kube.cluster import Cluster
+from sandbox.kube.corked import CorkedHttpToolsProtocol
 from sandbox.kube.rbac import RBAC_GROUP, cluster_admin_role, edit_role
 from sandbox.kube.routes import Api
 from sandbox.kube.store import Store
@@ -171,14 +172,15 @@ class KubeServer:
         return FaultMiddleware(self._api.app(), self.faults)
 
     async def _serve(self, port: int, options: dict[str, Any]) -> int:
-        # httptools named (what "auto" picks when installed, and it is pinned); no access
-        # log and no proxy-headers middleware (nothing here reads the client's address,
-        # and it parsed every request's headers again): measured, docs/developer/performance.md.
+        # httptools (what "auto" picks when installed, and it is pinned), each answer
+        # written at once (``corked``); no access log and no proxy-headers middleware
+        # (nothing here reads the client's address, and it parsed every request's headers
+        # again): measured, docs/developer/performance.md.
         config = uvicorn.Config(
             self.asgi_app(),
             host=HOST,
             port=port,
-            http="httptools",
+            http=CorkedHttpToolsProtocol,
             log_level="warning",
             access_log=False,
             proxy_headers=False,

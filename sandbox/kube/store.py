@@ -68,6 +68,8 @@ class Store:
         self._objects: dict[Key, Obj] = {}
         #: The same objects by ``(group, plural)``: what a LIST reads.
         self._by_resource: dict[tuple[str, str], dict[Key, Obj]] = {}
+        #: And by ``(group, plural, namespace)``: what a LIST of one namespace reads.
+        self._by_namespace: dict[tuple[str, str, str], dict[Key, Obj]] = {}
         self._rv = 0
         self._history: deque[Change] = deque()
         self._history_limit = history_limit
@@ -109,10 +111,11 @@ class Store:
     def peek_list(self, group: str, plural: str, namespace: str | None = None) -> ObjList:
         """The stored objects themselves (``list`` without the copies), sorted; the
         caller must not change them."""
-        objects = self._by_resource.get((group, plural), {})
-        return [
-            objects[k] for k in sorted(k for k in objects if namespace is None or k[2] == namespace)
-        ]
+        if namespace is None:
+            objects = self._by_resource.get((group, plural), {})
+        else:
+            objects = self._by_namespace.get((group, plural, namespace), {})
+        return [objects[k] for k in sorted(objects)]
 
     def namespaces_in_use(self, namespace: str) -> KeyList:
         """Keys of every namespaced object in ``namespace``."""
@@ -135,6 +138,7 @@ class Store:
         obj.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
         self._objects[key] = obj
         self._by_resource.setdefault(key[:2], {})[key] = obj
+        self._by_namespace.setdefault(key[:3], {})[key] = obj
         self._written[key[:2]] = self._rv
         self._record(Change(self._rv, "MODIFIED" if previous else "ADDED", key, obj, previous))
         return obj
@@ -145,6 +149,10 @@ class Store:
         if previous is None:
             return None
         del self._by_resource[key[:2]][key]
+        in_namespace = self._by_namespace[key[:3]]
+        del in_namespace[key]
+        if not in_namespace:
+            del self._by_namespace[key[:3]]
         self._rv += 1
         self._written[key[:2]] = self._rv
         last = clone(previous)

@@ -14,6 +14,9 @@ functions cel-python provides — the Kubernetes CEL extension libraries (``lowe
 ``quantity``, ``url``, …) are not available. Evaluation follows the apiserver's matcher:
 any ``false`` skips the webhook; otherwise errors resort to the failure policy.
 Source: kubernetes/apiserver ``pkg/admission/plugin/webhook/matchconditions/matcher.go``.
+Each condition is evaluated with its variables cut down to what it can read
+(``reach``): the interpreter converts every value it is given, and a pod's conversion
+cost far more than the chart's condition.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import celpy
 import celpy.celparser
 import celpy.evaluation
 import lark
+
+from sandbox.kube.admission.reach import Reach, narrowed, reach
 
 #: Variables bound for every evaluation.
 BOUND_VARIABLES = frozenset({"object", "oldObject", "request"})
@@ -51,6 +56,8 @@ class Condition:
     expression: str
     #: The native program (``cel.compile``).
     program: Any
+    #: What the expression can read of each variable it reads (``reach``).
+    reads: Mapping[str, Reach]
 
 
 @dataclass(frozen=True)
@@ -68,18 +75,26 @@ def compile_condition(name: str, expression: str) -> Condition:
     program is used only by the configuration (and the emulator thread) that compiled
     it. Configurations are compiled when they change, not per request."""
     _check(expression)
+    reads = reach(_tree(expression), BOUND_VARIABLES)
     try:
-        return Condition(name, expression, cel.compile(expression))
+        return Condition(name, expression, cel.compile(expression), reads)
     except ValueError as exc:  # a parse the two disagree on: refuse it too
         raise CELError(f"compilation failed: {str(exc).splitlines()[0]}") from exc
 
 
 @functools.lru_cache(maxsize=512)
-def _check(expression: str) -> None:
+def _tree(expression: str) -> lark.Tree[Any]:
+    """The parse tree (shared: never changed by its readers)."""
     try:
-        tree = _ENV.compile(expression)
+        tree: lark.Tree[Any] = _ENV.compile(expression)
     except celpy.celparser.CELParseError as exc:
         raise CELError(f"compilation failed: {str(exc).splitlines()[0]}") from exc
+    return tree
+
+
+@functools.lru_cache(maxsize=512)
+def _check(expression: str) -> None:
+    tree = _tree(expression)
     unknown = sorted(free_variables(tree) - BOUND_VARIABLES)
     if unknown:
         raise CELError(f"undeclared reference to '{unknown[0]}'")
@@ -136,9 +151,10 @@ def _as_tree(node: Any) -> lark.Tree[Any]:
 
 
 def evaluate(condition: Condition, activation: Mapping[str, Any]) -> bool:
-    """Run one condition; raises ``CELError`` on an error or a non-boolean result."""
+    """Run one condition (on what it can read of ``activation``); raises ``CELError``
+    on an error or a non-boolean result."""
     try:
-        result = condition.program.execute(activation)
+        result = condition.program.execute(narrowed(activation, condition.reads))
     except (RuntimeError, TypeError, ValueError, LookupError, ArithmeticError) as exc:
         raise CELError(_eval_message(condition, exc)) from exc
     if not isinstance(result, bool):

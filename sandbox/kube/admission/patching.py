@@ -32,7 +32,8 @@ def apply_patch(webhook: str, patch: bytes, obj: dict[str, Any] | None) -> dict[
             "which is not supported for this operation"
         )
     try:
-        patched = jsonpatch.JsonPatch(operations).apply(clone(obj))
+        # On a copy of its own, in place: ``apply`` would deep-copy the whole object again.
+        patched = jsonpatch.JsonPatch(operations).apply(clone(obj), in_place=True)
     except jsonpatch.JsonPatchTestFailed as exc:
         raise internal_error(f"testing value failed: {exc}") from exc
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:

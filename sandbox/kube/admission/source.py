@@ -2,7 +2,8 @@
 
 The apiserver reads webhook configurations, namespaces, services and endpoints from its
 storage, not through its HTTP API; ``ObjectSource`` is that read access. The server
-module provides the in-process implementation; tests may pass a dict-backed one.
+module provides the in-process implementation; tests may pass a dict-backed one. What
+a source returns is read by the dispatch, never changed.
 """
 
 from __future__ import annotations
@@ -46,9 +47,11 @@ class MemorySource:
 
 
 class SyncStore(Protocol):
-    """The server's in-process store (synchronous reads returning copies)."""
+    """The server's in-process store (synchronous reads; ``peek`` without a copy)."""
 
     def get(self, group: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def peek(self, group: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     def peek_list(
         self, group: str, plural: str, namespace: str | None = None
@@ -62,7 +65,10 @@ class SyncStore(Protocol):
 
 
 class StoreSource:
-    """An ``ObjectSource`` reading the API server's own store."""
+    """An ``ObjectSource`` reading the API server's own store. ``get`` hands out the
+    stored object itself: the dispatch only reads what it gets (a namespace's labels,
+    a Service and its Endpoints, on every call), and copying them cost more than
+    reading them."""
 
     def __init__(self, store: SyncStore) -> None:
         self._store = store
@@ -70,7 +76,7 @@ class StoreSource:
     async def get(
         self, group: str, resource: str, namespace: str | None, name: str
     ) -> dict[str, Any] | None:
-        return self._store.get(group, resource, namespace or "", name)
+        return self._store.peek(group, resource, namespace or "", name)
 
     async def list(self, group: str, resource: str) -> list[dict[str, Any]]:
         return self._store.list(group, resource)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -215,7 +214,7 @@ class WebhookTransport:
         try:
             async with asyncio.timeout(webhook.timeout_s):
                 target = await self._target(webhook, client)
-                status, content = await client.sender.send(target, json.dumps(review).encode())
+                status, content = await client.sender.send(target, encoding.encode(review))
         except (*errors, TimeoutError) as exc:
             raise CallError(f'failed to call webhook: Post "{shown}": {_describe(exc)}') from exc
         finally:
