@@ -23,17 +23,13 @@ from shared import vocab
 from shared.clock import Clock, ScaledClock, SystemClock
 
 #: Every component the sandbox knows, in start order, with where its class lives.
-#: Our webhook and reconciler run from the release (the process kubelet runs its pods);
-#: ``reconciler`` and ``webhook`` are retiring components that start them with an
-#: environment of their own, kept only for the two benchmarks still using them
-#: (bench/bench_webhook.py, bench/bench_create.py).
+#: Our webhook and reconciler run only from the release (the process kubelet runs its
+#: pods).
 ORDER: tuple[tuple[str, str], ...] = (
     ("kube", "sandbox.kube.component:KubeComponent"),
     ("cluster", "sandbox.cluster.component:ClusterComponent"),
     ("app", "sandbox.app.component:AppComponent"),
     ("release", "sandbox.release_component:ReleaseComponent"),
-    ("reconciler", "sandbox.reconciler_component:ReconcilerComponent"),
-    ("webhook", "sandbox.webhook_component:WebhookComponent"),
 )
 
 #: The controller's namespace in the sandbox.
