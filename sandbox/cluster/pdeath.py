@@ -22,15 +22,26 @@ short-lived worker thread would kill the child when that thread ended. Without
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Sequence
 
 
-def tied(command: Sequence[str]) -> list[str]:
+def tied(command: Sequence[str], path: str | None = None) -> list[str]:
     """``command`` run so that it dies with the thread spawning it (unchanged where the
-    platform has no way to)."""
+    platform has no way to). A program that cannot be run raises ``FileNotFoundError``
+    or ``PermissionError`` here, as a direct spawn would, not later inside ``setpriv``:
+    the kubelet tells a container that cannot start from one that exits."""
     setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
-    if setpriv is None:
+    if setpriv is None or not command:
         return list(command)
+    program = command[0]
+    if os.sep in program:
+        if not os.path.isfile(program):
+            raise FileNotFoundError(2, "No such file or directory", program)
+        if not os.access(program, os.X_OK):
+            raise PermissionError(13, "Permission denied", program)
+    elif shutil.which(program, path=path) is None:
+        raise FileNotFoundError(2, "No such file or directory", program)
     return [setpriv, "--pdeathsig", "KILL", "--", *command]

@@ -161,3 +161,19 @@ def test_the_webhook_and_reconciler_die_with_a_sigkilled_sandbox(tmp_path: Path)
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         log.close()
+
+
+@linux_only
+@pytest.mark.parametrize("program", ["/no/such/program", "no-such-program-on-path"])
+def test_a_program_that_cannot_run_fails_before_the_tie(program: str) -> None:
+    """As a direct spawn would: the kubelet records StartError, not an exit of setpriv."""
+    with pytest.raises(FileNotFoundError, match=program):
+        pdeath.tied([program], "/usr/bin:/bin")
+
+
+@linux_only
+def test_a_file_that_is_not_executable_is_refused(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("echo hi\n")
+    with pytest.raises(PermissionError):
+        pdeath.tied([str(plain)])
