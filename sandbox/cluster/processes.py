@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import uuid
 from collections.abc import Callable, Coroutine
@@ -74,7 +75,7 @@ from sandbox.cluster.podrun import (
 from sandbox.cluster.probes import Counter, check
 from sandbox.cluster.secretdata import decoded
 from sandbox.runner import clock_env
-from shared.clock import Clock, format_utc
+from shared.clock import Clock, SystemClock, format_utc
 from shared.errors import KubeError, NotFound
 from shared.gateway import Gateway
 from shared.resources import PODS
@@ -105,6 +106,11 @@ class ProcessRuntime:
         credentials: Credentials | None = None,
     ) -> None:
         self._gateway, self._clock = gateway, clock
+        #: Probes and termination grace time real processes: a process's start-up and
+        #: answers take wall seconds whatever the sandbox clock's pace (at 60x a 10 s
+        #: initial delay would be a sixth of a wall second, less than Python needs to
+        #: import the webhook under load).
+        self._wall = SystemClock()
         self.root = state_dir / "pods"
         self._pods, self._secrets, self._configmaps = pods, secrets, configmaps
         self._credentials = credentials
@@ -220,7 +226,7 @@ class ProcessRuntime:
         procs = [c.process for c in run.containers if c.process is not None and c.process.alive]
         for proc in procs:
             await self._event(run, "Normal", "Killing", f"Stopping container {proc.container}")
-        await asyncio.gather(*(p.stop(self._clock, grace_s) for p in procs))
+        await asyncio.gather(*(p.stop(self._wall, grace_s) for p in procs))
         await self._end(run)
 
     def forget(self, live: set[str]) -> None:
@@ -390,7 +396,7 @@ class ProcessRuntime:
     async def _spawn(self, run: PodRun, c: ContainerRun, log: IO[bytes]) -> LocalProcess:
         # Dies with the sandbox even when the sandbox is SIGKILLed; spawned from the
         # loop's thread, which outlives every child (sandbox.cluster.pdeath).
-        command = pdeath.tied(argv(run, c, c.env))
+        command = pdeath.tied(argv(run, c, c.env), c.env.get("PATH", os.defpath))
         proc = await asyncio.create_subprocess_exec(
             *command,
             env=c.env,
@@ -458,7 +464,7 @@ class ProcessRuntime:
         liveness = kind == "livenessProbe"
         counter = Counter(liveness, probe.success_threshold, probe.failure_threshold)
         label = "Liveness" if liveness else "Readiness"
-        await self._clock.sleep(probe.initial_delay_s)
+        await self._wall.sleep(probe.initial_delay_s)
         while process.alive:
             try:
                 ok, why = await check(probe, c.spec, run.ip, c.env, str(ROOT))
@@ -473,9 +479,9 @@ class ProcessRuntime:
                 elif not counter.state:
                     message = f"Container {c.name} failed liveness probe, will be restarted"
                     await self._event(run, "Normal", "Killing", message)
-                    await process.stop(self._clock, grace(run.pod, c.spec[kind]))
+                    await process.stop(self._wall, grace(run.pod, c.spec[kind]))
                     return
-            await self._clock.sleep(probe.period_s)
+            await self._wall.sleep(probe.period_s)
 
     # --- writes ----------------------------------------------------------------------
 
