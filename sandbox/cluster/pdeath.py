@@ -16,8 +16,10 @@ while other threads run (the sandbox's have locks a forked child can find held).
 The kernel's "parent" is the *thread* that forked, not the process: the signal comes
 when that thread exits. The runtime spawns from its event loop's thread, which lives as
 long as the sandbox (stopping a sandbox stops every child first); a spawn from a
-short-lived worker thread would kill the child when that thread ended. Without
-``setpriv`` (not Linux) the command runs untied and may outlive a hard-killed sandbox.
+short-lived worker thread would kill the child when that thread ended. A sandbox killed
+in the milliseconds between a spawn and ``setpriv``'s call leaves that one child untied.
+Without ``setpriv`` (not Linux) the command runs untied and may outlive a hard-killed
+sandbox.
 """
 
 from __future__ import annotations

@@ -68,6 +68,16 @@ def command_of(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
+def until_running(pid: int, command: list[str]) -> bool:
+    """Whether ``pid`` runs ``command`` within ``GONE_WITHIN_S``."""
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while command_of(pid) != command:
+        if time.monotonic() > deadline or not alive(pid):
+            return False
+        time.sleep(0.02)
+    return True
+
+
 @linux_only
 def test_a_tied_child_dies_with_its_parent_and_an_untied_one_does_not() -> None:
     """A parent starts two sleepers in sessions of their own, one tied; SIGKILL of the
@@ -89,7 +99,9 @@ def test_a_tied_child_dies_with_its_parent_and_an_untied_one_does_not() -> None:
     try:
         assert parent.stdout is not None
         tied, free = (int(p) for p in parent.stdout.readline().split())
-        assert alive(tied)
+        # setpriv makes the tie and then execs: once the child runs sleep, it is tied
+        # (a parent killed before that would leave it untied, as the module says).
+        assert until_running(tied, ["sleep", "60"])
         assert alive(free)
         parent.kill()
         parent.wait()
@@ -114,10 +126,7 @@ def test_the_tie_keeps_the_commands_own_pid_and_argv() -> None:
     """``setpriv`` execs the command: the pid the kubelet watches is the command's."""
     child = subprocess.Popen(pdeath.tied(["sleep", "60"]))
     try:
-        deadline = time.monotonic() + GONE_WITHIN_S
-        while command_of(child.pid) != ["sleep", "60"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert command_of(child.pid) == ["sleep", "60"]
+        assert until_running(child.pid, ["sleep", "60"])
     finally:
         child.kill()
         child.wait()
