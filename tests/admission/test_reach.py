@@ -40,7 +40,9 @@ EXPRESSIONS = [
 ]
 
 _SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from(["", "main"]))
-_LABELS = st.dictionaries(st.sampled_from(["gpu-class", "app"]), st.sampled_from(["a100", "x"]))
+_LABELS = st.dictionaries(
+    st.sampled_from([vocab.GPU_CLASS_LABEL, "app"]), st.sampled_from(["a100", "x"])
+)
 
 
 @st.composite
@@ -116,7 +118,7 @@ def test_the_charts_condition_reads_a_pods_labels_annotations_and_resources_only
     ("expression", "bound"),
     [
         pytest.param("request.operation == 'CREATE'", {"request"}, id="one-variable"),
-        pytest.param("true", set(), id="none"),
+        pytest.param("true", set(), id="no-variable"),
         pytest.param("object.a == oldObject.a", {"object", "oldObject"}, id="two"),
     ],
 )
