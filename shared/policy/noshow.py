@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.clock import format_utc, parse_utc
+from shared import fields
+from shared.clock import format_utc
 from shared.model import GPUReservation, Kind, ReservationFacts, State
 from shared.policy.windows import chain, kin, kin_key
 
@@ -101,13 +102,7 @@ def record_of(res: GPUReservation) -> Record | None:
 
 
 def _instant(raw: Mapping[str, Any], key: str) -> datetime:
-    value = raw.get(key)
-    if not isinstance(value, str):
-        raise ValueError(f"status.{STATUS_KEY}.{key}: missing or not a string")
-    try:
-        return parse_utc(value)
-    except ValueError as exc:
-        raise ValueError(f"status.{STATUS_KEY}.{key}: not a UTC instant") from exc
+    return fields.instant(raw.get(key), f"status.{STATUS_KEY}.{key}")
 
 
 def declared(reservations: Iterable[GPUReservation]) -> frozenset[int]:
