@@ -55,7 +55,7 @@ lint: $(STAMP)
 	$(BIN)/hadolint Dockerfile
 
 test: $(STAMP) tools lint $(PROMTOOL)
-	PROMTOOL=$(abspath $(PROMTOOL)) $(BIN)/pytest -n 2 --dist loadfile
+	PROMTOOL=$(abspath $(PROMTOOL)) $(BIN)/pytest -n 2 --dist loadfile --max-worker-restart=0
 
 sandbox: $(STAMP) tools
 	$(BIN)/python -m sandbox up $(SANDBOX_ARGS)
