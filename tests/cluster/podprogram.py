@@ -107,6 +107,9 @@ def main() -> None:
         print(json.dumps({name: os.environ.get(name) for name in rest}), flush=True)
     elif mode == "serve":
         serve(int(rest[0]))
+    elif mode == "late":  # a slow start: import-heavy processes take wall seconds
+        time.sleep(float(rest[0]))
+        serve(int(rest[1]))
     elif mode == "crash":
         crash()
     elif mode == "kube":

@@ -656,6 +656,28 @@ async def test_kubectl_logs_follow_streams_until_the_process_ends(tmp_path: Path
         assert (followed.returncode, followed.stdout) == (0, "one\ntwo\nthree\n"), followed.stderr
 
 
+async def test_probes_give_a_slow_start_its_wall_seconds_on_a_fast_clock(
+    tmp_path: Path,
+) -> None:
+    """At 60x a 3 s initial delay counted on the sandbox clock would be 50 ms: a process
+    that needs 1.5 wall seconds to listen would be killed at every start and never be
+    Ready. Probes time the real process, so they count wall seconds."""
+    async with world(tmp_path, ScaledClock(factor=60.0)) as w:
+        timings = {"initialDelaySeconds": 3, "failureThreshold": 1}
+        main = container(
+            "late",
+            "1.5",
+            "8080",
+            ports=[{"name": "http", "containerPort": 8080}],
+            livenessProbe=probe("/healthz", **timings),
+            readinessProbe=probe("/", **timings),
+        )
+        await w.gateway.create(PODS, local_pod("slow", main), NAMESPACE)
+        pod = await w.pod_until("slow", lambda p: state(p).get("ready") is True, 30)
+        assert state(pod).get("restartCount", 0) == 0
+        assert "Killing" not in await w.reasons("slow")
+
+
 async def test_the_back_off_ends_and_the_container_restarts_on_the_sandbox_clock(
     tmp_path: Path,
 ) -> None:
