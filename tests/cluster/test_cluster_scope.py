@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sandbox.cluster.component import SCOPE, ClusterComponent
-from sandbox.kube.component import KubeComponent
-from sandbox.runner import SandboxContext
 from shared.gateway import Gateway
-from shared.resources import NAMESPACES, NODES, PODS
+from shared.resources import NODES, PODS
 from tests.cluster.builders import node
+from tests.cluster.running import cluster_gateway
 
 pytestmark = [
     pytest.mark.anyio,
@@ -28,26 +24,8 @@ pytestmark = [
 SERVED, OTHER = "system", "users"
 
 
-@contextlib.asynccontextmanager
-async def scoped(tmp_path: Path) -> AsyncIterator[Gateway]:
-    ctx = SandboxContext(state_dir=tmp_path, scenario={})
-    ctx.handles[SCOPE] = SERVED
-    kube, cluster = KubeComponent(), ClusterComponent()
-    await kube.start(ctx)
-    await cluster.start(ctx)
-    assert ctx.kubeconfig is not None
-    path = tmp_path / "kubeconfig"
-    path.write_text(ctx.kubeconfig, encoding="utf-8")
-    client = Gateway.from_kubeconfig(str(path))
-    try:
-        for name in (SERVED, OTHER):
-            await client.create(NAMESPACES, {"metadata": {"name": name}})
-        yield client
-    finally:
-        client.close()
-        await cluster.stop()
-        await kube.stop()
-        gc.collect()
+def scoped(tmp_path: Path) -> contextlib.AbstractAsyncContextManager[Gateway]:
+    return cluster_gateway(tmp_path, SERVED, OTHER, scope=SERVED)
 
 
 def pod(name: str) -> dict[str, Any]:
