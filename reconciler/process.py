@@ -116,6 +116,7 @@ class Reconciler:
         self.backstop = backstop.setup(ground, self.upholders.context)
         # The admission step the reserved queue and the on-demand path share.
         step = admission_step.setup(ground)
+        self.announcer = step.announcer
         self.admitter = admit.setup(ground, step)
         self.auditor = audit.setup(ground, self._classes_if_known)
         self.leaser = (
@@ -246,6 +247,7 @@ class Reconciler:
         """The startup sync, then the loops; the status of the mirrors that sync
         created (phase, an empty ledger: nothing the loops or the webhook wait for) is
         written once the loops run."""
+        self.announcer.begin(self.clock.now())
         await self.syncer.sync_once(defer_status=True)
         for name, loop in self.leader_loops():
             self.tasks.spawn(name, loop)

@@ -5,8 +5,11 @@ reconciler's queue, by an on-demand lease, or by the webhook at creation — get
 Event, then its hold is bound to the pod and marked (``ledger.announce_all``: one write
 per reservation for all the holds one call announced), so a restart does not say it
 twice. For a hold this process did not create, the pod's Events are read back first (a
-status wiped between the Event and the mark must not announce twice). What this process
-announced is remembered only until the cache shows the mark.
+status wiped between the Event and the mark must not announce twice) — unless the pod was
+admitted after this leader term began (``begin``): no earlier leader can have announced
+it, and this term remembers what it announced, so the read, a LIST of the pod's Events
+for every pod the webhook admits, is skipped. What this process announced is remembered
+while its hold is unannounced and for a claim TTL at least (``_forget``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ from shared.resources import EVENTS
 
 #: Seconds the ledger mark of one announcement may take.
 MARK_DEADLINE_S = 10.0
+#: Seconds by which the clock that stamped a pod's ``galends/admitted-at`` (the
+#: webhook's node) may run ahead of ours: a pod admitted less than this after our
+#: leader term began is read back before it is announced, as if admitted before it.
+CLOCK_SKEW_S = 30.0
 
 Send = Callable[[PodView, str, str, datetime], Awaitable[bool]]
 
@@ -93,6 +100,23 @@ class Announcer:
         #: once its asks are done): ``all`` leaves them alone meanwhile, rather than take
         #: their unannounced holds for the webhook's and announce them a second time.
         self.expected: set[str] = set()
+        #: When this leader term began (None: not leading yet — every hold this process
+        #: did not create is read back).
+        self.since: datetime | None = None
+
+    def begin(self, now: datetime) -> None:
+        """A leader term begins at ``now``: an earlier leader acted only before it."""
+        self.since = now
+
+    def inherited(self, pod: PodView) -> bool:
+        """Whether an earlier leader may have announced ``pod``'s admission: it was
+        admitted before this term began (give or take ``CLOCK_SKEW_S``), or when is not
+        known."""
+        admitted = pod.admitted_at
+        since = self.since
+        return (
+            since is None or admitted is None or admitted < since + timedelta(seconds=CLOCK_SKEW_S)
+        )
 
     def expect(self, uid: str) -> None:
         """The pod ``uid`` is being admitted here; ``announce`` will announce it."""
@@ -168,7 +192,7 @@ class Announcer:
                 ends[res.name] = guaranteed_until(res, pool, now, self._settings.rules)
             reason = vocab.REASON_RUNTIME_GUARANTEED
             text = wording.runtime_guaranteed(res, ends[res.name], self._zone)
-        told = webhook and await self._told_before(pod, reason, res.name)
+        told = webhook and self.inherited(pod) and await self._told_before(pod, reason, res.name)
         if not told and not await self._send(pod, reason, text, now):
             return False
         self.announced[(res.name, item.claim)] = now
@@ -190,24 +214,29 @@ class Announcer:
         )
 
     def _forget(self, by_name: dict[str, GPUReservation], now: datetime) -> None:
-        """Drop what the ledger now remembers: a hold the cache shows announced, or gone
-        (its reservation gone, or the hold absent for longer than a claim TTL)."""
+        """Drop what the ledger now remembers: its reservation gone, or announced more
+        than a claim TTL ago with the hold shown announced or absent. Not sooner: a
+        status wiped after the mark is rebuilt with the hold of a pod admitted within
+        the TTL unannounced (``ledger.rebuild``), and this term's pods are not read
+        back (``inherited``)."""
         cutoff = now - timedelta(seconds=self._settings.ledger_claim_ttl_s)
         for key, at in list(self.announced.items()):
             res = by_name.get(key[0])
-            hold = next((h for h in res.holds if h.claim == key[1]), None) if res else None
-            if (
-                res is None
-                or (hold is not None and hold.announced)
-                or (hold is None and at < cutoff)
-            ):
+            if res is None:
+                del self.announced[key]
+                continue
+            if at >= cutoff:
+                continue
+            hold = next((h for h in res.holds if h.claim == key[1]), None)
+            if hold is None or hold.announced:
                 del self.announced[key]
 
     async def _told_before(self, pod: PodView, reason: str, res_name: str) -> bool:
         """Whether the pod already carries our announcement of ``res_name`` (read back).
 
-        Only for holds this process did not create (webhook admissions, rebuilt holds):
-        a status wiped between the Event and the flag must not announce twice."""
+        Only for holds this process did not create (webhook admissions, rebuilt holds)
+        of pods an earlier leader may have announced (``inherited``): a status wiped
+        between the Event and the flag must not announce twice."""
         selector = f"involvedObject.uid={pod.uid},reason={reason}"
         try:
             listed = await self._gateway.list_all(EVENTS, pod.namespace, field_selector=selector)

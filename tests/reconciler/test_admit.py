@@ -10,6 +10,7 @@ import jsonpatch
 import pytest
 from prometheus_client import CollectorRegistry
 
+from reconciler.admission import announce
 from reconciler.admission.announce import Admitted
 from reconciler.admission.pending import admission_patch, next_start
 from reconciler.admission.step import ON_DEMAND_ATTEMPTS, Admission
@@ -219,6 +220,93 @@ def test_announce_once_also_for_webhook_admissions_and_after_restart() -> None:
         )  # fmt: skip
         w2.admitter = Admitter(admission, w2.caches, w2.settings, w2.clock, metrics)
         await w2.step()
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+
+    run(scenario())
+
+
+def webhook_admitted(w: World, name: str, claim: str, admitted: Any) -> None:
+    """A pod the webhook admitted at ``admitted`` under res-1 with hold ``claim``."""
+    w.book(facts(), (model.Hold(claim, 1, admitted, pod=name),))
+    notes = {
+        vocab.BOOKING_REFERENCE: "res-1",
+        vocab.ADMISSION_CLAIM: claim,
+        vocab.ADMITTED_AT: format_utc(admitted),
+    }
+    w.kube.add(PODS, gpu_pod(name, gated=False, annotations=notes))
+
+
+def event_reads(kube: Kube) -> int:
+    return kube.calls.count(("list", EVENTS.plural))
+
+
+def test_a_pod_admitted_in_this_leader_term_is_announced_without_a_read_back() -> None:
+    """No earlier leader can have announced a pod admitted after this term began: its
+    Event goes out without a LIST of its Events (one per admitted pod otherwise)."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.admitter.step.announcer.begin(w.clock.now())
+        admitted = w.clock.now() + timedelta(seconds=announce.CLOCK_SKEW_S + 1)
+        await w.clock.advance(announce.CLOCK_SKEW_S + 2)
+        webhook_admitted(w, "web", "c-9", admitted)
+        await w.step()
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+        assert w.ledger_of().holds[0].announced
+        assert event_reads(w.kube) == 0
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("begun", [False, True], ids=["no-term-yet", "admitted-before-term"])
+def test_a_pod_an_earlier_leader_may_have_announced_is_read_back_first(begun: bool) -> None:
+    """Admitted before this term began (or within the clock skew after it): the Event an
+    earlier leader sent before its mark was lost is found, and none is sent again."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        admitted = w.clock.now()
+        webhook_admitted(w, "web", "c-9", admitted)
+        w.kube.add(
+            EVENTS,
+            {
+                "metadata": {"name": "web.earlier", "namespace": "alice"},
+                "involvedObject": {"kind": "Pod", "name": "web", "uid": "uid-web"},
+                "reason": vocab.REASON_RUNTIME_GUARANTEED,
+                "message": "Admitted under res-1.",
+                "reportingComponent": vocab.PRODUCT_NAME,
+            },
+            "alice",
+        )
+        if begun:
+            w.admitter.step.announcer.begin(admitted + timedelta(seconds=5))
+        await w.step()
+        assert event_reads(w.kube) == 1
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+        assert w.ledger_of().holds[0].announced
+
+    run(scenario())
+
+
+def test_a_ledger_wiped_after_the_mark_does_not_announce_this_terms_pod_again() -> None:
+    """The rebuilt hold of a pod admitted within the claim TTL comes back unannounced;
+    this term remembers its announcement for the TTL, so it is not read back and not
+    announced twice."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        w.admitter.step.announcer.begin(w.clock.now())
+        admitted = w.clock.now() + timedelta(seconds=announce.CLOCK_SKEW_S + 1)
+        await w.clock.advance(announce.CLOCK_SKEW_S + 2)
+        webhook_admitted(w, "web", "c-9", admitted)
+        await w.step()
+        await w.step()  # the cache shows the mark
+        wiped = ledger.rebuild(
+            model.GPUReservation(facts()), [view(w.pod("web")).use()], w.clock.now(), 120
+        )
+        assert not wiped.holds[0].announced
+        w.book(facts(), wiped.holds)
+        await w.step()
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
 
     run(scenario())

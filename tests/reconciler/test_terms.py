@@ -124,3 +124,33 @@ def test_the_loops_start_on_the_startup_specs_and_their_status_follows() -> None
         await r.stop()
 
     asyncio.run(scenario())
+
+
+def test_each_leader_term_tells_the_announcer_when_it_began() -> None:
+    """The announcer reads back only pods admitted before its term began: the term's
+    start is set when leadership is won, and again at a later term."""
+
+    async def scenario() -> None:
+        kube, clock = FakeKube(), ManualClock(NOW)
+        env = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
+        settings, _ = load(env)
+        r = Reconciler(settings, kube, FakeSource(), clock)  # type: ignore[arg-type]
+        forever = asyncio.Event()
+
+        async def loop() -> None:
+            await forever.wait()
+
+        r.leader_loops = lambda: [("only-loop", loop)]  # type: ignore[method-assign]
+        assert r.announcer.since is None
+        for term in range(2):
+            r._on_leadership(True)
+            for _ in range(50):
+                await asyncio.sleep(0)
+            assert r.announcer.since == NOW + timedelta(minutes=term)
+            r._on_leadership(False)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            await clock.advance(60)
+        await r.stop()
+
+    asyncio.run(scenario())
