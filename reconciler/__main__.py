@@ -18,10 +18,12 @@ from reconciler.base.settings import ReconcilerSettings
 from reconciler.process import Reconciler
 from shared import logs
 from shared.appclient import AppClient
-from shared.gateway import Gateway
+from shared.gateway.loop import LoopGateway
 from shared.settings import EnvReader, SettingsError
 
 _log = logging.getLogger("reconciler")
+#: Calls to the API server at once (window open patches many pods of a booking at once).
+RECONCILER_CONNECTIONS = 16
 
 
 def main() -> int:
@@ -42,7 +44,11 @@ def main() -> int:
 async def run(settings: ReconcilerSettings) -> None:
     """Start the replica, wait for a stop signal, stop it."""
     clock = settings.clock.build()
-    gateway = Gateway.for_process(settings.common)
+    # Calls and watches on this loop through aiohttp, as the webhook's: every admitted
+    # pod costs the reconciler an Event and a ledger write, and a worker thread per call
+    # cost more CPU than the call (docs/developer/architecture.md, "The Kubernetes
+    # gateway"). As many calls at once as the thread pool had workers.
+    gateway = LoopGateway.for_process(settings.common, connections=RECONCILER_CONNECTIONS)
     client = AppClient(settings.api_url, settings.api_key.value, clock=clock)
     reconciler = Reconciler(settings, gateway, client, clock, leases=client, victims=client)
     stop = asyncio.Event()
@@ -55,7 +61,7 @@ async def run(settings: ReconcilerSettings) -> None:
     finally:
         await reconciler.stop()
         await client.aclose()
-        gateway.close()
+        await gateway.aclose()
 
 
 def _log_notices(reader: EnvReader) -> None:
