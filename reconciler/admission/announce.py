@@ -195,6 +195,7 @@ class Announcer:
         told = webhook and self.inherited(pod) and await self._told_before(pod, reason, res.name)
         if not told and not await self._send(pod, reason, text, now):
             return False
+        self.announced.pop((res.name, item.claim), None)  # kept in the order announced
         self.announced[(res.name, item.claim)] = now
         if webhook:
             self._metrics.admissions.labels("webhook").inc()
@@ -214,21 +215,18 @@ class Announcer:
         )
 
     def _forget(self, by_name: dict[str, GPUReservation], now: datetime) -> None:
-        """Drop what the ledger now remembers: its reservation gone, or announced more
-        than a claim TTL ago with the hold shown announced or absent. Not sooner: a
+        """Drop what the ledger now remembers: announced more than a claim TTL ago with
+        its reservation gone or the hold shown announced or absent. Not sooner: a
         status wiped after the mark is rebuilt with the hold of a pod admitted within
         the TTL unannounced (``ledger.rebuild``), and this term's pods are not read
         back (``inherited``)."""
         cutoff = now - timedelta(seconds=self._settings.ledger_claim_ttl_s)
         for key, at in list(self.announced.items()):
-            res = by_name.get(key[0])
-            if res is None:
-                del self.announced[key]
-                continue
             if at >= cutoff:
-                continue
-            hold = next((h for h in res.holds if h.claim == key[1]), None)
-            if hold is None or hold.announced:
+                break  # kept in the order announced: the rest are younger still
+            res = by_name.get(key[0])
+            hold = next((h for h in res.holds if h.claim == key[1]), None) if res else None
+            if res is None or hold is None or hold.announced:
                 del self.announced[key]
 
     async def _told_before(self, pod: PodView, reason: str, res_name: str) -> bool:
