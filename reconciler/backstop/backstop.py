@@ -15,7 +15,7 @@ then a delete with a uid precondition.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from reconciler.admission.evicting import EvictingPass, PassContext, remove
@@ -25,6 +25,7 @@ from reconciler.backstop.rules import (
     Ledgers,
     Scope,
     Times,
+    bound_uids,
     breach_of,
     findings,
     group_from,
@@ -86,13 +87,16 @@ class Backstop(EvictingPass[Finding]):
         if chosen is not pods:
             # A pass over touched pods: the pods sharing a claim with one of them are
             # decided too (a copy seen before its original is the copy once the
-            # original shows).
+            # original shows). Each reservation's pods are indexed by claim once.
+            claims: dict[str, dict[str, list[PodView]]] = {}
             sharing: dict[str, PodView] = {}
             for pod in chosen.values():
                 if pod.claim and pod.reference:
-                    for other in group(pod.reference):
-                        if other.claim == pod.claim:
-                            sharing[other.key] = other
+                    index = claims.get(pod.reference)
+                    if index is None:
+                        index = claims[pod.reference] = by_claim(group(pod.reference))
+                    for other in index.get(pod.claim, ()):
+                        sharing[other.key] = other
             chosen = {**chosen, **sharing}
         return findings(
             chosen.values(),
@@ -183,11 +187,49 @@ class Backstop(EvictingPass[Finding]):
         return {}
 
 
+def by_claim(pods: Iterable[PodView]) -> dict[str, list[PodView]]:
+    """``pods`` carrying a claim, by that claim."""
+    index: dict[str, list[PodView]] = {}
+    for pod in pods:
+        if pod.claim:
+            index.setdefault(pod.claim, []).append(pod)
+    return index
+
+
+def judged_again(
+    pods: Iterable[PodView], old: GPUReservation, new: GPUReservation
+) -> list[PodView]:
+    """The pods of ``pods`` (those charged to R) whose verdict a change of R's holds
+    alone, ``old`` → ``new``, can move: every pod ``new`` does not bind by uid, and
+    those whose uid's hold changed claim. A pod bound by uid to the same claim before
+    and after keeps its verdict: R's rebuilt ledger holds it
+    (``rules.bound_uids``), the evictor's share of it (``held_by``) is the same, and the
+    rest of the rule reads R's facts and the pod, which did not change. When no bound
+    uid is sure to be held (two holds share a claim: a malformed ledger), every pod is
+    judged again. (A pod whose eviction failed is retried when it is next judged: on
+    its own change, or the tick's pass over every pod.)"""
+    held = bound_uids(new)
+    if held is None:
+        return list(pods)
+    before = _bindings(old)
+    after = _bindings(new)
+    return [p for p in pods if p.uid not in held or before.get(p.uid) != after.get(p.uid)]
+
+
+def _bindings(res: GPUReservation) -> dict[str, str]:
+    """uid → the claim of the first hold bound to it (the one ``rebuild`` keeps)."""
+    out: dict[str, str] = {}
+    for h in res.holds:
+        if h.pod_uid:
+            out.setdefault(h.pod_uid, h.claim)
+    return out
+
+
 def wire(backstop: Backstop, caches: Caches) -> None:
     """Wake ``backstop`` for a pod in scope that changed (on a reserved node, or
-    declaring a reservation toleration), for the pods under a reservation whose ledger
-    moved, for every pod when a reservation's facts or a node's reservation taints
-    changed."""
+    declaring a reservation toleration), for the pods under a reservation whose verdict
+    a change of its ledger alone can move (``judged_again``), for every pod when a
+    reservation's facts or a node's reservation taints changed."""
 
     def pod_changed(key: str, old: PodView | None, new: PodView | None) -> None:
         if new is None:
@@ -206,8 +248,8 @@ def wire(backstop: Backstop, caches: Caches) -> None:
     ) -> None:
         if not ledger_only(old, new):
             backstop.touch()
-        elif new is not None:  # the holds moved: the pods counted in it are judged again
-            for pod in caches.by_reference.pods(new.name):
+        elif old is not None and new is not None:  # the holds alone moved
+            for pod in judged_again(caches.by_reference.pods(new.name), old, new):
                 backstop.touch(pod.key)
 
     caches.pods.listeners.append(pod_changed)
