@@ -24,6 +24,7 @@ from reconciler.backstop.rules import (
     Group,
     Ledgers,
     Scope,
+    Sharing,
     Times,
     bound_uids,
     breach_of,
@@ -60,6 +61,7 @@ class Backstop(EvictingPass[Finding]):
         on_evicted: Callable[[str], None] | None = None,
         nodes: Callable[[], Mapping[str, NodeFacts]] = dict,
         group: Group | None = None,
+        sharing: Sharing | None = None,
         times: Times | None = None,
         tick_s: float = 300.0,
     ) -> None:
@@ -69,8 +71,10 @@ class Backstop(EvictingPass[Finding]):
         self.scope = scope
         self._mirror_current = mirror_current
         self._nodes = nodes
-        #: The cache's index of live pods by reservation (None: scan the pod cache).
+        #: The cache's index of live pods by reservation (None: scan the pod cache),
+        #: and of those by claim (None: built from ``group`` on each pass).
         self._group = group
+        self._sharing = sharing if group is not None else None
         self._times = times or Times()
 
     def loops(self) -> list[Loop]:
@@ -87,16 +91,22 @@ class Backstop(EvictingPass[Finding]):
         if chosen is not pods:
             # A pass over touched pods: the pods sharing a claim with one of them are
             # decided too (a copy seen before its original is the copy once the
-            # original shows). Each reservation's pods are indexed by claim once.
+            # original shows), found in the cache's index by claim, or in one index of
+            # each reservation's pods by claim made for the pass.
             claims: dict[str, dict[str, list[PodView]]] = {}
             sharing: dict[str, PodView] = {}
             for pod in chosen.values():
-                if pod.claim and pod.reference:
+                if not (pod.claim and pod.reference):
+                    continue
+                if self._sharing is not None:
+                    others = self._sharing(pod.reference, pod.claim)
+                else:
                     index = claims.get(pod.reference)
                     if index is None:
                         index = claims[pod.reference] = by_claim(group(pod.reference))
-                    for other in index.get(pod.claim, ()):
-                        sharing[other.key] = other
+                    others = index.get(pod.claim, [])
+                for other in others:
+                    sharing[other.key] = other
             chosen = {**chosen, **sharing}
         return findings(
             chosen.values(),
@@ -107,6 +117,7 @@ class Backstop(EvictingPass[Finding]):
             nodes=self._nodes(),
             group=group,
             times=self._times,
+            sharing=self._sharing,
         )
 
     async def _act(self, finding: Finding, now: datetime, taken: dict[str, int]) -> bool:
@@ -271,6 +282,7 @@ def setup(ground: Ground, ctx: PassContext) -> Backstop:
         on_evicted=lambda reason: metrics.unadmitted.labels(reason).inc(),
         nodes=lambda: ground.caches.nodes.items,
         group=ground.caches.by_reference.pods,
+        sharing=ground.caches.by_reference.sharing,
         times=Times(float(settings.ledger_claim_ttl_s), settings.unseen_s),
         tick_s=float(settings.queue_interval_s),
     )

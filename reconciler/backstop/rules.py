@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from reconciler.admission.evicting import eviction_reason
+from reconciler.admission.evicting import HoldIndex, eviction_reason, hold_index
 from reconciler.base.pods import ANY_CLASS, PodView
 from reconciler.base.upkeep import charged_to
 from shared import ledger, vocab
@@ -56,6 +56,9 @@ from shared.policy.wording import clip
 
 #: The live pods charged to a reservation (``caches.ByReference.pods``).
 Group = Callable[[str], list[PodView]]
+#: The live pods charged to a reservation that carry a claim key
+#: (``caches.ByReference.sharing``).
+Sharing = Callable[[str, str], list[PodView]]
 
 
 class Breach(StrEnum):
@@ -147,36 +150,73 @@ def bound_uids(res: GPUReservation) -> frozenset[str] | None:
     the claims are distinct) or through the hold of its claim id when that hold is
     unbound or bound to a gone pod — never the hold of a live pod. So with distinct
     claims, a live pod bound by uid keeps its hold, in whatever order the pods come."""
-    claims = {h.claim for h in res.holds}
-    if len(claims) != len(res.holds):
-        return None
-    return frozenset(h.pod_uid for h in res.holds if h.pod_uid)
+    return _bound(hold_index(res))
+
+
+def _bound(index: HoldIndex) -> frozenset[str] | None:
+    return frozenset(u for u in index.uids if u) if index.distinct else None
 
 
 class Ledgers:
     """R's ledger as upkeep would write it now, per reservation, memoised for one pass:
-    ``shared.ledger.rebuild`` of R over its live pods (``group``). A pod R's holds bind
-    by uid is held without a rebuild (``bound_uids``)."""
+    ``shared.ledger.rebuild`` of R over its live pods (``group``) — or, where the
+    answer is sure without it (``shortcut``), from R's holds and the pods carrying the
+    claim in question (``sharing``: the cache's index; by default built from ``group``
+    once per reservation)."""
 
-    def __init__(self, group: Group, now: datetime, times: Times) -> None:
+    def __init__(
+        self,
+        group: Group,
+        now: datetime,
+        times: Times,
+        sharing: Sharing | None = None,
+        *,
+        shortcuts: bool = True,
+    ) -> None:
         self._group = group
         self._now = now
         self._times = times
+        self._sharing = sharing
+        self._shortcuts = shortcuts
         #: reservation → (held uids, claim → holder key, uids judged).
         self._memo: dict[str, tuple[set[str], dict[str, str], frozenset[str]]] = {}
-        #: reservation → ``bound_uids`` of its holds.
-        self._bound: dict[str, frozenset[str] | None] = {}
+        #: reservation → its holds indexed, and ``bound_uids`` of them.
+        self._holds: dict[str, tuple[HoldIndex, frozenset[str] | None]] = {}
+        #: reservation → claim → its live pods carrying it (without ``sharing``).
+        self._claims: dict[str, dict[str, list[PodView]]] = {}
         #: Rebuilds run (what the pass cost).
         self.rebuilds = 0
+
+    def holds(self, res: GPUReservation) -> HoldIndex:
+        """``res``'s holds indexed (memoised for the pass)."""
+        return self._indexed(res)[0]
+
+    def _indexed(self, res: GPUReservation) -> tuple[HoldIndex, frozenset[str] | None]:
+        got = self._holds.get(res.name)
+        if got is None:
+            index = hold_index(res)
+            got = self._holds[res.name] = (index, _bound(index))
+        return got
+
+    def carrying(self, name: str, claim: str) -> list[PodView]:
+        """The live pods charged to reservation ``name`` that carry ``claim``."""
+        if self._sharing is not None:
+            return self._sharing(name, claim)
+        claims = self._claims.get(name)
+        if claims is None:
+            claims = self._claims[name] = {}
+            for member in self._group(name):
+                if member.claim:
+                    claims.setdefault(member.claim, []).append(member)
+        return claims.get(claim, [])
 
     def standing(self, pod: PodView, res: GPUReservation) -> tuple[bool, str | None]:
         """(held, holder): whether ``pod`` holds a hold of R's rebuilt ledger, and when
         it does not, ``namespace/name`` of the live pod holding its claim id, if any."""
-        if res.name not in self._bound:
-            self._bound[res.name] = bound_uids(res)
-        bound = self._bound[res.name]
-        if bound is not None and pod.uid in bound:
-            return True, None
+        if self._shortcuts:
+            known = self.shortcut(pod, res)
+            if known is not None:
+                return known
         got = self._memo.get(res.name)
         if got is None or pod.uid not in got[2]:
             members = self._group(res.name)
@@ -196,6 +236,40 @@ class Ledgers:
             return True, None
         holder = holders.get(pod.claim) if pod.claim else None
         return False, holder if holder != pod.key else None
+
+    def shortcut(self, pod: PodView, res: GPUReservation) -> tuple[bool, str | None] | None:
+        """``standing`` where R's holds settle it without a rebuild; None elsewhere.
+        Both cases need distinct claims (every ledger the product writes):
+
+        - a pod R's holds bind by uid is held (``bound_uids``);
+        - a pod of R's owner whose claim's hold is unbound: ``rebuild`` gives that hold
+          to the first persisted of the live pods of R's owner carrying the claim that
+          no hold binds by uid — no other pod can take it (a pod takes a hold of
+          another claim through its uid, and the hold of its own claim otherwise) —
+          and every other of them holds nothing (adoption skips a claim already held):
+          ``pod`` is held when it is that first one, else a copy of its holder.
+
+        Everything else — no hold of its claim (adoption weighs the budget), a hold
+        bound to another pod, a pod of another namespace — takes the rebuild."""
+        index, bound = self._indexed(res)
+        if bound is None:
+            return None
+        if pod.uid in bound:
+            return True, None
+        owner, claim = res.facts.owner, pod.claim
+        hold = index.claims.get(claim) if claim else None
+        if claim is None or hold is None or hold.pod_uid is not None or pod.namespace != owner:
+            return None
+        takers = {
+            q.uid: q
+            for q in self.carrying(res.name, claim)
+            if q.namespace == owner and q.uid not in bound
+        }
+        takers.setdefault(pod.uid, pod)
+        first = min(takers.values(), key=lambda q: ledger.persisted(q.use()))
+        if first.uid == pod.uid:
+            return True, None
+        return False, first.key if first.key != pod.key else None
 
 
 def breach_of(
@@ -218,7 +292,7 @@ def breach_of(
         return (
             Finding(pod, Breach.UNKNOWN_RESERVATION, ref, place=place) if mirror_current else None
         )
-    if eviction_reason(pod, res, now) is not None:
+    if eviction_reason(pod, res, now, ledgers.holds(res)) is not None:
         return None  # the evictor's: a booking cancelled or reassigned mid-window
     if pod.namespace != res.facts.owner:
         return Finding(pod, Breach.NOT_OWNER, ref, place=place)
@@ -247,14 +321,16 @@ def findings(
     nodes: Mapping[str, NodeFacts] | None = None,
     group: Group | None = None,
     times: Times | None = None,
+    sharing: Sharing | None = None,
 ) -> list[Finding]:
     """Every pod of ``pods`` in breach, in a stable order (no side effects). ``nodes``:
     the reserved nodes by name; ``group`` (the live pods charged to a reservation) must
     cover every pod charged to a reservation one of ``pods`` references; by default it
-    is built from ``pods`` themselves."""
+    is built from ``pods`` themselves. ``sharing``: ``group``'s pods by claim (the
+    cache's index), if there is one."""
     pods = list(pods)
     nodes = nodes or {}
-    ledgers = Ledgers(group or group_from(pods), now, times or Times())
+    ledgers = Ledgers(group or group_from(pods), now, times or Times(), sharing)
     found = []
     for pod in pods:
         if not in_scope(pod, scope, nodes):

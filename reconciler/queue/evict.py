@@ -37,7 +37,14 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from reconciler.admission.adoption import Cause
-from reconciler.admission.evicting import EvictingPass, PassContext, eviction_reason, remove
+from reconciler.admission.evicting import (
+    EvictingPass,
+    HoldIndex,
+    PassContext,
+    eviction_reason,
+    hold_index,
+    remove,
+)
 from reconciler.admission.guarantees import GuaranteeKeeper
 from reconciler.admission.relink import Relinker, frees_room
 from reconciler.base.caches import Caches, ledger_only
@@ -70,10 +77,16 @@ def evictions(
 ) -> list[Eviction]:
     """Every pod the caches say must go (no side effects), in a stable order."""
     found = []
+    indexes: dict[str, HoldIndex] = {}  # each reservation's holds, indexed once
     for pod in pods:
         res = reservations.get(pod.reference) if pod.reference else None
-        reason = eviction_reason(pod, res, now) if res is not None else None
-        if res is not None and reason is not None:
+        if res is None:
+            continue
+        index = indexes.get(res.name)
+        if index is None:
+            index = indexes[res.name] = hold_index(res)
+        reason = eviction_reason(pod, res, now, index)
+        if reason is not None:
             found.append(Eviction(pod, reason, res))
     return sorted(found, key=lambda e: e.pod.key)
 

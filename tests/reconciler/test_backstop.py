@@ -524,3 +524,34 @@ def test_a_pass_over_touched_pods_reads_each_bookings_pods_once_for_copies() -> 
     assert run(b.once({f"alice/held{i}" for i in range(20)})) == 0
     assert b.looked == 20
     assert calls == ["res-1"]  # the claim index; every touched pod is bound: no rebuild
+
+
+def test_a_new_pod_taking_its_claims_unbound_hold_is_judged_without_a_rebuild() -> None:
+    """The webhook's claim is in the ledger, unbound: the pod carrying it is the first
+    (here the only) pod of the owner that can take it, so it is held — and a copy of it
+    persisted later holds nothing, its holder named — without rebuilding the ledger of
+    40 pods."""
+    w, _ = many_bound()
+    w.add_pod(created(raw_pod("copy", "res-1", claim="claim-new"), NOW + timedelta(seconds=1)))
+    pods = w.pods()
+    res = w.reservations()["res-1"]
+    res = replace(res, holds=(*res.holds, model.Hold("claim-new", 1, NOW)))
+    ledgers = Ledgers(group_from(pods.values()), NOW, Times())
+    assert ledgers.standing(pods["alice/new"], res) == (True, None)
+    assert ledgers.standing(pods["alice/copy"], res) == (False, "alice/new")
+    assert ledgers.rebuilds == 0
+
+
+def test_a_pod_bound_by_uid_to_another_hold_takes_no_hold_of_the_claim_it_carries() -> None:
+    """An earlier pod carries claim c1 but R binds it by uid to another hold (a
+    re-link, an edited annotation): it keeps that hold, so the unbound hold of c1 goes
+    to the later pod carrying c1 — the shortcut answers as the rebuild does."""
+    w = World(NOW)
+    w.book(facts(1, gpus=4), (model.Hold("c1", 1, NOW), model.Hold("other", 1, NOW, "a", "uid-a")))
+    w.add_pod(created(raw_pod("a", "res-1", claim="c1"), NOW - timedelta(seconds=9)))
+    w.add_pod(created(raw_pod("b", "res-1", claim="c1"), NOW))
+    pods, res = w.pods(), w.reservations()["res-1"]
+    for shortcuts in (True, False):
+        ledgers = Ledgers(group_from(pods.values()), NOW, Times(), shortcuts=shortcuts)
+        assert ledgers.standing(pods["alice/b"], res) == (True, None)
+        assert ledgers.standing(pods["alice/a"], res) == (True, None)

@@ -15,8 +15,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconciler.admission.evicting import held_by, hold_index
 from reconciler.backstop.backstop import judged_again
-from reconciler.backstop.rules import Breach, Scope, Times, findings
+from reconciler.backstop.rules import Breach, Ledgers, Scope, Times, findings, group_from
 from reconciler.base.pods import PodView, project_pod
 from shared import model, vocab
 from shared.clock import format_utc
@@ -362,3 +363,33 @@ def test_a_ledger_change_moves_no_verdict_of_a_pod_it_does_not_judge_again(
     for pod in charged:
         if pod.key not in again and pod.key in after:
             assert after[pod.key] == before.get(pod.key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.booleans(), st.data())
+def test_the_ledgers_shortcuts_answer_as_the_rebuild_does(
+    unique: bool, data: st.DataObject
+) -> None:
+    """Every live pod under a reservation, asked of the rule's ledgers with their
+    shortcuts (a pod bound by uid, the first taker of an unbound hold of its claim) and
+    without them (a rebuild): the same standing, in well-formed and malformed ledgers."""
+    _, pool, pods = data.draw(worlds(unique=unique))
+    group = group_from(pods)
+    fast = Ledgers(group, NOW, TIMES)
+    slow = Ledgers(group, NOW, TIMES, shortcuts=False)
+    for pod in pods:
+        res = pool.get(pod.reference or "")
+        if res is not None and pod.uid and not pod.finished:
+            assert fast.standing(pod, res) == slow.standing(pod, res), pod.key
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.booleans(), st.data())
+def test_the_hold_index_finds_the_holds_a_scan_finds(unique: bool, data: st.DataObject) -> None:
+    """``held_by`` through a ledger's index (a pass over many pods of one booking)
+    answers as the scan of its holds, for every pod and every reservation."""
+    _, pool, pods = data.draw(worlds(unique=unique))
+    for res in pool.values():
+        index = hold_index(res)
+        for pod in pods:
+            assert held_by(pod, res, index) == held_by(pod, res), (pod.key, res.name)
