@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
@@ -65,13 +65,37 @@ class HoldIndex:
     claims: Mapping[str, Hold]
     #: No two holds share a claim (every ledger the product writes).
     distinct: bool
+    #: Uid → the claim of the first hold bound to it (the one ``rebuild`` keeps).
+    bindings: Mapping[str, str]
+
+    @property
+    def bound(self) -> Set[str] | None:
+        """The uids ``rebuild`` surely keeps held (``reconciler.backstop.rules.
+        bound_uids``): every bound one when the claims are distinct, else None."""
+        return self.bindings.keys() if self.distinct else None
+
+
+#: The last ``hold_index`` of each reservation name, with the object it was made of: a
+#: cached reservation is one object until it changes, and the passes of every pod
+#: event under it read the same index (checked by identity, so never a stale one).
+#: Emptied when it reaches ``_INDEXES_MAX`` names (reservations come and go).
+_INDEXES: dict[str, tuple[GPUReservation, HoldIndex]] = {}
+_INDEXES_MAX = 10_000
 
 
 def hold_index(res: GPUReservation) -> HoldIndex:
-    """``res``'s holds indexed (no side effects)."""
+    """``res``'s holds indexed (remembered for the object; the last of each name)."""
+    kept = _INDEXES.get(res.name)
+    if kept is not None and kept[0] is res:
+        return kept[1]
     claims = {h.claim: h for h in res.holds}
     uids = frozenset(h.pod_uid for h in res.holds if h.pod_uid is not None)
-    return HoldIndex(uids, claims, len(claims) == len(res.holds))
+    bindings = {h.pod_uid: h.claim for h in reversed(res.holds) if h.pod_uid}  # the first wins
+    index = HoldIndex(uids, claims, len(claims) == len(res.holds), bindings)
+    if len(_INDEXES) >= _INDEXES_MAX:
+        _INDEXES.clear()
+    _INDEXES[res.name] = (res, index)
+    return index
 
 
 def held_by(pod: PodView, res: GPUReservation, index: HoldIndex | None = None) -> bool:

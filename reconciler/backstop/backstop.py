@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
-from reconciler.admission.evicting import EvictingPass, PassContext, remove
+from reconciler.admission.evicting import EvictingPass, PassContext, hold_index, remove
 from reconciler.backstop.rules import (
     Finding,
     Group,
@@ -26,7 +26,6 @@ from reconciler.backstop.rules import (
     Scope,
     Sharing,
     Times,
-    bound_uids,
     breach_of,
     findings,
     group_from,
@@ -219,21 +218,11 @@ def judged_again(
     uid is sure to be held (two holds share a claim: a malformed ledger), every pod is
     judged again. (A pod whose eviction failed is retried when it is next judged: on
     its own change, or the tick's pass over every pod.)"""
-    held = bound_uids(new)
+    before, after = hold_index(old).bindings, hold_index(new)
+    held, now = after.bound, after.bindings
     if held is None:
         return list(pods)
-    before = _bindings(old)
-    after = _bindings(new)
-    return [p for p in pods if p.uid not in held or before.get(p.uid) != after.get(p.uid)]
-
-
-def _bindings(res: GPUReservation) -> dict[str, str]:
-    """uid → the claim of the first hold bound to it (the one ``rebuild`` keeps)."""
-    out: dict[str, str] = {}
-    for h in res.holds:
-        if h.pod_uid:
-            out.setdefault(h.pod_uid, h.claim)
-    return out
+    return [p for p in pods if p.uid not in held or before.get(p.uid) != now[p.uid]]
 
 
 def wire(backstop: Backstop, caches: Caches) -> None:

@@ -150,11 +150,8 @@ def bound_uids(res: GPUReservation) -> frozenset[str] | None:
     the claims are distinct) or through the hold of its claim id when that hold is
     unbound or bound to a gone pod — never the hold of a live pod. So with distinct
     claims, a live pod bound by uid keeps its hold, in whatever order the pods come."""
-    return _bound(hold_index(res))
-
-
-def _bound(index: HoldIndex) -> frozenset[str] | None:
-    return frozenset(u for u in index.uids if u) if index.distinct else None
+    bound = hold_index(res).bound
+    return None if bound is None else frozenset(bound)
 
 
 class Ledgers:
@@ -180,8 +177,8 @@ class Ledgers:
         self._shortcuts = shortcuts
         #: reservation → (held uids, claim → holder key, uids judged).
         self._memo: dict[str, tuple[set[str], dict[str, str], frozenset[str]]] = {}
-        #: reservation → its holds indexed, and ``bound_uids`` of them.
-        self._holds: dict[str, tuple[HoldIndex, frozenset[str] | None]] = {}
+        #: reservation → its holds indexed.
+        self._holds: dict[str, HoldIndex] = {}
         #: reservation → claim → its live pods carrying it (without ``sharing``).
         self._claims: dict[str, dict[str, list[PodView]]] = {}
         #: Rebuilds run (what the pass cost).
@@ -189,13 +186,9 @@ class Ledgers:
 
     def holds(self, res: GPUReservation) -> HoldIndex:
         """``res``'s holds indexed (memoised for the pass)."""
-        return self._indexed(res)[0]
-
-    def _indexed(self, res: GPUReservation) -> tuple[HoldIndex, frozenset[str] | None]:
         got = self._holds.get(res.name)
         if got is None:
-            index = hold_index(res)
-            got = self._holds[res.name] = (index, _bound(index))
+            got = self._holds[res.name] = hold_index(res)
         return got
 
     def carrying(self, name: str, claim: str) -> list[PodView]:
@@ -251,7 +244,8 @@ class Ledgers:
 
         Everything else — no hold of its claim (adoption weighs the budget), a hold
         bound to another pod, a pod of another namespace — takes the rebuild."""
-        index, bound = self._indexed(res)
+        index = self.holds(res)
+        bound = index.bound
         if bound is None:
             return None
         if pod.uid in bound:

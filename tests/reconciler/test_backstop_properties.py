@@ -393,3 +393,26 @@ def test_the_hold_index_finds_the_holds_a_scan_finds(unique: bool, data: st.Data
         index = hold_index(res)
         for pod in pods:
             assert held_by(pod, res, index) == held_by(pod, res), (pod.key, res.name)
+
+
+def test_a_reservation_object_is_indexed_once_a_changed_one_afresh() -> None:
+    """The passes of every pod event under one cached reservation read one index; the
+    reservation's next object (a new ledger) gets its own."""
+    f = model.ReservationFacts(
+        1,
+        "alice",
+        "a100",
+        "GPU",
+        2,
+        model.Kind.BOOKING,
+        START,
+        START + H,
+        model.State.ACTIVE,
+        START,
+    )
+    res = model.GPUReservation(f, (model.Hold("c0", 1, NOW, None, "uid-0"),))
+    first = hold_index(res)
+    assert hold_index(res) is first
+    moved = replace(res, holds=(model.Hold("c0", 1, NOW, None, "uid-1"),))
+    assert hold_index(moved).uids == {"uid-1"}
+    assert hold_index(replace(moved)).uids == {"uid-1"}  # an equal object: indexed anew
