@@ -75,26 +75,30 @@ class HoldIndex:
         return self.bindings.keys() if self.distinct else None
 
 
-#: The last ``hold_index`` of each reservation name, with the object it was made of: a
-#: cached reservation is one object until it changes, and the passes of every pod
-#: event under it read the same index (checked by identity, so never a stale one).
-#: Emptied when it reaches ``_INDEXES_MAX`` names (reservations come and go).
-_INDEXES: dict[str, tuple[GPUReservation, HoldIndex]] = {}
+#: The last two ``hold_index`` of each reservation name read (the last first), with the
+#: objects they were made of: a cached reservation is one object until it changes, and
+#: the passes of every pod event under it — and a change's listeners, reading the old
+#: and the new object — read the same index (checked by identity, so never a stale
+#: one). Emptied when it reaches ``_INDEXES_MAX`` names (reservations come and go).
+_INDEXES: dict[str, list[tuple[GPUReservation, HoldIndex]]] = {}
 _INDEXES_MAX = 10_000
 
 
 def hold_index(res: GPUReservation) -> HoldIndex:
-    """``res``'s holds indexed (remembered for the object; the last of each name)."""
-    kept = _INDEXES.get(res.name)
-    if kept is not None and kept[0] is res:
-        return kept[1]
+    """``res``'s holds indexed (remembered for the object; the last two of a name)."""
+    kept = _INDEXES.get(res.name, [])
+    for made_of, known in kept:
+        if made_of is res:
+            if kept[0][0] is not res:  # the one read last is kept first
+                _INDEXES[res.name] = [(res, known), kept[0]]
+            return known
     claims = {h.claim: h for h in res.holds}
     uids = frozenset(h.pod_uid for h in res.holds if h.pod_uid is not None)
     bindings = {h.pod_uid: h.claim for h in reversed(res.holds) if h.pod_uid}  # the first wins
     index = HoldIndex(uids, claims, len(claims) == len(res.holds), bindings)
     if len(_INDEXES) >= _INDEXES_MAX:
         _INDEXES.clear()
-    _INDEXES[res.name] = (res, index)
+    _INDEXES[res.name] = [(res, index), *kept[:1]]
     return index
 
 

@@ -415,4 +415,6 @@ def test_a_reservation_object_is_indexed_once_a_changed_one_afresh() -> None:
     assert hold_index(res) is first
     moved = replace(res, holds=(model.Hold("c0", 1, NOW, None, "uid-1"),))
     assert hold_index(moved).uids == {"uid-1"}
+    assert hold_index(res) is first  # a change's listeners read the old object too
+    assert hold_index(moved) is hold_index(moved)
     assert hold_index(replace(moved)).uids == {"uid-1"}  # an equal object: indexed anew
