@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
@@ -26,15 +26,18 @@ from shared import vocab
 from shared.clock import Clock
 from shared.errors import Conflict, KubeError, NotFound
 from shared.logs import log
-from shared.model import GPUReservation, State
+from shared.model import GPUReservation, Hold, State
 from shared.policy.matching import MatchRules
 from shared.resources import EVENTS, PODS
 
 _log = logging.getLogger(__name__)
 
 
-def eviction_reason(pod: PodView, res: GPUReservation, now: datetime) -> str | None:
-    """R27/R28 for one admitted pod under ``res``; None when it stays.
+def eviction_reason(
+    pod: PodView, res: GPUReservation, now: datetime, index: HoldIndex | None = None
+) -> str | None:
+    """R27/R28 for one admitted pod under ``res``; None when it stays. ``index``:
+    ``res``'s ``HoldIndex``, for a pass that decides on many of its pods.
 
     Only a pod ``res``'s ledger holds (a hold bound to its uid, or one of its claim) ran
     under the booking: any other pod naming it never did, and is the backstop's
@@ -42,7 +45,7 @@ def eviction_reason(pod: PodView, res: GPUReservation, now: datetime) -> str | N
     facts = res.facts
     if pod.finished or pod.deleting or not facts.start <= now < facts.end:
         return None
-    if not held_by(pod, res):
+    if not held_by(pod, res, index):
         return None
     if facts.state is State.CANCELLED:
         return vocab.REASON_RESERVATION_CANCELLED
@@ -51,10 +54,61 @@ def eviction_reason(pod: PodView, res: GPUReservation, now: datetime) -> str | N
     return None
 
 
-def held_by(pod: PodView, res: GPUReservation) -> bool:
+@dataclass(frozen=True)
+class HoldIndex:
+    """One ledger's holds by what finds them (``hold_index``): a pass deciding on many
+    pods of one reservation looks each up instead of scanning every hold per pod."""
+
+    #: The uids holds are bound to.
+    uids: frozenset[str]
+    #: Claim key → its hold (the last, as ``shared.ledger.rebuild`` finds it).
+    claims: Mapping[str, Hold]
+    #: No two holds share a claim (every ledger the product writes).
+    distinct: bool
+    #: Uid → the claim of the first hold bound to it (the one ``rebuild`` keeps).
+    bindings: Mapping[str, str]
+
+    @property
+    def bound(self) -> Set[str] | None:
+        """The uids ``rebuild`` surely keeps held (``reconciler.backstop.rules.
+        bound_uids``): every bound one when the claims are distinct, else None."""
+        return self.bindings.keys() if self.distinct else None
+
+
+#: The last two ``hold_index`` of each reservation name read (the last first), with the
+#: objects they were made of: a cached reservation is one object until it changes, and
+#: the passes of every pod event under it — and a change's listeners, reading the old
+#: and the new object — read the same index (checked by identity, so never a stale
+#: one). Emptied when it reaches ``_INDEXES_MAX`` names (reservations come and go).
+_INDEXES: dict[str, list[tuple[GPUReservation, HoldIndex]]] = {}
+_INDEXES_MAX = 10_000
+
+
+def hold_index(res: GPUReservation) -> HoldIndex:
+    """``res``'s holds indexed (remembered for the object; the last two of a name)."""
+    kept = _INDEXES.get(res.name, [])
+    for made_of, known in kept:
+        if made_of is res:
+            if kept[0][0] is not res:  # the one read last is kept first
+                _INDEXES[res.name] = [(res, known), kept[0]]
+            return known
+    claims = {h.claim: h for h in res.holds}
+    uids = frozenset(h.pod_uid for h in res.holds if h.pod_uid is not None)
+    bindings = {h.pod_uid: h.claim for h in reversed(res.holds) if h.pod_uid}  # the first wins
+    index = HoldIndex(uids, claims, len(claims) == len(res.holds), bindings)
+    if len(_INDEXES) >= _INDEXES_MAX:
+        _INDEXES.clear()
+    _INDEXES[res.name] = [(res, index), *kept[:1]]
+    return index
+
+
+def held_by(pod: PodView, res: GPUReservation, index: HoldIndex | None = None) -> bool:
     """``res``'s ledger holds ``pod``: a hold bound to its uid, or — for a pod of the
-    booking's owner, whose hold upkeep binds by claim — one of its claim."""
+    booking's owner, whose hold upkeep binds by claim — one of its claim. ``index``:
+    ``hold_index(res)``, when the caller has it."""
     mine = pod.namespace == res.facts.owner and pod.claim is not None
+    if index is not None:
+        return pod.uid in index.uids or (mine and pod.claim in index.claims)
     return any(h.pod_uid == pod.uid or (mine and h.claim == pod.claim) for h in res.holds)
 
 

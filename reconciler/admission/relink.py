@@ -71,6 +71,18 @@ LEDGER_DEADLINE_S = 5.0
 # --- pure rules -----------------------------------------------------------------------
 
 
+def frees_room(old: GPUReservation | None, new: GPUReservation | None) -> bool:
+    """Whether a change of a reservation's holds can make room for a re-link onto it:
+    fewer GPUs held than before, or a hold gone. A re-link's target is chosen on facts
+    and on the room left (``ledger.free``), so a claim, a binding or an announcement
+    mark — the same GPUs held or more — can let no pod move that could not before."""
+    if old is None or new is None:
+        return False
+    if new.used_gpus < old.used_gpus:
+        return True
+    return bool({h.claim for h in old.holds} - {h.claim for h in new.holds})
+
+
 # --- the shell ------------------------------------------------------------------------
 
 

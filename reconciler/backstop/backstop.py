@@ -15,15 +15,16 @@ then a delete with a uid precondition.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
-from reconciler.admission.evicting import EvictingPass, PassContext, remove
+from reconciler.admission.evicting import EvictingPass, PassContext, hold_index, remove
 from reconciler.backstop.rules import (
     Finding,
     Group,
     Ledgers,
     Scope,
+    Sharing,
     Times,
     breach_of,
     findings,
@@ -59,6 +60,7 @@ class Backstop(EvictingPass[Finding]):
         on_evicted: Callable[[str], None] | None = None,
         nodes: Callable[[], Mapping[str, NodeFacts]] = dict,
         group: Group | None = None,
+        sharing: Sharing | None = None,
         times: Times | None = None,
         tick_s: float = 300.0,
     ) -> None:
@@ -68,8 +70,10 @@ class Backstop(EvictingPass[Finding]):
         self.scope = scope
         self._mirror_current = mirror_current
         self._nodes = nodes
-        #: The cache's index of live pods by reservation (None: scan the pod cache).
+        #: The cache's index of live pods by reservation (None: scan the pod cache),
+        #: and of those by claim (None: built from ``group`` on each pass).
         self._group = group
+        self._sharing = sharing if group is not None else None
         self._times = times or Times()
 
     def loops(self) -> list[Loop]:
@@ -86,13 +90,22 @@ class Backstop(EvictingPass[Finding]):
         if chosen is not pods:
             # A pass over touched pods: the pods sharing a claim with one of them are
             # decided too (a copy seen before its original is the copy once the
-            # original shows).
+            # original shows), found in the cache's index by claim, or in one index of
+            # each reservation's pods by claim made for the pass.
+            claims: dict[str, dict[str, list[PodView]]] = {}
             sharing: dict[str, PodView] = {}
             for pod in chosen.values():
-                if pod.claim and pod.reference:
-                    for other in group(pod.reference):
-                        if other.claim == pod.claim:
-                            sharing[other.key] = other
+                if not (pod.claim and pod.reference):
+                    continue
+                if self._sharing is not None:
+                    others = self._sharing(pod.reference, pod.claim)
+                else:
+                    index = claims.get(pod.reference)
+                    if index is None:
+                        index = claims[pod.reference] = by_claim(group(pod.reference))
+                    others = index.get(pod.claim, [])
+                for other in others:
+                    sharing[other.key] = other
             chosen = {**chosen, **sharing}
         return findings(
             chosen.values(),
@@ -103,6 +116,7 @@ class Backstop(EvictingPass[Finding]):
             nodes=self._nodes(),
             group=group,
             times=self._times,
+            sharing=self._sharing,
         )
 
     async def _act(self, finding: Finding, now: datetime, taken: dict[str, int]) -> bool:
@@ -183,11 +197,39 @@ class Backstop(EvictingPass[Finding]):
         return {}
 
 
+def by_claim(pods: Iterable[PodView]) -> dict[str, list[PodView]]:
+    """``pods`` carrying a claim, by that claim."""
+    index: dict[str, list[PodView]] = {}
+    for pod in pods:
+        if pod.claim:
+            index.setdefault(pod.claim, []).append(pod)
+    return index
+
+
+def judged_again(
+    pods: Iterable[PodView], old: GPUReservation, new: GPUReservation
+) -> list[PodView]:
+    """The pods of ``pods`` (those charged to R) whose verdict a change of R's holds
+    alone, ``old`` → ``new``, can move: every pod ``new`` does not bind by uid, and
+    those whose uid's hold changed claim. A pod bound by uid to the same claim before
+    and after keeps its verdict: R's rebuilt ledger holds it
+    (``rules.bound_uids``), the evictor's share of it (``held_by``) is the same, and the
+    rest of the rule reads R's facts and the pod, which did not change. When no bound
+    uid is sure to be held (two holds share a claim: a malformed ledger), every pod is
+    judged again. (A pod whose eviction failed is retried when it is next judged: on
+    its own change, or the tick's pass over every pod.)"""
+    before, after = hold_index(old).bindings, hold_index(new)
+    held, now = after.bound, after.bindings
+    if held is None:
+        return list(pods)
+    return [p for p in pods if p.uid not in held or before.get(p.uid) != now[p.uid]]
+
+
 def wire(backstop: Backstop, caches: Caches) -> None:
     """Wake ``backstop`` for a pod in scope that changed (on a reserved node, or
-    declaring a reservation toleration), for the pods under a reservation whose ledger
-    moved, for every pod when a reservation's facts or a node's reservation taints
-    changed."""
+    declaring a reservation toleration), for the pods under a reservation whose verdict
+    a change of its ledger alone can move (``judged_again``), for every pod when a
+    reservation's facts or a node's reservation taints changed."""
 
     def pod_changed(key: str, old: PodView | None, new: PodView | None) -> None:
         if new is None:
@@ -206,8 +248,8 @@ def wire(backstop: Backstop, caches: Caches) -> None:
     ) -> None:
         if not ledger_only(old, new):
             backstop.touch()
-        elif new is not None:  # the holds moved: the pods counted in it are judged again
-            for pod in caches.by_reference.pods(new.name):
+        elif old is not None and new is not None:  # the holds alone moved
+            for pod in judged_again(caches.by_reference.pods(new.name), old, new):
                 backstop.touch(pod.key)
 
     caches.pods.listeners.append(pod_changed)
@@ -229,6 +271,7 @@ def setup(ground: Ground, ctx: PassContext) -> Backstop:
         on_evicted=lambda reason: metrics.unadmitted.labels(reason).inc(),
         nodes=lambda: ground.caches.nodes.items,
         group=ground.caches.by_reference.pods,
+        sharing=ground.caches.by_reference.sharing,
         times=Times(float(settings.ledger_claim_ttl_s), settings.unseen_s),
         tick_s=float(settings.queue_interval_s),
     )

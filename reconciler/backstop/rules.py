@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from reconciler.admission.evicting import eviction_reason
+from reconciler.admission.evicting import HoldIndex, eviction_reason, hold_index
 from reconciler.base.pods import ANY_CLASS, PodView
 from reconciler.base.upkeep import charged_to
 from shared import ledger, vocab
@@ -56,6 +56,9 @@ from shared.policy.wording import clip
 
 #: The live pods charged to a reservation (``caches.ByReference.pods``).
 Group = Callable[[str], list[PodView]]
+#: The live pods charged to a reservation that carry a claim key
+#: (``caches.ByReference.sharing``).
+Sharing = Callable[[str, str], list[PodView]]
 
 
 class Breach(StrEnum):
@@ -136,20 +139,77 @@ def group_from(pods: Iterable[PodView]) -> Group:
     return lambda name: grouped.get(name, [])
 
 
+def bound_uids(res: GPUReservation) -> frozenset[str] | None:
+    """The uids ``res``'s holds are bound to, each of which ``shared.ledger.rebuild``
+    keeps held whatever the other pods and holds are; None when no uid is sure to be
+    (two holds share a claim id: a malformed ledger).
+
+    Why a bound uid is held: ``rebuild`` gives a live pod the first hold bound to its
+    uid unless that hold's claim was taken by a pod persisted before it. An earlier pod
+    takes a claim only through its own uid's hold (another hold, so another claim when
+    the claims are distinct) or through the hold of its claim id when that hold is
+    unbound or bound to a gone pod — never the hold of a live pod. So with distinct
+    claims, a live pod bound by uid keeps its hold, in whatever order the pods come."""
+    bound = hold_index(res).bound
+    return None if bound is None else frozenset(bound)
+
+
 class Ledgers:
     """R's ledger as upkeep would write it now, per reservation, memoised for one pass:
-    ``shared.ledger.rebuild`` of R over its live pods (``group``)."""
+    ``shared.ledger.rebuild`` of R over its live pods (``group``) — or, where the
+    answer is sure without it (``shortcut``), from R's holds and the pods carrying the
+    claim in question (``sharing``: the cache's index; by default built from ``group``
+    once per reservation)."""
 
-    def __init__(self, group: Group, now: datetime, times: Times) -> None:
+    def __init__(
+        self,
+        group: Group,
+        now: datetime,
+        times: Times,
+        sharing: Sharing | None = None,
+        *,
+        shortcuts: bool = True,
+    ) -> None:
         self._group = group
         self._now = now
         self._times = times
+        self._sharing = sharing
+        self._shortcuts = shortcuts
         #: reservation → (held uids, claim → holder key, uids judged).
         self._memo: dict[str, tuple[set[str], dict[str, str], frozenset[str]]] = {}
+        #: reservation → its holds indexed.
+        self._holds: dict[str, HoldIndex] = {}
+        #: reservation → claim → its live pods carrying it (without ``sharing``).
+        self._claims: dict[str, dict[str, list[PodView]]] = {}
+        #: Rebuilds run (what the pass cost).
+        self.rebuilds = 0
+
+    def holds(self, res: GPUReservation) -> HoldIndex:
+        """``res``'s holds indexed (memoised for the pass)."""
+        got = self._holds.get(res.name)
+        if got is None:
+            got = self._holds[res.name] = hold_index(res)
+        return got
+
+    def carrying(self, name: str, claim: str) -> list[PodView]:
+        """The live pods charged to reservation ``name`` that carry ``claim``."""
+        if self._sharing is not None:
+            return self._sharing(name, claim)
+        claims = self._claims.get(name)
+        if claims is None:
+            claims = self._claims[name] = {}
+            for member in self._group(name):
+                if member.claim:
+                    claims.setdefault(member.claim, []).append(member)
+        return claims.get(claim, [])
 
     def standing(self, pod: PodView, res: GPUReservation) -> tuple[bool, str | None]:
         """(held, holder): whether ``pod`` holds a hold of R's rebuilt ledger, and when
         it does not, ``namespace/name`` of the live pod holding its claim id, if any."""
+        if self._shortcuts:
+            known = self.shortcut(pod, res)
+            if known is not None:
+                return known
         got = self._memo.get(res.name)
         if got is None or pod.uid not in got[2]:
             members = self._group(res.name)
@@ -158,6 +218,7 @@ class Ledgers:
             t = self._times
             uses = [m.use() for m in members]
             wanted = ledger.rebuild(res, uses, self._now, t.ttl_s, t.unseen_s)
+            self.rebuilds += 1
             keys = {m.uid: m.key for m in members}
             held = {h.pod_uid for h in wanted.holds if h.pod_uid}
             holders = {h.claim: keys[h.pod_uid] for h in wanted.holds if h.pod_uid in keys}
@@ -168,6 +229,41 @@ class Ledgers:
             return True, None
         holder = holders.get(pod.claim) if pod.claim else None
         return False, holder if holder != pod.key else None
+
+    def shortcut(self, pod: PodView, res: GPUReservation) -> tuple[bool, str | None] | None:
+        """``standing`` where R's holds settle it without a rebuild; None elsewhere.
+        Both cases need distinct claims (every ledger the product writes):
+
+        - a pod R's holds bind by uid is held (``bound_uids``);
+        - a pod of R's owner whose claim's hold is unbound: ``rebuild`` gives that hold
+          to the first persisted of the live pods of R's owner carrying the claim that
+          no hold binds by uid — no other pod can take it (a pod takes a hold of
+          another claim through its uid, and the hold of its own claim otherwise) —
+          and every other of them holds nothing (adoption skips a claim already held):
+          ``pod`` is held when it is that first one, else a copy of its holder.
+
+        Everything else — no hold of its claim (adoption weighs the budget), a hold
+        bound to another pod, a pod of another namespace — takes the rebuild."""
+        index = self.holds(res)
+        bound = index.bound
+        if bound is None:
+            return None
+        if pod.uid in bound:
+            return True, None
+        owner, claim = res.facts.owner, pod.claim
+        hold = index.claims.get(claim) if claim else None
+        if claim is None or hold is None or hold.pod_uid is not None or pod.namespace != owner:
+            return None
+        takers = {
+            q.uid: q
+            for q in self.carrying(res.name, claim)
+            if q.namespace == owner and q.uid not in bound
+        }
+        takers.setdefault(pod.uid, pod)
+        first = min(takers.values(), key=lambda q: ledger.persisted(q.use()))
+        if first.uid == pod.uid:
+            return True, None
+        return False, first.key if first.key != pod.key else None
 
 
 def breach_of(
@@ -190,7 +286,7 @@ def breach_of(
         return (
             Finding(pod, Breach.UNKNOWN_RESERVATION, ref, place=place) if mirror_current else None
         )
-    if eviction_reason(pod, res, now) is not None:
+    if eviction_reason(pod, res, now, ledgers.holds(res)) is not None:
         return None  # the evictor's: a booking cancelled or reassigned mid-window
     if pod.namespace != res.facts.owner:
         return Finding(pod, Breach.NOT_OWNER, ref, place=place)
@@ -219,14 +315,16 @@ def findings(
     nodes: Mapping[str, NodeFacts] | None = None,
     group: Group | None = None,
     times: Times | None = None,
+    sharing: Sharing | None = None,
 ) -> list[Finding]:
     """Every pod of ``pods`` in breach, in a stable order (no side effects). ``nodes``:
     the reserved nodes by name; ``group`` (the live pods charged to a reservation) must
     cover every pod charged to a reservation one of ``pods`` references; by default it
-    is built from ``pods`` themselves."""
+    is built from ``pods`` themselves. ``sharing``: ``group``'s pods by claim (the
+    cache's index), if there is one."""
     pods = list(pods)
     nodes = nodes or {}
-    ledgers = Ledgers(group or group_from(pods), now, times or Times())
+    ledgers = Ledgers(group or group_from(pods), now, times or Times(), sharing)
     found = []
     for pod in pods:
         if not in_scope(pod, scope, nodes):

@@ -107,10 +107,14 @@ class ByReference:
     (``upkeep.charged_to``), kept by a listener on every change the cache tells —
     watch events and a relist's differences alike — so upkeep reads one reservation's
     pods without scanning the cache. A pod keeps its place while it stays under the
-    same reservation (the order holds are rebuilt in)."""
+    same reservation (the order holds are rebuilt in). Within a reservation the pods
+    are indexed by the claim they carry too (``sharing``): the pods that may take one
+    hold, found without a scan of the reservation's pods."""
 
     def __init__(self) -> None:
         self._groups: dict[str, dict[str, PodView]] = {}
+        #: reservation → claim key → pod key → pod.
+        self._claims: dict[str, dict[str, dict[str, PodView]]] = {}
 
     def changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
         """The cache's listener: ``key`` went from ``old`` to ``new`` (None: absent)."""
@@ -121,8 +125,26 @@ class ByReference:
             group.pop(key, None)
             if not group:
                 self._groups.pop(was, None)
+        if was is not None and old is not None and old.claim:
+            self._unclaim(was, old.claim, key)
         if new is not None and ref is not None:
             self._groups.setdefault(ref, {})[key] = new
+            if new.claim:
+                self._claims.setdefault(ref, {}).setdefault(new.claim, {})[key] = new
+
+    def _unclaim(self, ref: str, claim: str, key: str) -> None:
+        claims = self._claims.get(ref, {})
+        holders = claims.get(claim, {})
+        holders.pop(key, None)
+        if not holders:
+            claims.pop(claim, None)
+            if not claims:
+                self._claims.pop(ref, None)
+
+    def sharing(self, name: str, claim: str) -> list[PodView]:
+        """The live pods counted in reservation ``name`` that carry ``claim`` (a claim
+        key, ``PodView.claim``)."""
+        return list(self._claims.get(name, {}).get(claim, {}).values())
 
     def uses(self, name: str) -> list[PodUse]:
         """What those pods use (``shared.ledger.rebuild``'s input)."""
@@ -135,6 +157,7 @@ class ByReference:
     def clear(self) -> None:
         """Forget everything (the cache was emptied without telling its listeners)."""
         self._groups.clear()
+        self._claims.clear()
 
 
 class WaitingByOwner:

@@ -37,9 +37,16 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from reconciler.admission.adoption import Cause
-from reconciler.admission.evicting import EvictingPass, PassContext, eviction_reason, remove
+from reconciler.admission.evicting import (
+    EvictingPass,
+    HoldIndex,
+    PassContext,
+    eviction_reason,
+    hold_index,
+    remove,
+)
 from reconciler.admission.guarantees import GuaranteeKeeper
-from reconciler.admission.relink import Relinker
+from reconciler.admission.relink import Relinker, frees_room
 from reconciler.base.caches import Caches, ledger_only
 from reconciler.base.component import Ground
 from reconciler.base.events import Emit
@@ -70,10 +77,16 @@ def evictions(
 ) -> list[Eviction]:
     """Every pod the caches say must go (no side effects), in a stable order."""
     found = []
+    indexes: dict[str, HoldIndex] = {}  # each reservation's holds, indexed once
     for pod in pods:
         res = reservations.get(pod.reference) if pod.reference else None
-        reason = eviction_reason(pod, res, now) if res is not None else None
-        if res is not None and reason is not None:
+        if res is None:
+            continue
+        index = indexes.get(res.name)
+        if index is None:
+            index = indexes[res.name] = hold_index(res)
+        reason = eviction_reason(pod, res, now, index)
+        if reason is not None:
             found.append(Eviction(pod, reason, res))
     return sorted(found, key=lambda e: e.pod.key)
 
@@ -163,9 +176,10 @@ EVICT_TASK = "evictions"
 
 class Upholders:
     """The guarantee keeper, the re-linker and the evictor of one leader term, fed by
-    the caches: a reservation change wakes all three for a pass over every pod (the
-    keeper and the evictor not when only its ledger moved: they decide on facts); a
-    change of an admitted pod wakes all three for that pod."""
+    the caches: a reservation change wakes all three for a pass over every pod — when
+    only its ledger moved, the keeper and the evictor not (they decide on facts), the
+    re-linker only when GPUs were freed (``frees_room``); a change of an admitted pod
+    wakes all three for that pod."""
 
     def __init__(
         self,
@@ -219,8 +233,10 @@ class Upholders:
     def _reservation_changed(
         self, key: str, old: GPUReservation | None, new: GPUReservation | None
     ) -> None:
-        self.relinker.touch()  # its room: a ledger change may make space for a re-link
-        if not ledger_only(old, new):
+        facts_moved = not ledger_only(old, new)
+        if facts_moved or frees_room(old, new):
+            self.relinker.touch()  # a ledger change matters to it only when it frees room
+        if facts_moved:
             self.keeper.touch_all()
             self.evictor.touch()
 

@@ -9,7 +9,16 @@ from types import SimpleNamespace
 from typing import Any
 
 from reconciler.backstop.backstop import Backstop, wire
-from reconciler.backstop.rules import Breach, Scope, findings, message
+from reconciler.backstop.rules import (
+    Breach,
+    Group,
+    Ledgers,
+    Scope,
+    Times,
+    findings,
+    group_from,
+    message,
+)
 from reconciler.base.upkeep import Keeper, uses_by_reservation
 from shared import model, vocab
 from shared.clock import format_utc
@@ -54,13 +63,14 @@ def declared(
     return created(raw, NOW - timedelta(minutes=1))
 
 
-def wired(b: Backstop) -> Any:
-    """Stand-ins for the caches' listener lists, with the backstop's listeners on them."""
+def wired(b: Backstop, charged: Group = lambda name: []) -> Any:
+    """Stand-ins for the caches' listener lists, with the backstop's listeners on them
+    (``charged``: the index of live pods by reservation)."""
     caches = SimpleNamespace(
         pods=SimpleNamespace(listeners=[]),
         nodes=SimpleNamespace(listeners=[], items={}),
         reservations=SimpleNamespace(listeners=[]),
-        by_reference=SimpleNamespace(pods=lambda name: []),
+        by_reference=SimpleNamespace(pods=charged),
     )
     wire(b, caches)  # type: ignore[arg-type]
     return caches
@@ -410,3 +420,138 @@ def test_a_burst_of_pod_events_costs_one_pass_over_the_pods_it_touched() -> None
         await asyncio.gather(task, return_exceptions=True)
 
     run(scenario())
+
+
+def many_bound() -> tuple[World, Group]:
+    """Booking res-1 with 40 pods its holds bind by uid, and one pod just admitted
+    (its claim not in the ledger yet); the index of those pods by reservation."""
+    w = open_world()
+    w.book(facts(1, gpus=100))
+    for i in range(40):
+        w.add_pod(created(raw_pod(f"held{i}", "res-1"), NOW - timedelta(minutes=1)), "res-1")
+    w.add_pod(created(raw_pod("new", "res-1"), NOW))
+    return w, group_from(w.pods().values())
+
+
+def test_a_ledger_change_judges_again_only_the_pods_whose_verdict_it_can_move() -> None:
+    """On a booking of many bound pods, the webhook's claim for a new pod, its binding
+    and its announcement mark each judge again the new pod alone (unbound, or its
+    binding changed) — not the 40 pods whose holds are bound to their uids."""
+    w, charged = many_bound()
+    b = backstop(w)
+    [on_reservation] = wired(b, charged).reservations.listeners
+    b.dirty.take()
+    res = w.reservations()["res-1"]
+    kept = res.holds
+    claimed = replace(res, holds=(*kept, model.Hold("claim-new", 1, NOW)))
+    on_reservation("res-1", res, claimed)
+    assert b.dirty.take() == {"alice/new"}
+    bound = replace(claimed, holds=(*kept, model.Hold("claim-new", 1, NOW, "new", "uid-new")))
+    on_reservation("res-1", claimed, bound)
+    assert b.dirty.take() == {"alice/new"}  # its binding changed
+    marked = replace(bound, holds=(*kept, replace(bound.holds[-1], announced=True)))
+    on_reservation("res-1", bound, marked)
+    assert not b.dirty.wake.is_set()  # nothing any verdict reads moved
+    assert run(b.once({"alice/new"})) == 0
+    assert b.looked == 1
+
+
+def test_a_hold_moved_to_another_pod_judges_both_again() -> None:
+    """A hold re-bound from one pod's uid to another's: the pod left without it and
+    the pod that gained it are judged again; the other bound pods are not."""
+    w, charged = many_bound()
+    b = backstop(w)
+    [on_reservation] = wired(b, charged).reservations.listeners
+    b.dirty.take()
+    res = w.reservations()["res-1"]
+    first = res.holds[0]
+    moved = replace(first, pod="new", pod_uid="uid-new")
+    on_reservation("res-1", res, replace(res, holds=(moved, *res.holds[1:])))
+    assert b.dirty.take() == {"alice/held0", "alice/new"}
+
+
+def test_a_ledger_of_two_holds_of_one_claim_judges_every_pod_again() -> None:
+    """Two holds of one claim bound to two pods (a malformed ledger): a bound uid is no
+    longer sure to be held, so every pod of the booking is judged again."""
+    w, charged = many_bound()
+    b = backstop(w)
+    [on_reservation] = wired(b, charged).reservations.listeners
+    b.dirty.take()
+    res = w.reservations()["res-1"]
+    twin = model.Hold(res.holds[0].claim, 1, NOW, "new", "uid-new")
+    on_reservation("res-1", res, replace(res, holds=(*res.holds, twin)))
+    assert b.dirty.take() == {f"alice/held{i}" for i in range(40)} | {"alice/new"}
+
+
+def test_a_pod_bound_by_uid_is_held_without_rebuilding_its_ledger() -> None:
+    """The rule's ledger of R: a pod R's holds bind by uid is held at once; a pod
+    without such a hold costs one rebuild of R (memoised for the pass)."""
+    w, charged = many_bound()
+    pods, res = w.pods(), w.reservations()["res-1"]
+    ledgers = Ledgers(charged, NOW, Times())
+    assert all(ledgers.standing(pods[f"alice/held{i}"], res) == (True, None) for i in range(40))
+    assert ledgers.rebuilds == 0
+    assert ledgers.standing(pods["alice/new"], res) == (True, None)  # adopted: room left
+    assert ledgers.standing(pods["alice/held0"], res) == (True, None)
+    assert ledgers.rebuilds == 1
+
+
+def test_of_two_holds_of_one_claim_the_later_persisted_pod_holds_nothing() -> None:
+    """A malformed ledger binding one claim to two live pods: the rule follows upkeep's
+    rebuild (the first persisted keeps the claim), not the bindings alone."""
+    w = open_world()
+    w.book(facts(1, gpus=1))
+    w.add_pod(created(raw_pod("a", "res-1", claim="c1"), NOW - timedelta(seconds=9)), "res-1")
+    w.add_pod(created(raw_pod("b", "res-1", claim="c1"), NOW), "res-1")
+    pods, res = w.pods(), w.reservations()["res-1"]
+    assert [h.pod_uid for h in res.holds] == ["uid-a", "uid-b"]
+    ledgers = Ledgers(group_from(pods.values()), NOW, Times())
+    assert ledgers.standing(pods["alice/b"], res) == (False, "alice/a")
+    assert ledgers.standing(pods["alice/a"], res) == (True, None)
+
+
+def test_a_pass_over_touched_pods_reads_each_bookings_pods_once_for_copies() -> None:
+    """The copies of the touched pods' claims are found from one index of each
+    booking's pods by claim, not one scan of the booking per touched pod."""
+    w, charged = many_bound()
+    calls: list[str] = []
+
+    def counting(name: str) -> list[Any]:
+        calls.append(name)
+        return charged(name)
+
+    b = Backstop(w.context, NS, scope=SCOPE, mirror_current=lambda: True, group=counting)
+    assert run(b.once({f"alice/held{i}" for i in range(20)})) == 0
+    assert b.looked == 20
+    assert calls == ["res-1"]  # the claim index; every touched pod is bound: no rebuild
+
+
+def test_a_new_pod_taking_its_claims_unbound_hold_is_judged_without_a_rebuild() -> None:
+    """The webhook's claim is in the ledger, unbound: the pod carrying it is the first
+    (here the only) pod of the owner that can take it, so it is held — and a copy of it
+    persisted later holds nothing, its holder named — without rebuilding the ledger of
+    40 pods."""
+    w, _ = many_bound()
+    w.add_pod(created(raw_pod("copy", "res-1", claim="claim-new"), NOW + timedelta(seconds=1)))
+    pods = w.pods()
+    res = w.reservations()["res-1"]
+    res = replace(res, holds=(*res.holds, model.Hold("claim-new", 1, NOW)))
+    ledgers = Ledgers(group_from(pods.values()), NOW, Times())
+    assert ledgers.standing(pods["alice/new"], res) == (True, None)
+    assert ledgers.standing(pods["alice/copy"], res) == (False, "alice/new")
+    assert ledgers.rebuilds == 0
+
+
+def test_a_pod_bound_by_uid_to_another_hold_takes_no_hold_of_the_claim_it_carries() -> None:
+    """An earlier pod carries claim c1 but R binds it by uid to another hold (a
+    re-link, an edited annotation): it keeps that hold, so the unbound hold of c1 goes
+    to the later pod carrying c1 — the shortcut answers as the rebuild does."""
+    w = World(NOW)
+    w.book(facts(1, gpus=4), (model.Hold("c1", 1, NOW), model.Hold("other", 1, NOW, "a", "uid-a")))
+    w.add_pod(created(raw_pod("a", "res-1", claim="c1"), NOW - timedelta(seconds=9)))
+    w.add_pod(created(raw_pod("b", "res-1", claim="c1"), NOW))
+    pods, res = w.pods(), w.reservations()["res-1"]
+    for shortcuts in (True, False):
+        ledgers = Ledgers(group_from(pods.values()), NOW, Times(), shortcuts=shortcuts)
+        assert ledgers.standing(pods["alice/b"], res) == (True, None)
+        assert ledgers.standing(pods["alice/a"], res) == (True, None)

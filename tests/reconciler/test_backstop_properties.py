@@ -15,7 +15,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.backstop.rules import Breach, Scope, Times, findings
+from reconciler.admission.evicting import held_by, hold_index
+from reconciler.backstop.backstop import judged_again
+from reconciler.backstop.rules import Breach, Ledgers, Scope, Times, findings, group_from
 from reconciler.base.pods import PodView, project_pod
 from shared import model, vocab
 from shared.clock import format_utc
@@ -149,7 +151,7 @@ def raw_pod(
 
 @st.composite
 def worlds(
-    draw: st.DrawFn,
+    draw: st.DrawFn, *, unique: bool = True
 ) -> tuple[dict[str, NodeFacts], dict[str, model.GPUReservation], list[PodView]]:
     found_nodes = draw(nodes())
     pool = draw(reservations())
@@ -176,17 +178,25 @@ def worlds(
         view = project_pod(raw, MatchRules())
         if view is not None:
             pods.append(view)
-    # Holds: unique claims per ledger, bound to one of the pods, to a gone pod, or none.
-    uids = [p.uid for p in pods] + ["uid-gone"]
+    # Holds: unique claims per ledger (unless ``unique`` is off: a malformed ledger),
+    # bound to one of the pods, to a gone pod, or none.
     for name, res in list(pool.items()):
-        holds = []
-        for claim in draw(st.lists(st.sampled_from(CLAIMS), unique=True, max_size=3)):
-            bound = draw(st.sampled_from([None, *uids]))
-            age = draw(st.sampled_from([1, 5, 30, 300]))
-            gpus = draw(st.integers(1, 2))
-            holds.append(model.Hold(claim, gpus, NOW - timedelta(seconds=age), None, bound))
-        pool[name] = replace(res, holds=tuple(holds))
+        pool[name] = replace(res, holds=draw(ledgers(pods, unique=unique)))
     return found_nodes, pool, pods
+
+
+@st.composite
+def ledgers(draw: st.DrawFn, pods: list[PodView], *, unique: bool = True) -> tuple[model.Hold, ...]:
+    uids = [p.uid for p in pods] + ["uid-gone"]
+    holds = []
+    # Shared claims are drawn from two, so that two holds of one claim are common.
+    claims = st.sampled_from(CLAIMS if unique else CLAIMS[:2])
+    for claim in draw(st.lists(claims, unique=unique, max_size=3)):
+        bound = draw(st.sampled_from([None, *uids]))
+        age = draw(st.sampled_from([1, 5, 30, 300]))
+        gpus = draw(st.integers(1, 2))
+        holds.append(model.Hold(claim, gpus, NOW - timedelta(seconds=age), None, bound))
+    return tuple(holds)
 
 
 # --- the reference implementation ------------------------------------------------------
@@ -311,3 +321,100 @@ def test_upkeep_writing_the_ledgers_it_simulates_changes_no_verdict(world: World
         written[name] = rebuild(res, uses, NOW, TIMES.ttl_s, TIMES.unseen_s)
     after = findings(pods, written, SCOPE, NOW, mirror_current=True, nodes=found_nodes, times=TIMES)
     assert [(f.pod.key, f.breach) for f in after] == [(f.pod.key, f.breach) for f in before]
+
+
+@settings(max_examples=300, deadline=None)
+@given(worlds(unique=False))
+def test_a_malformed_ledger_of_shared_claims_gets_the_same_verdicts(world: World) -> None:
+    """Two holds of one claim (a ledger no writer makes): a pod bound by uid is not
+    taken as held without the rebuild; the verdicts are the reference's."""
+    found_nodes, pool, pods = world
+    found = findings(pods, pool, SCOPE, NOW, mirror_current=True, nodes=found_nodes, times=TIMES)
+    assert {f.pod.key: f.breach for f in found} == expected(found_nodes, pool, pods)
+
+
+def verdicts(
+    found_nodes: dict[str, NodeFacts], pool: dict[str, model.GPUReservation], pods: list[PodView]
+) -> dict[str, tuple[Breach, str | None]]:
+    found = findings(pods, pool, SCOPE, NOW, mirror_current=True, nodes=found_nodes, times=TIMES)
+    return {f.pod.key: (f.breach, f.holder) for f in found}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_ledger_change_moves_no_verdict_of_a_pod_it_does_not_judge_again(
+    data: st.DataObject,
+) -> None:
+    """Holds of R changed alone (some kept, some dropped or re-bound, new ones, claims
+    shared or not): every pod of R the backstop does not judge again
+    (``judged_again``) is found in breach after only if it was before, for the same
+    reason — a pass over the pods judged again finds every new finding a pass over
+    every pod finds."""
+    found_nodes, pool, pods = data.draw(worlds(unique=data.draw(st.booleans())))
+    name = data.draw(st.sampled_from(sorted(pool)))
+    old = pool[name]
+    kept = data.draw(st.lists(st.sampled_from(old.holds), unique=True)) if old.holds else []
+    fresh = data.draw(ledgers(pods, unique=data.draw(st.booleans())))
+    new = replace(old, holds=tuple(data.draw(st.permutations([*kept, *fresh]))))
+    before = verdicts(found_nodes, pool, pods)
+    after = verdicts(found_nodes, {**pool, name: new}, pods)
+    charged = [p for p in pods if p.uid and not p.finished and p.reference == name]
+    again = {p.key for p in judged_again(charged, old, new)}
+    for pod in charged:
+        if pod.key not in again and pod.key in after:
+            assert after[pod.key] == before.get(pod.key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.booleans(), st.data())
+def test_the_ledgers_shortcuts_answer_as_the_rebuild_does(
+    unique: bool, data: st.DataObject
+) -> None:
+    """Every live pod under a reservation, asked of the rule's ledgers with their
+    shortcuts (a pod bound by uid, the first taker of an unbound hold of its claim) and
+    without them (a rebuild): the same standing, in well-formed and malformed ledgers."""
+    _, pool, pods = data.draw(worlds(unique=unique))
+    group = group_from(pods)
+    fast = Ledgers(group, NOW, TIMES)
+    slow = Ledgers(group, NOW, TIMES, shortcuts=False)
+    for pod in pods:
+        res = pool.get(pod.reference or "")
+        if res is not None and pod.uid and not pod.finished:
+            assert fast.standing(pod, res) == slow.standing(pod, res), pod.key
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.booleans(), st.data())
+def test_the_hold_index_finds_the_holds_a_scan_finds(unique: bool, data: st.DataObject) -> None:
+    """``held_by`` through a ledger's index (a pass over many pods of one booking)
+    answers as the scan of its holds, for every pod and every reservation."""
+    _, pool, pods = data.draw(worlds(unique=unique))
+    for res in pool.values():
+        index = hold_index(res)
+        for pod in pods:
+            assert held_by(pod, res, index) == held_by(pod, res), (pod.key, res.name)
+
+
+def test_a_reservation_object_is_indexed_once_a_changed_one_afresh() -> None:
+    """The passes of every pod event under one cached reservation read one index; the
+    reservation's next object (a new ledger) gets its own."""
+    f = model.ReservationFacts(
+        1,
+        "alice",
+        "a100",
+        "GPU",
+        2,
+        model.Kind.BOOKING,
+        START,
+        START + H,
+        model.State.ACTIVE,
+        START,
+    )
+    res = model.GPUReservation(f, (model.Hold("c0", 1, NOW, None, "uid-0"),))
+    first = hold_index(res)
+    assert hold_index(res) is first
+    moved = replace(res, holds=(model.Hold("c0", 1, NOW, None, "uid-1"),))
+    assert hold_index(moved).uids == {"uid-1"}
+    assert hold_index(res) is first  # a change's listeners read the old object too
+    assert hold_index(moved) is hold_index(moved)
+    assert hold_index(replace(moved)).uids == {"uid-1"}  # an equal object: indexed anew

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from reconciler.base.caches import Caches
 from reconciler.base.settings import load
 from reconciler.base.upkeep import uses_by_reservation
+from shared import model
 from shared.clock import ManualClock
 from shared.gateway import ListResult, WatchEvent
 from tests.reconciler.builders import START, relisting
@@ -33,8 +34,10 @@ class Listed:
         return ListResult([dict(o) for o in self.items], "1")
 
 
-def pod(name: str, ref: str | None, phase: str = "Running", uid: str = "") -> dict[str, Any]:
-    raw = raw_pod(name, ref)
+def pod(
+    name: str, ref: str | None, phase: str = "Running", uid: str = "", claim: str | None = None
+) -> dict[str, Any]:
+    raw = raw_pod(name, ref, claim=claim)
     raw["metadata"]["uid"] = uid or f"uid-{name}"
     raw["status"]["phase"] = phase
     return raw
@@ -55,6 +58,24 @@ def by_index(c: Caches) -> dict[str, list[Any]]:
     return {
         name: sorted(uses, key=lambda u: (u.uid, u.name)) for name, uses in found.items() if uses
     }
+
+
+def claims_by_index(c: Caches) -> dict[tuple[str, str], list[str]]:
+    found = {}
+    for name in ("res-1", "res-2"):
+        for claim in (model.claim_key(c) for c in ("c1", "c2", *(f"claim-{n}" for n in NAMES))):
+            keys = sorted(p.key for p in c.by_reference.sharing(name, claim))
+            if keys:
+                found[(name, claim)] = keys
+    return found
+
+
+def claims_by_scan(c: Caches) -> dict[tuple[str, str], list[str]]:
+    found: dict[tuple[str, str], list[str]] = {}
+    for p in c.pods.items.values():
+        if p.reference and p.claim and p.uid and not p.finished:
+            found.setdefault((p.reference, p.claim), []).append(p.key)
+    return {k: sorted(v) for k, v in found.items()}
 
 
 def by_scan(c: Caches) -> dict[str, list[Any]]:
@@ -82,8 +103,10 @@ def test_index_follows_add_update_delete_relist_and_reset() -> None:
     assert [u.uid for u in c.by_reference.uses("res-1")] == ["uid-a2"]
     c.reset()
     assert by_index(c) == {}
+    assert claims_by_index(c) == {}
     asyncio.run(c.pods.relist())
     assert by_index(c) == by_scan(c) != {}
+    assert claims_by_index(c) == claims_by_scan(c) != {}
 
 
 def test_a_pod_keeps_its_place_while_it_stays_under_its_reservation() -> None:
@@ -102,6 +125,7 @@ EVENT = st.tuples(
     st.sampled_from(REFS),
     st.sampled_from(PHASES),
     st.sampled_from(("", "uid-other")),
+    st.sampled_from((None, "c1", "c2")),
 )
 RELIST = st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(REFS)), max_size=3)
 STEP = st.one_of(EVENT, RELIST.map(lambda pods: ("relist", pods)), st.just(("reset",)))
@@ -118,6 +142,7 @@ def test_index_equals_a_full_scan_after_every_change(steps: list[Any]) -> None:
         elif step[0] == "reset":
             c.reset()
         else:
-            kind, name, ref, phase, uid = step
-            c.pods.apply(WatchEvent(kind, pod(name, ref, phase, uid)))
+            kind, name, ref, phase, uid, claim = step
+            c.pods.apply(WatchEvent(kind, pod(name, ref, phase, uid, claim)))
         assert by_index(c) == by_scan(c)
+        assert claims_by_index(c) == claims_by_scan(c)

@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from reconciler.admission.adoption import Cause, overstaying, target
+from reconciler.admission.relink import frees_room
 from shared import vocab
 from shared.clock import format_utc
 from shared.model import claim_key
@@ -120,3 +121,19 @@ def test_adoption_off_moves_nothing() -> None:
     w = overstay_world(adoption=False)
     assert run(w.relinker.adopt_overstays()) == 0
     assert w.emit.sent == []
+
+
+def test_only_a_ledger_change_that_frees_gpus_can_make_room_for_a_re_link() -> None:
+    """The re-linker's wake-up on a change of holds alone: GPUs freed (a hold gone, a
+    hold shrunk) can let a pod move; a claim, a binding or a mark cannot."""
+    w = overstay_world(pods=2)
+    res = w.reservations()["res-1"]
+    one, two = res.holds
+    assert frees_room(res, replace(res, holds=(one,)))
+    assert frees_room(res, replace(res, holds=(one, replace(two, gpus=1))))
+    assert frees_room(res, replace(res, holds=(one, replace(two, claim="other"))))
+    assert not frees_room(res, replace(res, holds=(one, two, replace(two, claim="more"))))
+    assert not frees_room(res, replace(res, holds=(one, replace(two, announced=True))))
+    assert not frees_room(res, replace(res, holds=(one, replace(two, pod_uid=None))))
+    assert not frees_room(None, res)
+    assert not frees_room(res, None)

@@ -61,20 +61,26 @@ def expected(*seen: Any) -> dict[str, Any]:
 def test_a_ledger_only_change_wakes_only_the_loops_that_read_holds() -> None:
     """A claim, a binding or an announcement mark moves a reservation's holds alone: the
     guarantee keeper, evictor, backstop, no-show loop and preemption sweep decide on
-    facts and pods and are left alone; the re-linker (its room) is woken. A change of
-    facts wakes them all."""
+    facts and pods and are left alone; the re-linker (its room) is woken only when GPUs
+    were freed. A change of facts wakes them all."""
 
     async def scenario() -> None:
         r = drained(replica())
         res = model.GPUReservation(facts(1), (), "1")
         claimed = replace(res, holds=(model.Hold("c", 1, START),), resource_version="2")
+        bound = replace(claimed, holds=(model.Hold("c", 1, START, "p", "u"),), resource_version="3")
+        for old, new in ((res, claimed), (claimed, bound)):
+            for listener in r.caches.reservations.listeners:
+                listener(res.name, old, new)
+            # guarantees, evictor, relinker, backstop, no-shows, sweep (None: every pod)
+            assert woken(r) == expected(False, False, False, False, False, False)
+        released = replace(bound, holds=(), resource_version="4")
         for listener in r.caches.reservations.listeners:
-            listener(res.name, res, claimed)
-        # guarantees, evictor, relinker, backstop, no-shows, sweep (None: every pod)
+            listener(res.name, bound, released)
         assert woken(r) == expected(False, False, None, False, False, False)
-        cancelled = replace(claimed, facts=replace(res.facts, state=model.State.CANCELLED))
+        cancelled = replace(released, facts=replace(res.facts, state=model.State.CANCELLED))
         for listener in r.caches.reservations.listeners:
-            listener(res.name, claimed, cancelled)
+            listener(res.name, released, cancelled)
         assert woken(r) == expected(None, None, None, None, True, True)
 
     asyncio.run(scenario())
