@@ -13,7 +13,10 @@ pure change to a fresh read, so a claim racing with the upkeep is never lost.
 
 Upkeep runs only once the pod cache is synced: an empty cache must never read as
 "every pod is gone". It runs for the reservations a pod event touched at once, and
-for all of them on the backstop tick.
+for all of them on the backstop tick. A pass on a pod event leaves alone a ledger
+whose only change would bind unannounced holds to their new pods: the announcer binds
+them in the write that marks them announced (``binds_only_unannounced``); the tick's
+pass binds what it did not.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime
 
 from reconciler.base.pods import PodView
@@ -84,6 +88,22 @@ def stale(
         if by_claim(wanted(res, uses.get(name, []), now, ttl_s, unseen_s).holds)
         != by_claim(res.holds)
     )
+
+
+def binds_only_unannounced(res: GPUReservation, want: GPUReservation) -> bool:
+    """Whether upkeep's only change to ``res`` would bind unannounced holds to their
+    pods: the announcer's next write binds each of them with its mark (``ledger.
+    announce_all``), so an upkeep write first would be one more write per admitted pod."""
+    now_by = {h.claim: h for h in res.holds}
+    if len(now_by) != len(res.holds) or now_by.keys() != {h.claim for h in want.holds}:
+        return False
+    for w in want.holds:
+        h = now_by[w.claim]
+        if h == w:
+            continue
+        if h.bound or h.announced or not w.bound or replace(h, pod=w.pod, pod_uid=w.pod_uid) != w:
+            return False
+    return len(want.holds) == len(res.holds)
 
 
 def by_claim(holds: Iterable[Hold]) -> list[Hold]:
@@ -197,6 +217,8 @@ class Keeper:
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self.writes = 0
+        #: Reservation name → (the object last seen, its oldest unbound hold's time).
+        self._unbound_since: dict[str, tuple[GPUReservation, datetime | None]] = {}
 
     def touch(self, name: str) -> None:
         """Reconsider reservation ``name`` soon (a pod under it changed or left)."""
@@ -225,13 +247,27 @@ class Keeper:
         refused after the webhook, a hand-made review — would otherwise keep its GPUs
         until the tick)."""
         now = self._clock.now()
+        current = self._reservations()
+        if len(self._unbound_since) > 2 * len(current) + 16:  # reservations gone since
+            self._unbound_since = {
+                n: self._unbound_since[n] for n in current if n in self._unbound_since
+            }
         due = [
-            (h.at - now).total_seconds() + self._unseen_s
-            for r in self._reservations().values()
-            for h in r.holds
-            if not h.bound
+            (at - now).total_seconds() + self._unseen_s
+            for at in map(self._first_unbound, current.values())
+            if at is not None
         ]
         return min(tick_s, max(0.01, min(due, default=tick_s) + 0.01))
+
+    def _first_unbound(self, res: GPUReservation) -> datetime | None:
+        """When the oldest unbound hold of ``res`` was made (None: none), kept per
+        reservation object: a wake-up costs the reservations, not every hold."""
+        known = self._unbound_since.get(res.name)
+        if known is not None and known[0] is res:
+            return known[1]
+        first = min((h.at for h in res.holds if not h.bound), default=None)
+        self._unbound_since[res.name] = (res, first)
+        return first
 
     async def once(self, names: set[str] | None = None) -> list[str]:
         """One pass (over ``names``, or all); the reservations written."""
@@ -245,6 +281,10 @@ class Keeper:
         ttl_s, unseen_s = self._ttl_s, self._unseen_s
         written = []
         for name in stale(reservations, uses, now, ttl_s, unseen_s):
+            if names is not None and binds_only_unannounced(
+                reservations[name], wanted(reservations[name], uses[name], now, ttl_s, unseen_s)
+            ):
+                continue  # the announcer binds them; the full pass on the tick if it cannot
             released = [0]
 
             def change(

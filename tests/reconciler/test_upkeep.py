@@ -107,6 +107,32 @@ def test_binds_a_webhook_hold_to_its_pod_by_claim() -> None:
     assert run(w.keeper.once()) == []  # nothing more to do: no write
 
 
+def test_a_touched_pass_leaves_an_unannounced_holds_binding_to_the_announcer() -> None:
+    """The announcer binds a new admission's hold in the write that marks it announced:
+    a pass on a pod event whose only change would be that binding writes nothing (one
+    write per admitted pod saved); the full pass on the tick binds it if nobody did."""
+    w = World((Hold("c1", 2, NOW, None),))
+    w.pods = [gpu_pod("p1", "res-1", "c1", gpus=2)]
+    assert run(w.keeper.once({"res-1"})) == []
+    assert w.holds()[0].pod_uid is None
+    assert run(w.keeper.once()) == ["res-1"]
+    assert w.holds()[0].pod_uid == "uid-p1"
+
+
+def test_a_touched_pass_binds_an_announced_hold_and_writes_any_other_change() -> None:
+    """Only an unannounced hold's binding waits for the announcer: an announced hold
+    unbound (a status written by hand), or a binding together with a drop, is written
+    at once."""
+    w = World((Hold("c1", 2, NOW, None, announced=True),))
+    w.pods = [gpu_pod("p1", "res-1", "c1", gpus=2)]
+    assert run(w.keeper.once({"res-1"})) == ["res-1"]
+    assert w.holds()[0].pod_uid == "uid-p1"
+    w = World((Hold("c1", 2, NOW, None), Hold("c2", 1, NOW, "gone", "uid-gone")))
+    w.pods = [gpu_pod("p1", "res-1", "c1", gpus=2)]
+    assert run(w.keeper.once({"res-1"})) == ["res-1"]
+    assert [(h.claim, h.pod_uid) for h in w.holds()] == [(claim_key("c1"), "uid-p1")]
+
+
 def test_a_pod_carrying_a_key_copied_from_the_ledger_takes_no_hold() -> None:
     """The ledger shows keys; a pod whose annotation is one (copied from a
     GPUReservation anyone may read) matches no hold: its annotation is hashed again."""

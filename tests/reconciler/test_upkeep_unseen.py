@@ -11,8 +11,10 @@ import pytest
 
 from reconciler.base.settings import load
 from reconciler.base.upkeep import Keeper
+from shared import model
 from shared.clock import ManualClock
 from shared.model import Hold, claim_key
+from shared.resources import GPU_RESERVATIONS
 from shared.settings import SettingsError
 from tests.reconciler.builders import NS
 from tests.reconciler.test_upkeep import NOW, TTL, World, gpu_pod, run, settle, tick
@@ -120,3 +122,18 @@ def test_a_malformed_unseen_limit_is_refused_by_name(value: str) -> None:
     with pytest.raises(SettingsError) as err:
         load({**base_env(), "LEDGER_UNSEEN_HOLD_SECONDS": value})
     assert "LEDGER_UNSEEN_HOLD_SECONDS" in str(err.value)
+
+
+def test_the_next_pass_follows_the_ledger_as_it_changes() -> None:
+    """The wake-up for an unbound hold's release is read from the reservation as the
+    cache holds it now: a hold bound meanwhile no longer brings the pass forward, a new
+    unbound hold does."""
+    w = World((Hold("h", 1, NOW - timedelta(seconds=5)),))
+    k = keeper(w, [])
+    assert k.nap(3600.0) == pytest.approx(UNSEEN - 5 + 0.01, abs=0.02)
+    w.pods = [gpu_pod("p1", "res-1", "h")]
+    assert run(k.once()) == ["res-1"]  # bound
+    assert k.nap(3600.0) == 3600.0
+    obj = w.kube.objects[(GPU_RESERVATIONS.plural, NS, "res-1")]
+    obj["status"]["holds"].append(model.hold_to_status(Hold("new", 1, NOW)))
+    assert k.nap(3600.0) == pytest.approx(UNSEEN + 0.01, abs=0.02)
