@@ -173,7 +173,10 @@ class Announcer:
                     item.pod.name,
                     item.pod.uid,
                 )
-        await asyncio.gather(*(self._mark(name, pods, now) for name, pods in marks.items()))
+        seen = self._caches.by_name()  # as the watch shows them after the Events
+        await asyncio.gather(
+            *(self._mark(name, pods, now, seen.get(name)) for name, pods in marks.items())
+        )
 
     async def _say(
         self,
@@ -201,8 +204,16 @@ class Announcer:
             self._metrics.admissions.labels("webhook").inc()
         return True
 
-    async def _mark(self, name: str, pods: dict[str, tuple[str, str]], now: datetime) -> None:
-        """Bind the holds ``pods`` names (claim → pod name, uid) and mark them announced."""
+    async def _mark(
+        self,
+        name: str,
+        pods: dict[str, tuple[str, str]],
+        now: datetime,
+        seen: GPUReservation | None,
+    ) -> None:
+        """Bind the holds ``pods`` names (claim → pod name, uid) and mark them announced:
+        a JSON Patch testing each hold on the cache's copy ``seen`` (no read first; a
+        copy that lags fails the test, and the ledger is read)."""
         deadline = self._mono.monotonic() + MARK_DEADLINE_S
         await ledger.amend(
             self._gateway,
@@ -212,6 +223,7 @@ class Announcer:
             now=now,
             deadline=deadline,
             monotonic=self._mono.monotonic,
+            seen=seen,
         )
 
     def _forget(self, by_name: dict[str, GPUReservation], now: datetime) -> None:

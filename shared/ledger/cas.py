@@ -310,11 +310,14 @@ async def claim_group(
 
 
 class AmendTerms(TypedDict, total=False):
-    """``amend``'s keyword terms: the instant of the change and the call's deadline."""
+    """``amend``'s keyword terms: the instant of the change and the call's deadline;
+    ``seen``, the reservation as a watch cache holds it, to start from instead of a
+    read."""
 
     now: Required[datetime]
     deadline: Required[float]
     monotonic: NotRequired[Callable[[], float]]
+    seen: NotRequired[GPUReservation | None]
 
 
 async def amend(
@@ -335,17 +338,26 @@ async def amend(
     change leaves the holds and the other status fields (``status_extra``: e.g. the
     no-show record) as they were. Returns the object as written (or as read when
     unchanged); ``None`` when it is gone, malformed, or the deadline passed.
+
+    ``seen`` (a watch cache's copy) stands in for the first read: the patch's
+    ``test`` operations, or the PUT's resourceVersion, refuse a write on a copy that
+    lags, and a change that looks done on the copy is read again before it is believed.
     """
     now = terms["now"]
     monotonic = terms.get("monotonic", time.monotonic)
     target = Target(gateway, namespace, name, terms["deadline"], monotonic)
-    raw: dict[str, Any] | None = None
+    seen = terms.get("seen")
+    raw = model.to_object(seen, namespace, now) if seen is not None else None
     try:
         for _ in range(MAX_ATTEMPTS):
+            guessed, seen = seen is not None, None
             raw = raw if raw is not None else await target.read()
             current = target.parse(raw)
             updated = change(current)
             if (updated.holds, updated.status_extra) == (current.holds, current.status_extra):
+                if guessed:  # the copy may lag a write that undid it: look again
+                    raw = None
+                    continue
                 return current
             ops = shrink_ops(raw, current, updated, now)
             if ops is not None:

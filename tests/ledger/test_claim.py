@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import replace
 
 from shared import ledger, model
 from shared.errors import Conflict
@@ -157,6 +158,55 @@ def test_amend_writes_nothing_when_unchanged() -> None:
     store = store_with(8, model.Hold("a", 2, NOW))
     asyncio.run(ledger.amend(store, NAMESPACE, "res-1", lambda r: r, now=NOW, deadline=FAR))
     assert store.writes == 0
+
+
+def mark_p1(r: model.GPUReservation) -> model.GPUReservation:
+    return ledger.announce_all(r, {"c1": ("p1", "uid-p1")})
+
+
+def test_amend_from_the_watchs_copy_writes_without_a_read() -> None:
+    """The announcer's mark starts from the cache's copy: one JSON Patch, no GET."""
+    store = store_with(8, model.Hold("c1", 1, NOW), model.Hold("c2", 1, NOW))
+    seen = store.reservation("res-1")
+    written = asyncio.run(
+        ledger.amend(store, NAMESPACE, "res-1", mark_p1, now=NOW, deadline=FAR, seen=seen)
+    )
+    assert written is not None
+    assert (store.gets, store.writes) == (0, 1)
+    held = {h.claim: h for h in store.reservation("res-1").holds}
+    assert (held[claim_key("c1")].pod_uid, held[claim_key("c1")].announced) == ("uid-p1", True)
+
+
+def test_amend_from_a_lagging_copy_reads_again_and_keeps_what_landed_since() -> None:
+    """A hold dropped since the copy shifts the index the patch tests: 422, a read, and
+    the mark lands on the ledger as it is; a claim appended since stays."""
+    store = store_with(8, model.Hold("c0", 1, NOW), model.Hold("c1", 1, NOW))
+    seen = store.reservation("res-1")
+    store.bump("res-1", lambda r: ledger.drop(r, {"c0"}))
+    store.bump("res-1", lambda r: replace(r, holds=(*r.holds, model.Hold("c9", 2, NOW))))
+    written = asyncio.run(
+        ledger.amend(store, NAMESPACE, "res-1", mark_p1, now=NOW, deadline=FAR, seen=seen)
+    )
+    assert written is not None
+    assert store.gets == 1
+    holds = store.reservation("res-1").holds
+    assert [(h.claim, h.pod_uid, h.announced) for h in holds] == [
+        (claim_key("c1"), "uid-p1", True),
+        (claim_key("c9"), None, False),
+    ]
+
+
+def test_amend_believes_no_copy_that_shows_the_change_done() -> None:
+    """A copy that already shows the mark may lag a write that undid it (a status
+    wiped): the ledger is read, and the mark written there."""
+    store = store_with(8, model.Hold("c1", 1, NOW))
+    seen = mark_p1(store.reservation("res-1"))
+    written = asyncio.run(
+        ledger.amend(store, NAMESPACE, "res-1", mark_p1, now=NOW, deadline=FAR, seen=seen)
+    )
+    assert written is not None
+    assert (store.gets, store.writes) == (1, 1)
+    assert store.reservation("res-1").holds[0].announced
 
 
 def test_status_write_keeps_unmodelled_status_fields() -> None:
