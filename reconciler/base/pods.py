@@ -125,7 +125,12 @@ class PodView:
         return wanted(self.profile)
 
     def use(self) -> PodUse:
-        """The pod as a ledger entry of its reservation."""
+        """The pod as a ledger entry of its reservation (made once per view: upkeep and
+        the backstop hand every pod of a booking to ``ledger.rebuild`` on each event)."""
+        return self._use
+
+    @cached_property
+    def _use(self) -> PodUse:
         return PodUse(
             self.name,
             self.uid,

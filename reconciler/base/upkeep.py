@@ -90,6 +90,25 @@ def stale(
     )
 
 
+def behind(
+    reservations: Mapping[str, GPUReservation],
+    uses: Mapping[str, list[PodUse]],
+    now: datetime,
+    ttl_s: float,
+    unseen_s: float | None = None,
+) -> set[str]:
+    """Names of reservations whose ledger the live pods contradict: ``stale``, beyond
+    holds that only wait for the announcer to bind them (``binds_only_unannounced``:
+    such a hold counts its GPUs already, so a claim on that ledger cannot over-admit)."""
+    return {
+        name
+        for name in stale(reservations, uses, now, ttl_s, unseen_s)
+        if not binds_only_unannounced(
+            reservations[name], wanted(reservations[name], uses.get(name, []), now, ttl_s, unseen_s)
+        )
+    }
+
+
 def binds_only_unannounced(res: GPUReservation, want: GPUReservation) -> bool:
     """Whether upkeep's only change to ``res`` would bind unannounced holds to their
     pods: the announcer's next write binds each of them with its mark (``ledger.
@@ -280,10 +299,12 @@ class Keeper:
         uses = {name: self._uses(name) for name in reservations}
         ttl_s, unseen_s = self._ttl_s, self._unseen_s
         written = []
-        for name in stale(reservations, uses, now, ttl_s, unseen_s):
-            if names is not None and binds_only_unannounced(
-                reservations[name], wanted(reservations[name], uses[name], now, ttl_s, unseen_s)
-            ):
+        for name in sorted(reservations):
+            res = reservations[name]
+            want = wanted(res, uses[name], now, ttl_s, unseen_s)
+            if by_claim(want.holds) == by_claim(res.holds):
+                continue  # as ``stale`` says: nothing to write
+            if names is not None and binds_only_unannounced(res, want):
                 continue  # the announcer binds them; the full pass on the tick if it cannot
             released = [0]
 

@@ -266,14 +266,15 @@ class Admitter:
 
         A claim against a ledger missing an admitted pod's hold (a wiped status, a
         restart before the rebuild) would over-admit; upkeep fixes it at once and its
-        write wakes the next pass. Only the candidates of this pass's pods are judged,
-        each from the pods it holds (``caches.by_reference``), not every reservation
-        from every pod."""
+        write wakes the next pass. A hold that only waits for the announcer to bind it
+        to its new pod is counted already: not behind. Only the candidates of this
+        pass's pods are judged, each from the pods it holds (``caches.by_reference``),
+        not every reservation from every pod."""
         cached = self._caches.by_name() if names else {}
         concerned = {n: cached[n] for n in names if n in cached}
         uses = {n: self._caches.by_reference.uses(n) for n in concerned}
         ttl = self._settings.ledger_claim_ttl_s
-        return set(upkeep.stale(concerned, uses, now, ttl, self._settings.unseen_s))
+        return upkeep.behind(concerned, uses, now, ttl, self._settings.unseen_s)
 
     async def _admit_group(
         self, items: list[tuple[PodView, Route]], pool: list[GPUReservation], now: datetime

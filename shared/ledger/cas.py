@@ -320,6 +320,12 @@ class AmendTerms(TypedDict, total=False):
     seen: NotRequired[GPUReservation | None]
 
 
+def _unchanged(change: Callable[[GPUReservation], GPUReservation], res: GPUReservation) -> bool:
+    """Whether ``change`` leaves ``res``'s holds and other status fields as they are."""
+    after = change(res)
+    return (after.holds, after.status_extra) == (res.holds, res.status_extra)
+
+
 async def amend(
     gateway: LedgerGateway,
     namespace: str,
@@ -341,7 +347,8 @@ async def amend(
 
     ``seen`` (a watch cache's copy) stands in for the first read: the patch's
     ``test`` operations, or the PUT's resourceVersion, refuse a write on a copy that
-    lags, and a change that looks done on the copy is read again before it is believed.
+    lags; a change that looks done on the copy is read again before it is believed,
+    and one the write's answer still wants (a hold the copy lacked) is applied again.
     """
     now = terms["now"]
     monotonic = terms.get("monotonic", time.monotonic)
@@ -362,16 +369,22 @@ async def amend(
             ops = shrink_ops(raw, current, updated, now)
             if ops is not None:
                 patched = await target.patch(ops)
-                if not isinstance(patched, int):
-                    return echo(patched, updated)[0]
-                raw = await target.reread(patched, ops)
-                continue
-            # Anything else may take room from a claim decided before it: a new token.
-            updated = replace(updated, token=model.new_token())
-            written = await target.put(status_body(raw, updated, now))
-            if written is not None:
-                return echo(written, updated)[0]
-            raw = None
+                if isinstance(patched, int):
+                    raw = await target.reread(patched, ops)
+                    continue
+                done, raw = echo(patched, updated)
+            else:
+                # Anything else may take room from a claim decided before it: a new token.
+                updated = replace(updated, token=model.new_token())
+                written = await target.put(status_body(raw, updated, now))
+                if written is None:
+                    raw = None
+                    continue
+                done, raw = echo(written, updated)
+            if not guessed or raw is None or _unchanged(change, done):
+                return done
+            # The copy lacked something the change is for (a hold claimed since): the
+            # write's answer is the ledger as it is now; apply the change to it too.
         raise Stop(Reason.DEADLINE)
     except Stop as stop:
         log_stop("ledger.amend_failed", name, stop.reason, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 
 from shared import model
 from shared.ledger.arithmetic import open_for_claims
@@ -39,12 +40,21 @@ class PodUse:
         if self.claim is not None:
             object.__setattr__(self, "claim", model.as_claim_key(self.claim))
 
+    @cached_property
+    def order(self) -> tuple[bool, datetime, bool, int, str]:
+        """``persisted``'s sort key, computed once."""
+        return _order(self)
+
 
 def persisted(pod: PodUse) -> tuple[bool, datetime, bool, int, str]:
     """The sort key of "persisted first": creation time (one-second resolution), then
     the resourceVersion as an integer where it parses (the API server hands them out in
     write order; a watch delivers creations in that order), then the uid (a fixed,
     arbitrary tie-break). A pod with no readable time or version sorts last."""
+    return pod.order
+
+
+def _order(pod: PodUse) -> tuple[bool, datetime, bool, int, str]:
     rv = pod.resource_version
     number = int(rv) if rv.isascii() and rv.isdigit() else -1
     created = pod.created_at

@@ -209,6 +209,27 @@ def test_amend_believes_no_copy_that_shows_the_change_done() -> None:
     assert store.reservation("res-1").holds[0].announced
 
 
+def test_amend_applies_the_change_again_to_what_the_copy_lacked() -> None:
+    """A hold claimed after the copy was taken is missing from it: the write's answer
+    shows it, and the change (mark both) is applied to that answer too."""
+    store = store_with(8, model.Hold("c1", 1, NOW))
+    seen = store.reservation("res-1")
+    store.bump("res-1", lambda r: replace(r, holds=(*r.holds, model.Hold("c2", 1, NOW))))
+
+    def mark_both(r: model.GPUReservation) -> model.GPUReservation:
+        return ledger.announce_all(r, {"c1": ("p1", "uid-p1"), "c2": ("p2", "uid-p2")})
+
+    written = asyncio.run(
+        ledger.amend(store, NAMESPACE, "res-1", mark_both, now=NOW, deadline=FAR, seen=seen)
+    )
+    assert written is not None
+    assert [(h.pod_uid, h.announced) for h in store.reservation("res-1").holds] == [
+        ("uid-p1", True),
+        ("uid-p2", True),
+    ]
+    assert (store.gets, store.writes) == (0, 2)
+
+
 def test_status_write_keeps_unmodelled_status_fields() -> None:
     store = store_with(8)
     store.stored("res-1")["status"]["noShow"] = {"declared": True}

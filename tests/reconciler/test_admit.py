@@ -312,6 +312,25 @@ def test_a_ledger_wiped_after_the_mark_does_not_announce_this_terms_pod_again() 
     run(scenario())
 
 
+def test_a_hold_waiting_for_its_binding_does_not_hold_back_the_queue() -> None:
+    """A webhook admission's hold not yet bound to its new pod (the announcer binds it
+    with its mark; upkeep leaves it that write) counts its GPUs already: a queued pod of
+    the same booking is admitted in the same pass, beside it, within the budget."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        webhook_admitted(w, "web", "c-9", START)
+        w.kube.add(PODS, gpu_pod("queued"))
+        await w.step()
+        notes = w.pod("queued")["metadata"].get("annotations") or {}
+        assert notes.get(vocab.BOOKING_REFERENCE) == "res-1"
+        holds = w.ledger_of().holds
+        assert sorted(str(h.pod_uid) for h in holds) == ["uid-queued", "uid-web"]
+        assert sum(h.gpus for h in holds) == 2
+
+    run(scenario())
+
+
 def test_full_reservation_names_the_holder_and_admits_when_it_leaves() -> None:
     async def scenario() -> None:
         w = World(now=START + timedelta(minutes=1))
