@@ -56,6 +56,8 @@ LOOP_CONNECTIONS = 8
 LOOP_WATCHES = 8
 #: Most bytes one answer's body may take; more is refused.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+#: A watch the server has not ended this long after its ``timeoutSeconds`` is broken.
+WATCH_GRACE_S = 30.0
 #: A connection idle longer than this is closed instead of reused (a server or a load
 #: balancer may drop idle connections).
 IDLE_KEEP_S = 15.0
@@ -268,6 +270,7 @@ class LoopGateway(Gateway):
         loop = asyncio.get_running_loop()
         session = origin.on_loop()
         resp: aiohttp.ClientResponse | None = None
+        late: asyncio.TimerHandle | None = None
         try:
             try:
                 async with asyncio.timeout(self._timeout_s):
@@ -279,14 +282,15 @@ class LoopGateway(Gateway):
                         raise failure(resp.status, await resp.read(), _Headers(resp.headers))
             except TimeoutError as exc:
                 raise ServerError(0, f"watch {path}: no answer within {self._timeout_s}s") from exc
-            deadline = loop.time() + timeout_s + 30
+            # one timer for the whole watch, not one per chunk read: when it fires,
+            # the read waiting (or the next) raises
+            overdue = ServerError(0, f"watch {path} did not end in time")
+            late = loop.call_at(
+                loop.time() + timeout_s + WATCH_GRACE_S, resp.content.set_exception, overdue
+            )
             buffer = b""
             while True:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        chunk = await resp.content.readany()
-                except TimeoutError as exc:
-                    raise ServerError(0, f"watch {path} did not end in time") from exc
+                chunk = await resp.content.readany()
                 if not chunk:
                     return
                 lines, buffer = watch_lines(buffer, chunk)
@@ -298,6 +302,8 @@ class LoopGateway(Gateway):
         except (aiohttp.ClientError, ValueError, OSError) as exc:
             raise _below_http("watch", path, exc) from exc
         finally:
+            if late is not None:
+                late.cancel()
             if resp is not None:
                 origin.watches.discard(resp)
                 resp.close()
