@@ -153,6 +153,8 @@ async def _body(method: str, path: str, resp: aiohttp.ClientResponse) -> bytes:
         raise ServerError(0, f"{method} {path}: truncated answer (no length)")
     if length is not None and length.isdigit() and int(length) > MAX_ANSWER_BYTES:
         raise ServerError(0, f"{method} {path}: answer larger than {MAX_ANSWER_BYTES} bytes")
+    if length is not None and length.isdigit():
+        return await resp.read()  # framed by its length, checked above: read at once
     parts: list[bytes] = []
     size = 0
     async for chunk in resp.content.iter_any():
