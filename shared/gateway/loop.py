@@ -15,7 +15,8 @@ watches), its TLS (the configuration's CA, client certificate and strictness).
 Our rules on top of aiohttp's: an answer must be delimited (``Content-Length`` or
 chunked; the API server never sends one ended by the connection's close) and at most
 ``MAX_ANSWER_BYTES``; a header value the request line could be split by, or that is
-not Latin-1, is refused before anything is sent; every failure below HTTP is a
+not Latin-1, is refused before anything is sent; no ``Accept-Encoding`` is offered
+(answers are read as sent, never compressed); every failure below HTTP is a
 ``ServerError`` with code 0. aiohttp sends a GET, PUT or DELETE again, once, when a
 kept-alive connection closes before answering; a PATCH (the claim write) never — a
 write the server may have applied is reported as failed, and the ledger reads again.
@@ -124,7 +125,9 @@ class _Origin:
                 connector=connector,
                 auto_decompress=False,
                 trust_env=False,
-                skip_auto_headers=("User-Agent",),
+                # answers are read as sent: no compression offered (an API server
+                # gzips a large answer, a LIST, for a client that accepts it)
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
                 timeout=aiohttp.ClientTimeout(total=None),
             )
         return self.session
