@@ -15,7 +15,8 @@ watches), its TLS (the configuration's CA, client certificate and strictness).
 Our rules on top of aiohttp's: an answer must be delimited (``Content-Length`` or
 chunked; the API server never sends one ended by the connection's close) and at most
 ``MAX_ANSWER_BYTES``; a header value the request line could be split by, or that is
-not Latin-1, is refused before anything is sent; every failure below HTTP is a
+not Latin-1, is refused before anything is sent; no ``Accept-Encoding`` is offered
+(answers are read as sent, never compressed); every failure below HTTP is a
 ``ServerError`` with code 0. aiohttp sends a GET, PUT or DELETE again, once, when a
 kept-alive connection closes before answering; a PATCH (the claim write) never — a
 write the server may have applied is reported as failed, and the ledger reads again.
@@ -56,6 +57,8 @@ LOOP_CONNECTIONS = 8
 LOOP_WATCHES = 8
 #: Most bytes one answer's body may take; more is refused.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+#: A watch the server has not ended this long after its ``timeoutSeconds`` is broken.
+WATCH_GRACE_S = 30.0
 #: A connection idle longer than this is closed instead of reused (a server or a load
 #: balancer may drop idle connections).
 IDLE_KEEP_S = 15.0
@@ -122,7 +125,9 @@ class _Origin:
                 connector=connector,
                 auto_decompress=False,
                 trust_env=False,
-                skip_auto_headers=("User-Agent",),
+                # answers are read as sent: no compression offered (an API server
+                # gzips a large answer, a LIST, for a client that accepts it)
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
                 timeout=aiohttp.ClientTimeout(total=None),
             )
         return self.session
@@ -151,6 +156,8 @@ async def _body(method: str, path: str, resp: aiohttp.ClientResponse) -> bytes:
         raise ServerError(0, f"{method} {path}: truncated answer (no length)")
     if length is not None and length.isdigit() and int(length) > MAX_ANSWER_BYTES:
         raise ServerError(0, f"{method} {path}: answer larger than {MAX_ANSWER_BYTES} bytes")
+    if length is not None and length.isdigit():
+        return await resp.read()  # framed by its length, checked above: read at once
     parts: list[bytes] = []
     size = 0
     async for chunk in resp.content.iter_any():
@@ -268,6 +275,7 @@ class LoopGateway(Gateway):
         loop = asyncio.get_running_loop()
         session = origin.on_loop()
         resp: aiohttp.ClientResponse | None = None
+        late: asyncio.TimerHandle | None = None
         try:
             try:
                 async with asyncio.timeout(self._timeout_s):
@@ -279,14 +287,15 @@ class LoopGateway(Gateway):
                         raise failure(resp.status, await resp.read(), _Headers(resp.headers))
             except TimeoutError as exc:
                 raise ServerError(0, f"watch {path}: no answer within {self._timeout_s}s") from exc
-            deadline = loop.time() + timeout_s + 30
+            # one timer for the whole watch, not one per chunk read: when it fires,
+            # the read waiting (or the next) raises
+            overdue = ServerError(0, f"watch {path} did not end in time")
+            late = loop.call_at(
+                loop.time() + timeout_s + WATCH_GRACE_S, resp.content.set_exception, overdue
+            )
             buffer = b""
             while True:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        chunk = await resp.content.readany()
-                except TimeoutError as exc:
-                    raise ServerError(0, f"watch {path} did not end in time") from exc
+                chunk = await resp.content.readany()
                 if not chunk:
                     return
                 lines, buffer = watch_lines(buffer, chunk)
@@ -298,6 +307,8 @@ class LoopGateway(Gateway):
         except (aiohttp.ClientError, ValueError, OSError) as exc:
             raise _below_http("watch", path, exc) from exc
         finally:
+            if late is not None:
+                late.cancel()
             if resp is not None:
                 origin.watches.discard(resp)
                 resp.close()

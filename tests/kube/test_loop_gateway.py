@@ -336,6 +336,9 @@ def test_the_request_carries_the_token_accept_and_json_body() -> None:
     assert headers["content-type"] == "application/json-patch+json"
     assert headers["accept"] == "application/json"
     assert headers["host"] == f"127.0.0.1:{server.port}"
+    # answers are read as sent (no decompression): an API server gzips a large answer
+    # (a LIST) for a client that accepts it, so none is offered
+    assert "accept-encoding" not in headers
     assert body == b'[{"op":"add","path":"/data","value":{}}]'
 
 
@@ -696,6 +699,30 @@ def test_a_broken_watch_stream_is_a_server_error_after_the_good_events(
     assert isinstance(failed, errors.ServerError)
     assert message in failed.message
     assert seen in ([("ADDED", "a")], [])
+
+
+def test_a_watch_the_server_does_not_end_in_time_fails_after_its_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A watch still open ``WATCH_GRACE_S`` after its ``timeoutSeconds``: the events it
+    sent arrive, then a ServerError (one timer for the whole watch)."""
+    monkeypatch.setattr(loop_module, "WATCH_GRACE_S", 0.3)
+    seen: list[str] = []
+    failed: list[BaseException] = []
+
+    async def check(gw: LoopGateway, server: Scripted) -> None:
+        try:
+            async for event in gw.watch(CONFIGMAPS, "1", "ns", timeout_s=0):
+                seen.append(event.object["metadata"]["name"])
+        except errors.KubeError as exc:
+            failed.append(exc)
+
+    open_ended = _chunked(_event("ADDED", "a"), _event("ADDED", "b"), end=False)
+    _against([open_ended, OK], check)  # a second entry: the connection stays open
+    assert seen == ["a", "b"]
+    [error] = failed
+    assert isinstance(error, errors.ServerError)
+    assert "did not end in time" in error.message
 
 
 def test_an_error_event_raises_its_error_after_the_events_before_it() -> None:

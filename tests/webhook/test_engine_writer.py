@@ -242,3 +242,35 @@ def test_the_next_write_is_sent_before_the_finished_groups_callers_resume() -> N
         return seen
 
     assert asyncio.run(run()) == [2, 2]
+
+
+def test_claims_arriving_in_the_passes_after_a_write_is_sent_share_the_next_write() -> None:
+    """The lane looks again ``SETTLE`` passes after a write's first step (when it was
+    sent and told what it leaves), not after its start: claims made in that step and
+    in the two passes after it go in one pipelined write, not in two."""
+    store = store_with(8)
+
+    async def run() -> tuple[list[ClaimResult], ClaimEngine]:
+        loop = asyncio.get_running_loop()
+        gated, group = Gated(store), group_on(store)
+        later: list[asyncio.Task[ClaimResult]] = []
+        inner = store.patch
+
+        async def patch(*args: Any, **kwargs: Any) -> Any:
+            if not later:  # the first write's first step: a claim now and in each of the
+                later.append(claim(group, 1, "b"))  # next two passes
+                loop.call_soon(lambda: later.append(claim(group, 1, "c")))
+                loop.call_soon(loop.call_soon, lambda: later.append(claim(group, 1, "d")))
+            return await inner(*args, **kwargs)
+
+        store.patch = patch  # type: ignore[method-assign]
+        first = claim(group, 1, "a")
+        await gated.sent(1)
+        for _ in range(3 * SETTLE):
+            await asyncio.sleep(0)
+        await gated.drain()
+        return [await first, *[await t for t in later]], group
+
+    results, group = asyncio.run(run())
+    assert [r.reason for r in results] == ["admitted"] * 4
+    assert (group.writes, group.asks, group.pipelined) == (2, 4, 1)

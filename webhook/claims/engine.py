@@ -11,7 +11,8 @@ decides.
 A group starts a few passes of the event loop after the claim that finds the lane free
 (``SETTLE``): request tasks the same wake-up made ready claim first, so they go in this
 write instead of the next. After a write starts, the lane looks again ``SETTLE`` passes
-later (by then the write has told what it leaves), and when a write ends.
+after the write's first step, the one that tells what it leaves (``SETTLE + 1`` after
+the start: the claims arriving meanwhile go in the next group), and when a write ends.
 
 A caller waits at most until its own deadline; a claim written after its caller gave
 up is an unbound hold the reconciler expires after the claim TTL, exactly like a single
@@ -201,8 +202,8 @@ class ClaimEngine:
         task = lane.loop.create_task(self._commit(name, lane, flight, plan))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if self._depth > 1:
-            self._schedule(name, lane)  # after the write's first step: it told its result
+        if self._depth > 1:  # SETTLE passes after the write's first step (it told its result)
+            self._schedule(name, lane, SETTLE + 1)
 
     async def _commit(self, name: str, lane: Lane, flight: Flight, plan: ClaimPlan) -> None:
         """One group's write; its callers told their outcomes — after the next group's
