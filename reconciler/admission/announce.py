@@ -233,13 +233,16 @@ class Announcer:
         the TTL unannounced (``ledger.rebuild``), and this term's pods are not read
         back (``inherited``)."""
         cutoff = now - timedelta(seconds=self._settings.ledger_claim_ttl_s)
-        for key, at in list(self.announced.items()):
+        done = []
+        for key, at in self.announced.items():
             if at >= cutoff:
                 break  # kept in the order announced: the rest are younger still
             res = by_name.get(key[0])
             hold = next((h for h in res.holds if h.claim == key[1]), None) if res else None
             if res is None or hold is None or hold.announced:
-                del self.announced[key]
+                done.append(key)
+        for key in done:
+            del self.announced[key]
 
     async def _told_before(self, pod: PodView, reason: str, res_name: str) -> bool:
         """Whether the pod already carries our announcement of ``res_name`` (read back).
