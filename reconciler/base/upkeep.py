@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -68,6 +68,28 @@ def wanted(
     return ledger.rebuild(res, uses, now, ttl_s, unseen_s)
 
 
+def differing(
+    reservations: Mapping[str, GPUReservation],
+    uses: Mapping[str, list[PodUse]],
+    now: datetime,
+    ttl_s: float,
+    unseen_s: float | None = None,
+) -> Iterator[tuple[str, GPUReservation, GPUReservation]]:
+    """(name, ledger, the ledger its pods imply) of each reservation where the two
+    differ, by name.
+
+    The order of the holds carries no meaning: a rebuild lists them in the order its
+    pods came, and upkeep (the pod cache's index by reference) and the queue pass (the
+    whole pod cache) hand the same pods over in different orders. Comparing in order,
+    the queue pass saw a ledger upkeep had just written as stale and waited for a write
+    that never came (every pod of the booking held back until the next tick)."""
+    for name in sorted(reservations):
+        res = reservations[name]
+        want = wanted(res, uses.get(name, []), now, ttl_s, unseen_s)
+        if by_claim(want.holds) != by_claim(res.holds):
+            yield name, res, want
+
+
 def stale(
     reservations: Mapping[str, GPUReservation],
     uses: Mapping[str, list[PodUse]],
@@ -75,19 +97,8 @@ def stale(
     ttl_s: float,
     unseen_s: float | None = None,
 ) -> list[str]:
-    """Names of reservations whose ledger differs from what the pods imply.
-
-    The order of the holds carries no meaning: a rebuild lists them in the order its
-    pods came, and upkeep (the pod cache's index by reference) and the queue pass (the
-    whole pod cache) hand the same pods over in different orders. Comparing in order,
-    the queue pass saw a ledger upkeep had just written as stale and waited for a write
-    that never came (every pod of the booking held back until the next tick)."""
-    return sorted(
-        name
-        for name, res in reservations.items()
-        if by_claim(wanted(res, uses.get(name, []), now, ttl_s, unseen_s).holds)
-        != by_claim(res.holds)
-    )
+    """Names of reservations whose ledger differs from what the pods imply."""
+    return [name for name, _, _ in differing(reservations, uses, now, ttl_s, unseen_s)]
 
 
 def behind(
@@ -102,10 +113,8 @@ def behind(
     such a hold counts its GPUs already, so a claim on that ledger cannot over-admit)."""
     return {
         name
-        for name in stale(reservations, uses, now, ttl_s, unseen_s)
-        if not binds_only_unannounced(
-            reservations[name], wanted(reservations[name], uses.get(name, []), now, ttl_s, unseen_s)
-        )
+        for name, res, want in differing(reservations, uses, now, ttl_s, unseen_s)
+        if not binds_only_unannounced(res, want)
     }
 
 
@@ -299,11 +308,7 @@ class Keeper:
         uses = {name: self._uses(name) for name in reservations}
         ttl_s, unseen_s = self._ttl_s, self._unseen_s
         written = []
-        for name in sorted(reservations):
-            res = reservations[name]
-            want = wanted(res, uses[name], now, ttl_s, unseen_s)
-            if by_claim(want.holds) == by_claim(res.holds):
-                continue  # as ``stale`` says: nothing to write
+        for name, res, want in differing(reservations, uses, now, ttl_s, unseen_s):
             if names is not None and binds_only_unannounced(res, want):
                 continue  # the announcer binds them; the full pass on the tick if it cannot
             released = [0]

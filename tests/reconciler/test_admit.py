@@ -240,17 +240,24 @@ def event_reads(kube: Kube) -> int:
     return kube.calls.count(("list", EVENTS.plural))
 
 
+async def admitted_in_this_term() -> World:
+    """A leader term begun at START + 1 min, and a pod the webhook admitted in it (past
+    the clock skew), seen by one queue pass."""
+    w = World(now=START + timedelta(minutes=1))
+    w.admitter.step.announcer.begin(w.clock.now())
+    admitted = w.clock.now() + timedelta(seconds=announce.CLOCK_SKEW_S + 1)
+    await w.clock.advance(announce.CLOCK_SKEW_S + 2)
+    webhook_admitted(w, "web", "c-9", admitted)
+    await w.step()
+    return w
+
+
 def test_a_pod_admitted_in_this_leader_term_is_announced_without_a_read_back() -> None:
     """No earlier leader can have announced a pod admitted after this term began: its
     Event goes out without a LIST of its Events (one per admitted pod otherwise)."""
 
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.admitter.step.announcer.begin(w.clock.now())
-        admitted = w.clock.now() + timedelta(seconds=announce.CLOCK_SKEW_S + 1)
-        await w.clock.advance(announce.CLOCK_SKEW_S + 2)
-        webhook_admitted(w, "web", "c-9", admitted)
-        await w.step()
+        w = await admitted_in_this_term()
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
         assert w.ledger_of().holds[0].announced
         assert event_reads(w.kube) == 0
@@ -294,12 +301,7 @@ def test_a_ledger_wiped_after_the_mark_does_not_announce_this_terms_pod_again() 
     announced twice."""
 
     async def scenario() -> None:
-        w = World(now=START + timedelta(minutes=1))
-        w.admitter.step.announcer.begin(w.clock.now())
-        admitted = w.clock.now() + timedelta(seconds=announce.CLOCK_SKEW_S + 1)
-        await w.clock.advance(announce.CLOCK_SKEW_S + 2)
-        webhook_admitted(w, "web", "c-9", admitted)
-        await w.step()
+        w = await admitted_in_this_term()
         await w.step()  # the cache shows the mark
         wiped = ledger.rebuild(
             model.GPUReservation(facts()), [view(w.pod("web")).use()], w.clock.now(), 120
