@@ -64,18 +64,24 @@ def test_upkeep_of_a_new_term_waits_for_a_fresh_list() -> None:
     asyncio.run(scenario())
 
 
+def one_loop_reconciler() -> tuple[Reconciler, ManualClock]:
+    """A replica on a fake API server whose leader runs one loop that waits forever."""
+    kube, clock = FakeKube(), ManualClock(NOW)
+    env = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
+    settings, _ = load(env)
+    r = Reconciler(settings, kube, FakeSource(), clock)  # type: ignore[arg-type]
+    forever = asyncio.Event()
+
+    async def loop() -> None:
+        await forever.wait()
+
+    r.leader_loops = lambda: [("only-loop", loop)]  # type: ignore[method-assign]
+    return r, clock
+
+
 def test_leadership_lost_and_regained_at_once_runs_the_loops() -> None:
     async def scenario() -> None:
-        kube, clock = FakeKube(), ManualClock(NOW)
-        env = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
-        settings, _ = load(env)
-        r = Reconciler(settings, kube, FakeSource(), clock)  # type: ignore[arg-type]
-        forever = asyncio.Event()
-
-        async def loop() -> None:
-            await forever.wait()
-
-        r.leader_loops = lambda: [("only-loop", loop)]  # type: ignore[method-assign]
+        r, _ = one_loop_reconciler()
         r._on_leadership(True)
         for _ in range(20):
             await asyncio.sleep(0)
@@ -131,16 +137,7 @@ def test_each_leader_term_tells_the_announcer_when_it_began() -> None:
     start is set when leadership is won, and again at a later term."""
 
     async def scenario() -> None:
-        kube, clock = FakeKube(), ManualClock(NOW)
-        env = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
-        settings, _ = load(env)
-        r = Reconciler(settings, kube, FakeSource(), clock)  # type: ignore[arg-type]
-        forever = asyncio.Event()
-
-        async def loop() -> None:
-            await forever.wait()
-
-        r.leader_loops = lambda: [("only-loop", loop)]  # type: ignore[method-assign]
+        r, clock = one_loop_reconciler()
         assert r.announcer.since is None
         for term in range(2):
             r._on_leadership(True)
