@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from reconciler.base.pods import PodView
-from reconciler.base.upkeep import Dirty, until_ready, wait_either
+from reconciler.base.upkeep import JUST_AFTER, Beat, Dirty, until_ready
 from shared import vocab
 from shared.clock import Clock, format_utc, parse_utc
 from shared.errors import KubeError
@@ -224,16 +224,13 @@ class GuaranteeKeeper:
     async def run(self, tick_s: float) -> None:
         """Passes on changes, at the next guarantee end, and every ``tick_s``."""
         await until_ready(self._ready)
+        beat = Beat(self._clock, tick_s)
         while True:
             await self.once(self.dirty.take())
-            if await wait_either(self._clock.sleep(self._nap(tick_s)), self.dirty.wake.wait()):
+            # ``_soonest`` stays until a pass has dealt with it, so a past one is due now.
+            due = None if self._soonest is None else self._soonest + JUST_AFTER
+            if await beat.wait(self.dirty.wake, due):
                 self.dirty.touch()
-
-    def _nap(self, tick_s: float) -> float:
-        if self._soonest is None:
-            return tick_s
-        left = (self._soonest - self._clock.now()).total_seconds()
-        return min(tick_s, max(0.0, left) + 0.001)
 
     async def once(self, keys: set[str] | None = None) -> int:
         """One pass over ``keys`` (or every pod); the number of pods patched."""

@@ -51,7 +51,7 @@ from reconciler.admission.guarantees import patch_ops
 from reconciler.base.events import Emit
 from reconciler.base.kube import KubeWriter
 from reconciler.base.pods import PodView
-from reconciler.base.upkeep import Dirty, until_ready, wait_either
+from reconciler.base.upkeep import JUST_AFTER, Beat, Dirty, until_ready
 from shared import ledger, vocab
 from shared.clock import Clock, MonotonicClock, SystemMonotonic
 from shared.errors import KubeError, ServerError
@@ -139,22 +139,23 @@ class Relinker:
         """The adoption pass on changes (over the pods touched), at the next window
         start / guarantee end and every ``tick_s`` (over every pod)."""
         await until_ready(self._ready)
+        beat = Beat(self._clock, tick_s)
         while True:
+            opens = self._next_start()  # before the pass: owed even if the pass runs past it
             await self.adopt_overstays(self.dirty.take())
-            if await wait_either(self._clock.sleep(self._nap(tick_s)), self.dirty.wake.wait()):
+            if await beat.wait(self.dirty.wake, opens):
                 self.dirty.touch()
 
-    def _nap(self, tick_s: float) -> float:
+    def _next_start(self) -> datetime | None:
+        """Just after the soonest booking window start still ahead (a holder may move
+        to it then)."""
         now = self._clock.now()
-        upcoming = [
+        starts = [
             r.facts.start
             for r in self._reservations().values()
             if r.facts.kind is Kind.BOOKING and r.facts.start > now
         ]
-        soonest = min(upcoming, default=None)
-        if soonest is None:
-            return tick_s
-        return min(tick_s, (soonest - now).total_seconds() + 0.001)
+        return min(starts) + JUST_AFTER if starts else None
 
     async def adopt_overstays(self, keys: set[str] | None = None) -> int:
         """R26 over the pods ``keys`` names (None: every pod); the number moved."""

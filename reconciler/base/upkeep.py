@@ -25,7 +25,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from reconciler.base.pods import PodView
 from shared import ledger
@@ -35,6 +35,9 @@ from shared.logs import log
 from shared.model import GPUReservation, Hold
 
 _log = logging.getLogger(__name__)
+#: How long after an instant a loop names (a window start, a guarantee end) its timed
+#: pass runs, so that the pass finds the instant reached.
+JUST_AFTER = timedelta(milliseconds=1)
 #: Seconds one reservation's upkeep may take before it is left to the next round.
 UPKEEP_DEADLINE_S = 10.0
 
@@ -161,6 +164,37 @@ async def wait_either(first: Awaitable[object], second: Awaitable[object]) -> bo
     return a in done
 
 
+class Beat:
+    """When a pass loop's timed pass is due: ``tick_s`` after the last timed pass, or
+    sooner at an instant the loop names (a window start, a guarantee end).
+
+    Between timed passes the loop runs a pass over what was touched whenever it is
+    woken. The tick counts from the last timed pass, not from the last pass of any
+    kind: pods that change more often than the tick would otherwise put the timed pass
+    off for ever. An instant is named before the pass that precedes the wait, so a pass
+    that runs past it still owes the timed pass (a loop looking only for instants still
+    ahead would skip it)."""
+
+    def __init__(self, clock: Clock, tick_s: float) -> None:
+        self._clock = clock
+        self._tick = timedelta(seconds=tick_s)
+        self.next_tick = clock.now() + self._tick
+
+    async def wait(self, wake: asyncio.Event, at: datetime | None = None) -> bool:
+        """Until ``wake`` is set or the timed pass is due (the tick, or ``at`` when
+        sooner); True when it is due, and the tick counts again from now. Returns
+        without waiting when either holds already: touches that came during the pass
+        cost no wait."""
+        due = self.next_tick if at is None else min(self.next_tick, at)
+        now = self._clock.now()
+        timed = now >= due
+        if not timed and not wake.is_set():
+            timed = await wait_either(self._clock.sleep((due - now).total_seconds()), wake.wait())
+        if timed:
+            self.next_tick = self._clock.now() + self._tick
+        return timed
+
+
 class Dirty:
     """What a leader pass driven by cache events looks at next: the keys (pods) touched
     since its last pass, or everything. Touches coalesce — however many arrive before
@@ -202,9 +236,10 @@ async def passes(
     touched whenever ``dirty`` wakes, and over everything every ``tick_s`` (the loop of
     a leader pass driven by cache events)."""
     await until_ready(ready)
+    beat = Beat(clock, tick_s)
     while True:
         await once(dirty.take())
-        if await wait_either(clock.sleep(tick_s), dirty.wake.wait()):
+        if await beat.wait(dirty.wake):
             dirty.touch()
 
 
@@ -261,9 +296,9 @@ class Keeper:
         once, not a tick later)."""
         await until_ready(self._ready)
         await self.once()
+        beat = Beat(self._clock, tick_s)
         while True:
-            nap = self.nap(tick_s)
-            ticked = await wait_either(self._clock.sleep(nap), self._wake.wait())
+            ticked = await beat.wait(self._wake, self.unbound_due())
             names = None if ticked else set(self._dirty)
             self._wake.clear()
             self._dirty.clear()
@@ -274,18 +309,26 @@ class Keeper:
         comes due for release before it (a hold whose pod never appears — a create
         refused after the webhook, a hand-made review — would otherwise keep its GPUs
         until the tick)."""
-        now = self._clock.now()
+        due = self.unbound_due()
+        if due is None:
+            return tick_s
+        left = (due - self._clock.now()).total_seconds()
+        return min(tick_s, max(0.01, left))
+
+    def unbound_due(self) -> datetime | None:
+        """When the first unbound hold comes due for release (None: no unbound hold)."""
         current = self._reservations()
         if len(self._unbound_since) > 2 * len(current) + 16:  # reservations gone since
             self._unbound_since = {
                 n: self._unbound_since[n] for n in current if n in self._unbound_since
             }
-        due = [
-            (at - now).total_seconds() + self._unseen_s
-            for at in map(self._first_unbound, current.values())
-            if at is not None
-        ]
-        return min(tick_s, max(0.01, min(due, default=tick_s) + 0.01))
+        first = min(
+            (at for at in map(self._first_unbound, current.values()) if at is not None),
+            default=None,
+        )
+        if first is None:
+            return None
+        return first + timedelta(seconds=self._unseen_s + 0.01)
 
     def _first_unbound(self, res: GPUReservation) -> datetime | None:
         """When the oldest unbound hold of ``res`` was made (None: none), kept per

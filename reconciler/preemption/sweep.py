@@ -38,7 +38,7 @@ from reconciler.base.kube import KubeWriter
 from reconciler.base.metrics import SweepMetrics
 from reconciler.base.pods import PodView, instant_of
 from reconciler.base.settings import PreemptionSettings
-from reconciler.base.upkeep import until_ready, wait_either
+from reconciler.base.upkeep import JUST_AFTER, Beat, until_ready
 from reconciler.preemption import warn
 from reconciler.preemption.kills import Killer, Victim, mono
 from reconciler.preemption.overstay import OverstayReporter
@@ -145,28 +145,28 @@ class Sweeper:
     async def run(self) -> None:
         """Sweep now, then at the next boundary instant, on changes and every interval."""
         await until_ready(lambda: self._ready() and self._inventory() is not None)
+        beat = Beat(self._clock, float(self.settings.interval_s))
         while True:
             self._wake.clear()
+            boundary = self._next_boundary()  # before the sweep: owed if it runs past it
             try:
                 await self.once()
             except KubeError as exc:
                 log(_log, logging.WARNING, "preempt.sweep_failed", error=str(exc))
-            await wait_either(self._clock.sleep(self._nap()), self._wake.wait())
+            await beat.wait(self._wake, boundary)
 
-    def _nap(self) -> float:
-        """Seconds to the next instant a boundary enters the lead window or is reached."""
+    def _next_boundary(self) -> datetime | None:
+        """Just after the next instant a boundary enters the lead window or is reached."""
         now = self._clock.now()
         lead = self.settings.lead
-        instants = []
-        for res in self._reservations().values():
-            if preemption.is_booking(res.facts):
-                for t in (res.facts.start - lead, res.facts.start):
-                    if t > now:
-                        instants.append(t)
-        nap = float(self.settings.interval_s)
-        if instants:
-            nap = min(nap, (min(instants) - now).total_seconds() + 0.001)
-        return max(0.0, nap)
+        instants = [
+            t
+            for res in self._reservations().values()
+            if preemption.is_booking(res.facts)
+            for t in (res.facts.start - lead, res.facts.start)
+            if t > now
+        ]
+        return min(instants) + JUST_AFTER if instants else None
 
     # --- one sweep --------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from reconciler.base.component import Ground
 from reconciler.base.metrics import QueueMetrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
-from reconciler.base.upkeep import until_ready, wait_either
+from reconciler.base.upkeep import until_ready
 from shared import ledger, model
 from shared.clock import Clock
 from shared.concurrency import bounded
@@ -125,17 +125,14 @@ class Admitter:
         """A full pass now, then a pass over what changed on every change, and a full
         pass at each window start and every ``tick_s``."""
         await until_ready(self._caches.ready)
+        beat = upkeep.Beat(self._clock, tick_s)
         while True:
+            # The next window start as it stands before the pass: one that passes
+            # while the pass runs is still owed its full pass.
+            opens = pending.next_start(self._caches.reservations.items.values(), self._clock.now())
             await self.once(self.touched.take_all())
-            if await wait_either(self._clock.sleep(self._delay(tick_s)), self.touched.wake.wait()):
+            if await beat.wait(self.touched.wake, opens):
                 self.touched.touch()
-
-    def _delay(self, tick_s: float) -> float:
-        now = self._clock.now()
-        upcoming = pending.next_start(self._caches.reservations.items.values(), now)
-        if upcoming is None:
-            return tick_s
-        return min(tick_s, (upcoming - now).total_seconds())
 
     async def once(self, touched: tuple[set[str], set[str]] | None = None) -> list[Admitted]:
         """One pass; the admissions it made. Over every waiting pod (``touched`` None),

@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from reconciler.admission.announce import Admitted
 from reconciler.admission.step import Admission
 from reconciler.admission.waiting import Knowledge
 from reconciler.base.metrics import QueueMetrics
@@ -166,6 +167,41 @@ def test_a_window_start_is_a_full_pass_that_admits_all_its_waiting_pods() -> Non
             await w.sync()
             await settle()
             assert w.depth() == {}
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_a_pass_that_runs_past_a_window_start_is_followed_by_its_full_pass() -> None:
+    async def scenario() -> None:
+        w = Queue(now=BEFORE)
+        w.book(facts(gpus=4))
+        for i in range(2):
+            w.kube.add(PODS, gpu_pod(f"p{i}"))
+        w.kube.add(PODS, bob_pod("b"), "bob")
+        await w.sync()
+        passes: list[bool] = []
+        once = w.admitter.once
+
+        async def slow_once(touched: tuple[set[str], set[str]] | None = None) -> list[Admitted]:
+            passes.append(touched is None)
+            if touched is not None and w.clock.now() < START:
+                # This pass, over bob's pod, runs until after the window start.
+                await w.clock.advance((START - w.clock.now()).total_seconds() + 1.0)
+            return await once(touched)
+
+        w.admitter.once = slow_once  # type: ignore[method-assign]
+        task = asyncio.create_task(w.admitter.run(3600.0))
+        try:
+            await settle()
+            assert passes == [True]
+            assert w.depth() == {"opens_later": 2}
+            w.admitter.touched.touch("bob/b")
+            await settle()
+            assert passes == [True, False, True]  # the window start's full pass, owed
+            assert all(w.admitted(f"p{i}") for i in range(2))
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
