@@ -247,7 +247,7 @@ class Reconciler:
         """The startup sync, then the loops; the status of the mirrors that sync
         created (phase, an empty ledger: nothing the loops or the webhook wait for) is
         written once the loops run."""
-        self.announcer.begin(self.clock.now())
+        self.announcer.begin()
         await self.syncer.sync_once(defer_status=True)
         for name, loop in self.leader_loops():
             self.tasks.spawn(name, loop)

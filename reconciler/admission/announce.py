@@ -5,11 +5,15 @@ reconciler's queue, by an on-demand lease, or by the webhook at creation — get
 Event, then its hold is bound to the pod and marked (``ledger.announce_all``: one write
 per reservation for all the holds one call announced), so a restart does not say it
 twice. For a hold this process did not create, the pod's Events are read back first (a
-status wiped between the Event and the mark must not announce twice) — unless the pod was
-admitted after this leader term began (``begin``): no earlier leader can have announced
-it, and this term remembers what it announced, so the read, a LIST of the pod's Events
-for every pod the webhook admits, is skipped. What this process announced is remembered
-while its hold is unannounced and for a claim TTL at least (``_forget``).
+status wiped between the Event and the mark must not announce twice) — unless the pod
+was created after this leader term's first LIST of pods (``first_listed``): an earlier
+leader acts only before the term begins, and the term lists its pods after it began,
+so no earlier leader can have announced it, and this term remembers what it announced.
+The read, a LIST of the pod's Events for every pod the webhook admits, is then skipped.
+The rule needs no clock: an admitted pod carries controller-owned annotations and so is
+in every LIST of the pods the reconciler watches, and one absent from the term's first
+LIST was created after it. What this process announced is remembered while its hold is
+unannounced and for a claim TTL at least (``_forget``).
 """
 
 from __future__ import annotations
@@ -35,10 +39,6 @@ from shared.resources import EVENTS
 
 #: Seconds the ledger mark of one announcement may take.
 MARK_DEADLINE_S = 10.0
-#: Seconds by which the clock that stamped a pod's ``galends/admitted-at`` (the
-#: webhook's node) may run ahead of ours: a pod admitted less than this after our
-#: leader term began is read back before it is announced, as if admitted before it.
-CLOCK_SKEW_S = 30.0
 
 Send = Callable[[PodView, str, str, datetime], Awaitable[bool]]
 
@@ -100,23 +100,24 @@ class Announcer:
         #: once its asks are done): ``all`` leaves them alone meanwhile, rather than take
         #: their unannounced holds for the webhook's and announce them a second time.
         self.expected: set[str] = set()
-        #: When this leader term began (None: not leading yet — every hold this process
-        #: did not create is read back).
-        self.since: datetime | None = None
+        #: The uids of the pods in this leader term's first LIST (None: not listed yet
+        #: in this term — every hold this process did not create is read back).
+        self.listed: frozenset[str] | None = None
+        caches.pods.on_synced = self.first_listed
 
-    def begin(self, now: datetime) -> None:
-        """A leader term begins at ``now``: an earlier leader acted only before it."""
-        self.since = now
+    def begin(self) -> None:
+        """A leader term begins: its caches list afresh (``first_listed``)."""
+        self.listed = None
+
+    def first_listed(self) -> None:
+        """The pod cache holds this term's first LIST: what an earlier leader may have
+        announced is among these pods."""
+        self.listed = frozenset(p.uid for p in self._caches.pods.items.values())
 
     def inherited(self, pod: PodView) -> bool:
-        """Whether an earlier leader may have announced ``pod``'s admission: it was
-        admitted before this term began (give or take ``CLOCK_SKEW_S``), or when is not
-        known."""
-        admitted = pod.admitted_at
-        since = self.since
-        return (
-            since is None or admitted is None or admitted < since + timedelta(seconds=CLOCK_SKEW_S)
-        )
+        """Whether an earlier leader may have announced ``pod``'s admission: the pod was
+        in this term's first LIST of pods (or that LIST is not in yet)."""
+        return self.listed is None or pod.uid in self.listed
 
     def expect(self, uid: str) -> None:
         """The pod ``uid`` is being admitted here; ``announce`` will announce it."""

@@ -14,6 +14,7 @@ from shared.model import Hold
 from shared.resources import GPU_RESERVATIONS, PODS
 from tests.fakekube import FakeKube
 from tests.reconciler.builders import END, NS, START, FakeSource, reservation
+from tests.reconciler.upholdkit import raw_pod
 
 NOW = START + timedelta(hours=1)
 
@@ -64,9 +65,10 @@ def test_upkeep_of_a_new_term_waits_for_a_fresh_list() -> None:
     asyncio.run(scenario())
 
 
-def one_loop_reconciler() -> tuple[Reconciler, ManualClock]:
-    """A replica on a fake API server whose leader runs one loop that waits forever."""
-    kube, clock = FakeKube(), ManualClock(NOW)
+def one_loop_reconciler(kube: FakeKube | None = None) -> tuple[Reconciler, ManualClock]:
+    """A replica on a fake API server (``kube``, or a new one) whose leader runs one
+    loop that waits forever."""
+    kube, clock = kube or FakeKube(), ManualClock(NOW)
     env = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k", "POD_NAMESPACE": NS}
     settings, _ = load(env)
     r = Reconciler(settings, kube, FakeSource(), clock)  # type: ignore[arg-type]
@@ -132,22 +134,34 @@ def test_the_loops_start_on_the_startup_specs_and_their_status_follows() -> None
     asyncio.run(scenario())
 
 
-def test_each_leader_term_tells_the_announcer_when_it_began() -> None:
-    """The announcer reads back only pods admitted before its term began: the term's
-    start is set when leadership is won, and again at a later term."""
+def listed(r: Reconciler) -> frozenset[str] | None:
+    return r.announcer.listed
+
+
+def test_each_leader_term_reads_back_only_the_pods_of_its_first_list() -> None:
+    """An earlier leader may have announced only the pods the term's first LIST holds:
+    each term forgets the last one's list when it begins and takes its own."""
 
     async def scenario() -> None:
-        r, clock = one_loop_reconciler()
-        assert r.announcer.since is None
+        kube = FakeKube()
+        r, _ = one_loop_reconciler(kube)
+        uids: set[str] = set()
         for term in range(2):
+            kube.add(PODS, raw_pod(f"p{term}", "res-1"), "alice")
+            uids.add(f"uid-p{term}")
             r._on_leadership(True)
             for _ in range(50):
                 await asyncio.sleep(0)
-            assert r.announcer.since == NOW + timedelta(minutes=term)
+            assert listed(r) is None  # begun, not listed yet: every pod read back
+            await r.caches.pods.relist()
+            assert listed(r) == frozenset(uids)
+            kube.add(PODS, raw_pod(f"new{term}", "res-1"), "alice")
+            await r.caches.pods.relist()  # a later LIST of the term: a pod made since
+            assert listed(r) == frozenset(uids)
+            uids.add(f"uid-new{term}")  # in the next term's first LIST
             r._on_leadership(False)
             for _ in range(20):
                 await asyncio.sleep(0)
-            await clock.advance(60)
         await r.stop()
 
     asyncio.run(scenario())
