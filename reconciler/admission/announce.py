@@ -4,7 +4,11 @@ Every admitted pod whose ledger hold is not marked announced — admitted by the
 reconciler's queue, by an on-demand lease, or by the webhook at creation — gets the
 Event, then its hold is bound to the pod and marked (``ledger.announce_all``: one write
 per reservation for all the holds one call announced), so a restart does not say it
-twice. For a hold this process did not create, the pod's Events are read back first (a
+twice. While the leader's mark loop runs (``run_marks``), the marks of the queue's passes
+are gathered for ``MARK_GATHER_S`` and written together, one write per reservation:
+pods created one after another each made a ledger write of their own, and each write
+is a watch event every webhook replica and the reconciler decode. The Events go out at
+once. For a hold this process did not create, the pod's Events are read back first (a
 status wiped between the Event and the mark must not announce twice) — unless the pod
 was created after this leader term's first LIST of pods (``first_listed``): an earlier
 leader acts only before the term begins, and the term lists its pods after it began,
@@ -39,6 +43,10 @@ from shared.resources import EVENTS
 
 #: Seconds the ledger mark of one announcement may take.
 MARK_DEADLINE_S = 10.0
+#: Seconds the mark loop gathers the marks of the queue's passes before writing them.
+MARK_GATHER_S = 0.25
+#: The leader's task that writes the gathered marks.
+MARK_TASK = "announce-marks"
 
 Send = Callable[[PodView, str, str, datetime], Awaitable[bool]]
 
@@ -104,6 +112,12 @@ class Announcer:
         #: in this term — every hold this process did not create is read back).
         self.listed: frozenset[str] | None = None
         caches.pods.on_synced = self.first_listed
+        #: Reservation → claim → (pod name, uid): marks waiting for the mark loop, and
+        #: the instant of the latest pass that added one.
+        self._gathered: dict[str, dict[str, tuple[str, str]]] = {}
+        self._gathered_at: datetime | None = None
+        self._gathering = False
+        self._gathered_some = asyncio.Event()
 
     def begin(self) -> None:
         """A leader term begins: its caches list afresh (``first_listed``)."""
@@ -157,13 +171,46 @@ class Announcer:
         self._forget(by_name, now)
         ours = {(a.reservation.name, a.claim) for a in admitted}
         fresh = [(a, key not in ours) for key, a in todo.items() if key not in self.announced]
-        await self._many(fresh, now)
+        await self._many(fresh, now, gather=True)
 
-    async def _many(self, items: list[tuple[Admitted, bool]], now: datetime) -> None:
+    async def run_marks(self) -> None:
+        """The mark loop of a leader term: while it runs, the marks of the queue's
+        passes wait ``MARK_GATHER_S`` and are written together. When the term ends,
+        marks not written are forgotten with their announcements, so a later term of
+        this process reads those pods back rather than leave their holds unmarked."""
+        self._gathering = True
+        try:
+            while True:
+                await self._gathered_some.wait()
+                await asyncio.sleep(MARK_GATHER_S)
+                await self._write_gathered()
+        finally:
+            self._gathering = False
+            for name, claims in self._gathered.items():
+                for claim in claims:
+                    self.announced.pop((name, claim), None)
+            self._gathered = {}
+            self._gathered_some.clear()
+
+    async def _write_gathered(self) -> None:
+        marks, now = self._gathered, self._gathered_at
+        self._gathered, self._gathered_at = {}, None
+        self._gathered_some.clear()
+        if now is None:
+            return
+        seen = self._caches.by_name()
+        await asyncio.gather(
+            *(self._mark(name, pods, now, seen.get(name)) for name, pods in marks.items())
+        )
+
+    async def _many(
+        self, items: list[tuple[Admitted, bool]], now: datetime, *, gather: bool = False
+    ) -> None:
         """Each item's Event (``True``: a hold this process did not create, read back
         first), then one ledger write per reservation binding and marking every hold
         whose Event went out — not one write per pod: a window opening for ten pods of
-        one booking would make ten writes race on one object."""
+        one booking would make ten writes race on one object. ``gather``: left to the
+        mark loop, if it runs."""
         pool = list(self._caches.reservations.items.values())
         ends: dict[str, datetime] = {}  # the guarantee end per reservation, this call
         sent = await asyncio.gather(*(self._say(a, w, pool, ends, now) for a, w in items))
@@ -174,6 +221,13 @@ class Announcer:
                     item.pod.name,
                     item.pod.uid,
                 )
+        if gather and self._gathering:
+            for name, pods in marks.items():
+                self._gathered.setdefault(name, {}).update(pods)
+            if marks:
+                self._gathered_at = now
+                self._gathered_some.set()
+            return
         seen = self._caches.by_name()  # as the watch shows them after the Events
         await asyncio.gather(
             *(self._mark(name, pods, now, seen.get(name)) for name, pods in marks.items())

@@ -29,7 +29,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from reconciler.admission import pending
-from reconciler.admission.announce import Admitted, guaranteed_until
+from reconciler.admission.announce import MARK_TASK, Admitted, guaranteed_until
 from reconciler.admission.step import Admission, Attempt
 from reconciler.base import upkeep
 from reconciler.base.caches import Caches, ledger_only
@@ -103,7 +103,10 @@ class Admitter:
 
     def loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The leader's loop for the queue."""
-        return [(ADMIT_TASK, lambda: self.run(float(self._settings.queue_interval_s)))]
+        return [
+            (ADMIT_TASK, lambda: self.run(float(self._settings.queue_interval_s))),
+            (MARK_TASK, self.step.announcer.run_marks),
+        ]
 
     def _pod_changed(self, _key: str, old: PodView | None, new: PodView | None) -> None:
         if (new is None or new.finished or new.admitted) and old is not None:

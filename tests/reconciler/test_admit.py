@@ -10,6 +10,7 @@ import jsonpatch
 import pytest
 from prometheus_client import CollectorRegistry
 
+from reconciler.admission import announce
 from reconciler.admission.announce import Admitted
 from reconciler.admission.pending import admission_patch, next_start
 from reconciler.admission.step import ON_DEMAND_ATTEMPTS, Admission
@@ -307,6 +308,126 @@ def test_a_ledger_wiped_after_the_mark_does_not_announce_this_terms_pod_again() 
         w.book(facts(), wiped.holds)
         await w.step()
         assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+
+    run(scenario())
+
+
+def ledger_writes(kube: Kube) -> int:
+    writes = ("patch", "replace", "update")
+    return sum(
+        1 for verb, plural in kube.calls if plural == GPU_RESERVATIONS.plural and verb in writes
+    )
+
+
+async def gathering(w: World, monkeypatch: pytest.MonkeyPatch) -> asyncio.Task[None]:
+    """The leader's mark loop running (gathering for 10 ms), the caches listed."""
+    monkeypatch.setattr(announce, "MARK_GATHER_S", 0.01)
+    task = asyncio.create_task(w.admitter.step.announcer.run_marks())
+    await w.sync()
+    await asyncio.sleep(0)
+    return task
+
+
+async def stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def test_marks_of_passes_in_a_row_are_written_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two pods created one after the other, each seen by its own pass: each Event goes
+    out in its pass, both holds are marked (and bound) in one ledger write."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        task = await gathering(w, monkeypatch)
+        try:
+            w.book(
+                facts(),
+                (model.Hold("c-1", 1, START, pod="a"), model.Hold("c-2", 1, START, pod="b")),
+            )
+            written = ledger_writes(w.kube)
+            for name, claim in (("a", "c-1"), ("b", "c-2")):
+                w.kube.add(
+                    PODS,
+                    gpu_pod(
+                        name,
+                        gated=False,
+                        annotations={
+                            vocab.BOOKING_REFERENCE: "res-1",
+                            vocab.ADMISSION_CLAIM: claim,
+                            vocab.ADMITTED_AT: format_utc(START),
+                        },
+                    ),
+                )
+                await w.sync()
+                await w.admitter.once(w.admitter.touched.take_all())
+                assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == (
+                    1 if name == "a" else 2
+                )
+            assert ledger_writes(w.kube) == written  # gathered, not written yet
+            await asyncio.sleep(0.1)
+            assert ledger_writes(w.kube) == written + 1
+            holds = w.ledger_of().holds
+            assert [(h.announced, h.pod_uid) for h in holds] == [(True, "uid-a"), (True, "uid-b")]
+        finally:
+            await stopped(task)
+
+    run(scenario())
+
+
+def test_marks_left_when_the_term_ends_are_announced_by_a_later_term(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mark loop stops with a mark not written: the announcement is forgotten with it,
+    so the next pass finds the hold unannounced, reads the pod's Events back and marks it
+    without a second Event."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        monkeypatch.setattr(announce, "MARK_GATHER_S", 3600.0)
+        task = asyncio.create_task(w.admitter.step.announcer.run_marks())
+        await asyncio.sleep(0)
+        webhook_admitted(w, "web", "c-9", START)
+        await w.step()
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+        assert not w.ledger_of().holds[0].announced
+        await stopped(task)
+        assert w.admitter.step.announcer.announced == {}
+        await w.step()  # no mark loop now: the pass writes its mark itself
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 1
+        assert w.ledger_of().holds[0].announced
+
+    run(scenario())
+
+
+def test_a_mark_that_fails_leaves_the_mark_loop_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gathered write that fails is the ledger's to log (``ledger.amend_failed``); the
+    loop goes on and writes the next marks."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        task = await gathering(w, monkeypatch)
+        try:
+            webhook_admitted(w, "web", "c-9", START)
+            w.kube.faults["patch"] = ServerError(500, "etcd is unwell")
+            await w.step()
+            await asyncio.sleep(0.1)
+            assert not w.ledger_of().holds[0].announced
+            del w.kube.faults["patch"]
+            holds = (*w.ledger_of().holds, model.Hold("c-2", 1, START, pod="next"))
+            w.book(facts(), holds)
+            notes = {
+                vocab.BOOKING_REFERENCE: "res-1",
+                vocab.ADMISSION_CLAIM: "c-2",
+                vocab.ADMITTED_AT: format_utc(START),
+            }
+            w.kube.add(PODS, gpu_pod("next", gated=False, annotations=notes))
+            await w.step()
+            await asyncio.sleep(0.1)
+            assert not task.done()
+            assert [h.announced for h in w.ledger_of().holds] == [False, True]
+        finally:
+            await stopped(task)
 
     run(scenario())
 

@@ -189,6 +189,12 @@ async def full_and_restart(tmp_path: Path) -> None:
         await create(config, manifest("queued", gpus=2))
         await eventually(lambda: said("queued", vocab.REASON_RESERVATION_FULL), 10)
         await eventually(lambda: said("waiter", vocab.REASON_RUNTIME_GUARANTEED), 5)
+
+        async def marked() -> bool:  # the mark follows the Event (gathered: MARK_GATHER_S)
+            holds = (await w.get(name) or {}).get("status", {}).get("holds") or []
+            return bool(holds) and all(h.get("announced") and h.get("podUid") for h in holds)
+
+        await eventually(marked, 5)
         before = len(await ours(w))
         holds_before = (await w.get(name) or {}).get("status", {}).get("holds")
         await first.stop()
