@@ -134,13 +134,19 @@ def watch_lines(buffer: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
 
 
 def watch_event(line: bytes) -> WatchEvent:
-    """One watch line decoded; an ERROR event raises its error (410: ``Gone``)."""
+    """One watch line decoded; an ERROR event raises its error (410: ``Gone``). A line
+    that is not a JSON object, or whose ``object`` is not one, is a ``ServerError`` like
+    a line that is not JSON (never a crash of the watch's reader)."""
     try:
         raw = json.loads(line)
     except ValueError as exc:
         raise ServerError(0, "watch stream carried a line that is not JSON") from exc
+    if not isinstance(raw, dict):
+        raise ServerError(0, "watch stream carried a line that is not a JSON object")
     kind = str(raw.get("type", ""))
     obj = raw.get("object") or {}
+    if not isinstance(obj, dict):
+        raise ServerError(0, "watch stream carried an event whose object is not a JSON object")
     if kind == "ERROR":
         err = from_status(int(obj.get("code", 500) or 500), obj)
         raise err
