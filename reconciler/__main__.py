@@ -1,4 +1,5 @@
-"""``python -m reconciler``: read settings, run until SIGTERM/SIGINT, exit cleanly.
+"""``python -m reconciler``: read settings, run on uvloop until SIGTERM/SIGINT, exit
+cleanly.
 
 Exit codes: 0 after a clean shutdown, 2 on invalid configuration.
 ``python -m reconciler explain <ns>/<pod>`` and ``… list`` are the user's commands
@@ -11,6 +12,8 @@ import asyncio
 import logging
 import signal
 import sys
+
+import uvloop
 
 from reconciler import cli
 from reconciler.base import settings as settings_module
@@ -37,7 +40,10 @@ def main() -> int:
         return 2
     logs.configure(settings.common.log_level, settings.common.library_log_level)
     _log_notices(reader)
-    asyncio.run(run(settings))
+    # uvloop, as the webhook: the calls' and watches' TLS runs in its C transports, where
+    # asyncio's Python SSL protocol was about a tenth of the replica's CPU
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(run(settings))
     return 0
 
 

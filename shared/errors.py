@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared import jsontext
+
 #: How much of a non-Status error body we keep.
 BODY_EXCERPT_CHARS = 300
 
@@ -98,12 +100,10 @@ def from_status(code: int, body: bytes | str | dict[str, Any] | None) -> KubeErr
 
 
 def _parse_status(body: bytes | str | None) -> dict[str, Any] | None:
-    import json
-
     if not body:
         return None
     try:
-        parsed = json.loads(body)
+        parsed = jsontext.from_server(body)
     except (ValueError, UnicodeDecodeError):
         return None
     if isinstance(parsed, dict) and parsed.get("kind") == "Status":

@@ -1,14 +1,14 @@
 """The Kubernetes API's wire, as every client of ours reads and writes it (no I/O).
 
-A call's body encoded, an answer decoded or mapped to our errors (``shared.errors``:
-a 429 with its ``Retry-After``), the throttling rule, the ``Warning`` header texts,
-and a watch's query, lines and events. ``shared.gateway`` and the loop's client share
+A call's body encoded, an answer decoded (``jsontext.from_server``: orjson, else
+``json.loads``) or mapped to our errors (``shared.errors``: a 429 with its
+``Retry-After``), the throttling rule, the ``Warning`` header texts, and a watch's
+query, lines and events (decoded the same way). ``shared.gateway`` and the loop's client share
 them, so every client answers alike.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,7 +104,7 @@ def answer(
     if not decode:
         return Response({}, _warnings(headers.getlist("Warning")))
     try:
-        decoded = json.loads(data) if data else {}
+        decoded = jsontext.from_server(data) if data else {}
     except ValueError as exc:
         raise ServerError(status, f"{method} {path}: answer is not JSON") from exc
     if not isinstance(decoded, dict):
@@ -134,13 +134,19 @@ def watch_lines(buffer: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
 
 
 def watch_event(line: bytes) -> WatchEvent:
-    """One watch line decoded; an ERROR event raises its error (410: ``Gone``)."""
+    """One watch line decoded; an ERROR event raises its error (410: ``Gone``). A line
+    that is not a JSON object, or whose ``object`` is not one, is a ``ServerError`` like
+    a line that is not JSON (never a crash of the watch's reader)."""
     try:
-        raw = json.loads(line)
+        raw = jsontext.from_server(line)
     except ValueError as exc:
         raise ServerError(0, "watch stream carried a line that is not JSON") from exc
+    if not isinstance(raw, dict):
+        raise ServerError(0, "watch stream carried a line that is not a JSON object")
     kind = str(raw.get("type", ""))
     obj = raw.get("object") or {}
+    if not isinstance(obj, dict):
+        raise ServerError(0, "watch stream carried an event whose object is not a JSON object")
     if kind == "ERROR":
         err = from_status(int(obj.get("code", 500) or 500), obj)
         raise err

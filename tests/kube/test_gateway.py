@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kubernetes.client
 import pytest
+import uvloop
 
 from shared import errors
 from shared.gateway import AUTH_REUSE_S, THROTTLE_RETRIES, THROTTLE_WAIT_CAP_S, Gateway
@@ -69,8 +71,16 @@ def test_gateway_verbs_and_error_mapping(kube: Running, ns: str, tmp_path: Path)
     asyncio.run(scenario())
 
 
-def test_gateway_watch_and_gone(kube: Running, ns: str, tmp_path: Path) -> None:
-    """Gateway.watch streams events from an RV and raises Gone for a compacted one."""
+@pytest.mark.parametrize(
+    "new_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"]
+)
+def test_gateway_watch_and_gone(
+    kube: Running, ns: str, tmp_path: Path, new_loop: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
+    """Gateway.watch streams events from an RV and raises Gone for a compacted one, its
+    calls and its watch's reads on worker threads handing back to the loop — uvloop's
+    too (the webhook's and the reconciler's, whose calls through an HTTP proxy take this
+    path)."""
 
     async def scenario() -> None:
         gw = _gateway(kube, tmp_path)
@@ -86,7 +96,8 @@ def test_gateway_watch_and_gone(kube: Running, ns: str, tmp_path: Path) -> None:
         finally:
             gw.close()
 
-    asyncio.run(scenario())
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(scenario())
 
 
 class Naps:

@@ -686,11 +686,12 @@ def test_a_watch_line_split_across_chunks_is_joined() -> None:
     ("answer", "message"),
     [
         (_chunked(_event("ADDED", "a"), b"not json\n"), "not JSON"),
+        (_chunked(_event("ADDED", "a"), b"[1, 2]\n"), "not a JSON object"),
         (_chunked(_event("ADDED", "a"), end=False), "truncated answer"),
         (_chunked(_event("ADDED", "a"))[:-9], "truncated answer"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed answer"),
     ],
-    ids=["line-not-json", "cut-between-chunks", "cut-mid-chunk", "bad-chunk-size"],
+    ids=["line-not-json", "line-an-array", "cut-between-chunks", "cut-mid-chunk", "bad-chunk-size"],
 )
 def test_a_broken_watch_stream_is_a_server_error_after_the_good_events(
     answer: bytes, message: str
