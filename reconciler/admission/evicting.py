@@ -20,8 +20,8 @@ from typing import Generic, Protocol, TypeVar
 from reconciler.admission.relink import Relinker
 from reconciler.base.events import Emit
 from reconciler.base.kube import KubeWriter
+from reconciler.base.loops import Dirty, passes
 from reconciler.base.pods import PodView, project_pod
-from reconciler.base.upkeep import Dirty, passes
 from shared import vocab
 from shared.clock import Clock
 from shared.errors import Conflict, KubeError, NotFound
@@ -150,7 +150,7 @@ class EvictingPass(ABC, Generic[D]):
     in the cache; a failed one is tried again on the next pass).
 
     A pod event touches that pod: the next pass decides on the pods touched since the
-    last one (``reconciler.base.upkeep.Dirty``); a reservation change and the tick decide on
+    last one (``reconciler.base.loops.Dirty``); a reservation change and the tick decide on
     every pod."""
 
     def __init__(

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from reconciler.base.loops import JUST_AFTER, Beat, Dirty, until_ready
 from reconciler.base.pods import PodView
-from reconciler.base.upkeep import JUST_AFTER, Beat, Dirty, until_ready
 from shared import vocab
 from shared.clock import Clock, format_utc, parse_utc
 from shared.errors import KubeError

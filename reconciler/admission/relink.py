@@ -50,8 +50,8 @@ from reconciler.admission.adoption import (
 from reconciler.admission.guarantees import patch_ops
 from reconciler.base.events import Emit
 from reconciler.base.kube import KubeWriter
+from reconciler.base.loops import JUST_AFTER, Beat, Dirty, until_ready
 from reconciler.base.pods import PodView
-from reconciler.base.upkeep import JUST_AFTER, Beat, Dirty, until_ready
 from shared import ledger, vocab
 from shared.clock import Clock, MonotonicClock, SystemMonotonic
 from shared.errors import KubeError, ServerError

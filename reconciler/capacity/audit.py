@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping
 from reconciler.base import events
 from reconciler.base.component import Ground, Loop
 from reconciler.base.kube import KubeWriter
+from reconciler.base.loops import until_ready
 from reconciler.base.metrics import Metrics
-from reconciler.base.upkeep import until_ready
 from shared import vocab
 from shared.appclient import GpuClass
 from shared.clock import Clock

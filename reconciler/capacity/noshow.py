@@ -33,10 +33,10 @@ from typing import Any, Protocol
 from reconciler.base.caches import ledger_only
 from reconciler.base.component import Ground, Loop
 from reconciler.base.kube import KubeWriter
+from reconciler.base.loops import until_ready, wait_either
 from reconciler.base.metrics import Metrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
-from reconciler.base.upkeep import until_ready, wait_either
 from shared import ledger, model, vocab
 from shared.appclient import Cancelled, CancelReason, CancelResult, Reservation
 from shared.clock import Clock, MonotonicClock, SystemMonotonic, format_utc

@@ -40,11 +40,11 @@ from reconciler.base.apphealth import AppHealth, Health
 from reconciler.base.caches import Caches
 from reconciler.base.component import Ground
 from reconciler.base.kube import KubeWriter
+from reconciler.base.loops import until_ready, wait_either
 from reconciler.base.metrics import LeaseMetrics
 from reconciler.base.mirroring import MirrorView, MirrorWriter
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
-from reconciler.base.upkeep import until_ready, wait_either
 from reconciler.ondemand import status as ondemand_status
 from reconciler.ondemand import vetting
 from reconciler.ondemand.asking import Asker, LeaseApp

@@ -35,10 +35,10 @@ from reconciler.base.caches import ledger_only
 from reconciler.base.component import Ground
 from reconciler.base.events import Emit
 from reconciler.base.kube import KubeWriter
+from reconciler.base.loops import JUST_AFTER, Beat, until_ready
 from reconciler.base.metrics import SweepMetrics
 from reconciler.base.pods import PodView, instant_of
 from reconciler.base.settings import PreemptionSettings
-from reconciler.base.upkeep import JUST_AFTER, Beat, until_ready
 from reconciler.preemption import warn
 from reconciler.preemption.kills import Killer, Victim, mono
 from reconciler.preemption.overstay import OverstayReporter

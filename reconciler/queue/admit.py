@@ -31,13 +31,13 @@ from datetime import datetime
 from reconciler.admission import pending
 from reconciler.admission.announce import MARK_TASK, Admitted, guaranteed_until
 from reconciler.admission.step import Admission, Attempt
-from reconciler.base import upkeep
+from reconciler.base import loops, upkeep
 from reconciler.base.caches import Caches, ledger_only
 from reconciler.base.component import Ground
+from reconciler.base.loops import until_ready
 from reconciler.base.metrics import QueueMetrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
-from reconciler.base.upkeep import until_ready
 from shared import ledger, model
 from shared.clock import Clock
 from shared.concurrency import bounded
@@ -51,10 +51,10 @@ ADMIT_TASK = "reserved-queue"
 PATCH_CONCURRENCY = 16
 
 
-class Touched(upkeep.Dirty):
+class Touched(loops.Dirty):
     """What the queue's next pass looks at: the pods (cache keys) changed since its last
     pass and the reservations whose holds alone moved (their owner's waiting pods), or
-    everything. Coalesced as ``upkeep.Dirty`` is: one pass drains a burst."""
+    everything. Coalesced as ``loops.Dirty`` is: one pass drains a burst."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -128,7 +128,7 @@ class Admitter:
         """A full pass now, then a pass over what changed on every change, and a full
         pass at each window start and every ``tick_s``."""
         await until_ready(self._caches.ready)
-        beat = upkeep.Beat(self._clock, tick_s)
+        beat = loops.Beat(self._clock, tick_s)
         while True:
             # The next window start as it stands before the pass: one that passes
             # while the pass runs is still owed its full pass.

@@ -1,4 +1,4 @@
-"""The timed pass of the leader's pass loops (``reconciler.base.upkeep.Beat``): pods that
+"""The timed pass of the leader's pass loops (``reconciler.base.loops.Beat``): pods that
 change more often than the tick must not put it off, and an instant a pass runs past
 is still owed its pass. On a manual clock: the instants are exact, nothing is timed."""
 
@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 
-from reconciler.base.upkeep import Beat, Dirty, passes
+from reconciler.base.loops import Beat, Dirty, passes
 from shared.clock import ManualClock
 from tests.reconciler.builders import START
 
