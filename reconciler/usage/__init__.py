@@ -9,6 +9,7 @@ the usage counters; ``setup`` builds the keeper and subscribes it to those cache
 
 from __future__ import annotations
 
+from reconciler.base import loops
 from reconciler.base.component import Ground
 from reconciler.usage.keeper import UsageKeeper
 
@@ -26,6 +27,7 @@ def setup(ground: Ground) -> UsageKeeper:
         caches.ready,
         ground.metrics.usage,
         ground.settings.usage,
+        gather_s=loops.GATHER_S,
     )
     caches.pods.listeners.append(keeper.pod_changed)
     caches.reservations.listeners.append(keeper.reservation_changed)

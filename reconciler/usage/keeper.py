@@ -31,10 +31,10 @@ from datetime import datetime
 from typing import Any
 
 from reconciler.base.kube import KubeWriter
+from reconciler.base.loops import until_ready, wait_either
 from reconciler.base.metrics import UsageMetrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import UsageSettings
-from reconciler.base.upkeep import until_ready, wait_either
 from shared.clock import Clock, parse_utc
 from shared.errors import KubeError, NotFound
 from shared.logs import log
@@ -104,7 +104,10 @@ class UsageKeeper:
         ready: Callable[[], bool],
         metrics: UsageMetrics,
         settings: UsageSettings,
+        gather_s: float = 0.0,
     ) -> None:
+        #: Seconds a pass woken by a change waits for more to share it.
+        self._gather_s = gather_s
         self._gateway = gateway
         self._ns = namespace
         self._clock = clock
@@ -187,7 +190,9 @@ class UsageKeeper:
                 last_full = now
             await self.once(full=full)
             left = interval - (self._clock.now() - (last_full or now)).total_seconds()
-            await wait_either(self._clock.sleep(max(0.0, left)), self._wake.wait())
+            timed = await wait_either(self._clock.sleep(max(0.0, left)), self._wake.wait())
+            if not timed and self._gather_s > 0:
+                await asyncio.sleep(self._gather_s)  # more changes share this pass
 
     async def once(self, *, full: bool = True) -> int:
         """One pass over every reservation (``full``) or the touched ones; the number

@@ -321,3 +321,44 @@ async def _phases() -> None:
     clock.set(START + timedelta(minutes=1, seconds=5))
     assert await w.keeper.once() == 1
     assert w.kube.read(GPU_RESERVATIONS, ref, NS)["status"]["phase"] == "Cancelled"
+
+
+def test_changes_of_a_burst_share_one_pass_when_the_keeper_gathers() -> None:
+    """With ``gather_s``, the changes that follow the one that woke the keeper share its
+    pass; without it, the first has a pass of its own."""
+
+    async def scenario(gather_s: float) -> list[bool]:
+        w = World(ManualClock(START))
+        w.keeper = UsageKeeper(
+            w.kube,
+            NS,
+            w.clock,
+            w.reservations,
+            lambda: True,
+            UsageMetrics(CollectorRegistry()),
+            UsageSettings(interval_s=30, checkpoint_s=600),
+            gather_s=gather_s,
+        )
+        passes: list[bool] = []
+
+        async def once(*, full: bool = True) -> int:
+            passes.append(full)
+            return 0
+
+        w.keeper.once = once  # type: ignore[method-assign]
+        task = asyncio.create_task(w.keeper.run())
+        try:
+            for _ in range(20):
+                await asyncio.sleep(0)
+            w.keeper.reservation_changed("k1", None, GPUReservation(facts(1)))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            w.keeper.reservation_changed("k2", None, GPUReservation(facts(2)))
+            await asyncio.sleep(gather_s + 0.05)
+            return passes
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    assert asyncio.run(scenario(0.05)) == [True, False]
+    assert asyncio.run(scenario(0.0)) == [True, False, False]
