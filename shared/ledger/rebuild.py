@@ -125,9 +125,12 @@ def rebuild(
             orphans.append(pod)
             continue
         taken.add(match.claim)
-        kept.append(
-            Hold(match.claim, pod.gpus, match.at, pod.name, pod.uid, announced=match.announced)
-        )
+        if (match.gpus, match.pod, match.pod_uid) == (pod.gpus, pod.name, pod.uid):
+            kept.append(match)  # as it is: most holds of a booking, on every event
+        else:
+            kept.append(
+                Hold(match.claim, pod.gpus, match.at, pod.name, pod.uid, announced=match.announced)
+            )
     cutoff = now - timedelta(seconds=ttl_s if unseen_s is None else unseen_s)
     by_name = {p.name: p for p in ordered}
     pending = [

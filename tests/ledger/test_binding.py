@@ -139,3 +139,20 @@ def test_of_two_holds_bound_to_one_live_pod_the_first_keeps_it() -> None:
     )
     rebuilt = ledger.rebuild(r, [pod("p", None, "1"), pod("copy", "c0", "2")], NOW, 120)
     assert holders(rebuilt) == {claim_key("c0"): "uid-p"}
+
+
+def test_a_hold_already_right_is_kept_as_it_is_and_a_changed_one_made_anew() -> None:
+    """Upkeep rebuilds a booking's ledger on each of its pod events: a hold whose pod,
+    uid and size are already right is the same object in the result (no new hold per
+    pod per event); one the pods change is a new hold with the change."""
+    same = model.Hold(claim_key("c1"), 1, NOW, "a", "uid-a", announced=True)
+    resized = model.Hold(claim_key("c2"), 1, NOW, "b", "uid-b")
+    unbound = model.Hold(claim_key("c3"), 1, NOW)
+    r = res(same, resized, unbound)
+    got = ledger.rebuild(
+        r, [pod("a", "c1", "1"), pod("b", "c2", "2", gpus=2), pod("c", "c3", "3")], NOW, 60
+    )
+    by = {h.claim: h for h in got.holds}
+    assert by[same.claim] is same
+    assert by[resized.claim].gpus == 2
+    assert by[unbound.claim].pod_uid == "uid-c"
