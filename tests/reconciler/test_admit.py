@@ -832,3 +832,33 @@ def test_the_admission_deadline_is_measured_on_the_injected_monotonic_clock() ->
         assert vocab.ADMISSION_CLAIM not in (w.pod("p")["metadata"].get("annotations") or {})
 
     run(scenario())
+
+
+@pytest.mark.parametrize(
+    "holds",
+    [
+        (("c-1", None), ("c-2", "uid-web")),
+        (("c-9", None), ("c-9", None)),
+        (("c-9", "uid-other"), ("c-9", None)),
+        (("c-1", "uid-web"), ("c-2", "uid-web")),
+        (("c-9", ""), ("c-3", None)),
+        (),
+    ],
+)
+def test_the_hold_index_finds_what_a_scan_of_the_holds_finds(
+    holds: tuple[tuple[str, str | None], ...],
+) -> None:
+    """``HoldsOf`` (one pass over a booking's holds for all its pods) gives each pod
+    the hold the rule names: the first bound to its uid, else the first unbound one of
+    its claim."""
+    ledger_holds = tuple(model.Hold(c, 1, START, pod_uid=u) for c, u in holds)
+    res = model.GPUReservation(facts(), ledger_holds)
+    pod = view(gpu_pod("web", annotations={vocab.ADMISSION_CLAIM: "c-9"}))
+
+    def scanned() -> model.Hold | None:
+        by_uid = next((h for h in ledger_holds if h.pod_uid and h.pod_uid == pod.uid), None)
+        if by_uid is not None or pod.claim is None:
+            return by_uid
+        return next((h for h in ledger_holds if h.claim == pod.claim and not h.bound), None)
+
+    assert announce.HoldsOf(res).of(pod) is scanned()
