@@ -29,7 +29,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from reconciler.admission import pending
-from reconciler.admission.announce import MARK_TASK, Admitted, guaranteed_until
+from reconciler.admission.announce import MARK_TASK, Admitted, HoldsOf, guaranteed_until
 from reconciler.admission.step import Admission, Attempt
 from reconciler.base import loops, upkeep
 from reconciler.base.caches import Caches, ledger_only
@@ -237,8 +237,8 @@ class Admitter:
     def _concerned(self, keys: set[str], names: set[str]) -> list[PodView]:
         """The pods a pass over ``keys`` and ``names`` looks at, oldest first: the pods
         changed, and for each reservation whose holds moved its owner's waiting pods
-        (who may now fit, or be told another holder) and the pods it holds (a hold to
-        announce)."""
+        (who may now fit, or be told another holder) and the pods whose hold in it is
+        still to announce (not the booking's every pod, on every claim and mark)."""
         items = self._caches.pods.items
         chosen = {key: items[key] for key in keys if key in items}
         for name in names:
@@ -247,8 +247,11 @@ class Admitter:
                 continue
             for pod in self._caches.waiting.of(res.facts.owner):
                 chosen[pod.key] = pod
+            holds = HoldsOf(res)
             for pod in self._caches.by_reference.pods(res.name):
-                chosen[pod.key] = pod
+                hold = holds.of(pod)
+                if hold is not None and not hold.announced:
+                    chosen[pod.key] = pod
         return pending.oldest_first(chosen.values())
 
     def _note_wait(self, key: str, wait: str | None) -> None:

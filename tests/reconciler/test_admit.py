@@ -862,3 +862,25 @@ def test_the_hold_index_finds_what_a_scan_of_the_holds_finds(
         return next((h for h in ledger_holds if h.claim == pod.claim and not h.bound), None)
 
     assert announce.HoldsOf(res).of(pod) is scanned()
+
+
+def test_a_ledger_change_looks_again_only_at_the_holds_still_to_announce() -> None:
+    """The queue's pass over a reservation whose holds moved looks at its owner's waiting
+    pods and the pods whose hold is still to announce, not at every pod it holds."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        holds = (
+            model.Hold("c-1", 1, START, pod="said", pod_uid="uid-said", announced=True),
+            model.Hold("c-2", 1, START, pod="new"),
+        )
+        w.book(facts(), holds)
+        for name, claim in (("said", "c-1"), ("new", "c-2")):
+            notes = {vocab.BOOKING_REFERENCE: "res-1", vocab.ADMISSION_CLAIM: claim}
+            w.kube.add(PODS, gpu_pod(name, gated=False, annotations=notes))
+        w.kube.add(PODS, gpu_pod("queued"))
+        await w.sync()
+        looked = w.admitter._concerned(set(), {f"{NS}/res-1"})
+        assert sorted(p.name for p in looked) == ["new", "queued"]
+
+    run(scenario())
