@@ -377,10 +377,23 @@ class Gateway:
     ) -> Response:
         url, hdrs = self._url_and_headers(method, path, query, headers)
         data = encoded(body, hdrs)
-        try:
-            resp = self._api.rest_client.pool_manager.request(
+        pool = self._api.rest_client.pool_manager
+
+        def send() -> urllib3.BaseHTTPResponse:
+            return pool.request(
                 method, url, body=data, headers=hdrs, timeout=self._timeout_s, retries=False
             )
+
+        try:
+            try:
+                resp = send()
+            except urllib3.exceptions.ProtocolError:
+                # A kept-alive connection the server closed as the request went out
+                # ("Remote end closed connection without response"): a read is sent
+                # once more, on a new connection; a write may have landed, and is not.
+                if method != "GET":
+                    raise
+                resp = send()
         except urllib3.exceptions.HTTPError as exc:
             raise ServerError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         return answer(method, path, resp.status, resp.data, resp.headers, decode)

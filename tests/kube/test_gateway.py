@@ -211,3 +211,74 @@ def test_credentials_are_reused_for_a_second_then_asked_again(
             gw.close()
 
     asyncio.run(scenario())
+
+
+class DroppingServer:
+    """Plain HTTP on loopback: answers the first request of a connection kept alive,
+    then closes that connection when its next request comes, without an answer (a
+    server's idle timeout meeting the request on the wire); a new connection is
+    answered again. Counts the requests it answered."""
+
+    BODY = b'{"kind":"Pod","metadata":{"name":"p"}}'
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.answered = 0
+        self.dropped = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: Any) -> None:
+        with conn:
+            for index in range(2):
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    got += chunk
+                if index == 1:
+                    self.dropped += 1
+                    return  # closed without an answer
+                self.answered += 1  # counted before the client can see the answer
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                conn.sendall(head + b"Content-Length: %d\r\n\r\n" % len(self.BODY) + self.BODY)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_read_on_a_connection_the_server_dropped_is_sent_again_a_write_is_not() -> None:
+    server = DroppingServer()
+    cfg = kubernetes.client.Configuration()
+    cfg.host = server.url
+    cfg.proxy = None
+    gw = Gateway(cfg)
+
+    async def scenario() -> None:
+        assert (await gw.get(PODS, "p", "ns"))["metadata"]["name"] == "p"
+        # The kept-alive connection is dropped under the second read: sent again.
+        assert (await gw.get(PODS, "p", "ns"))["metadata"]["name"] == "p"
+        assert (server.answered, server.dropped) == (2, 1)
+        # A write on the connection kept from that read is not sent twice.
+        with pytest.raises(errors.ServerError, match="RemoteDisconnected"):
+            await gw.patch(PODS, "p", [{"op": "test", "path": "/x", "value": 1}], "ns")
+        assert (server.answered, server.dropped) == (2, 2)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        server.close()
