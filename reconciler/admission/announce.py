@@ -85,11 +85,6 @@ class HoldsOf:
         return self.unbound.get(pod.claim)
 
 
-def find_hold(res: GPUReservation, pod: PodView) -> Hold | None:
-    """The pod's hold in ``res`` (``HoldsOf.of``)."""
-    return HoldsOf(res).of(pod)
-
-
 def guaranteed_until(
     res: GPUReservation, pool: list[GPUReservation], now: datetime, rules: MatchRules
 ) -> datetime:
