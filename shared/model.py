@@ -68,9 +68,10 @@ class ReservationFacts:
     group: str | None = None
     cancel_reason: str | None = None
 
-    @property
+    @cached_property
     def name(self) -> str:
-        """The object name and booking reference, ``res-<id>``."""
+        """The object name and booking reference, ``res-<id>`` (made once per value:
+        the leader's passes read it for every reservation on every wake)."""
         return reference(self.id)
 
     def phase(self, now: datetime) -> Phase:
