@@ -54,6 +54,10 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
+    def wall_seconds(self, seconds: float) -> float:
+        """The event loop's seconds in ``seconds`` of this clock's time (the same)."""
+        return max(0.0, seconds)
+
 
 class ScaledClock:
     """Time that runs ``factor`` times faster than the wall clock, from ``epoch``.
@@ -83,7 +87,11 @@ class ScaledClock:
         return self.epoch + timedelta(seconds=elapsed * self.factor)
 
     async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds) / self.factor)
+        await asyncio.sleep(self.wall_seconds(seconds))
+
+    def wall_seconds(self, seconds: float) -> float:
+        """The event loop's seconds in ``seconds`` of this clock's time."""
+        return max(0.0, seconds) / self.factor
 
 
 class ManualClock:

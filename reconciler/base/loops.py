@@ -46,6 +46,26 @@ async def wait_either(first: Awaitable[object], second: Awaitable[object]) -> bo
     return a in done
 
 
+async def sleep_unless(clock: Clock, wake: asyncio.Event, seconds: float) -> bool:
+    """Sleep ``seconds`` of ``clock``'s time unless ``wake`` is set first; True when the
+    time passed (``wake`` is left as it is).
+
+    A clock whose time the event loop keeps (``wall_seconds``: the system and scaled
+    clocks) is waited on with one timer around the event: every leader loop waits like
+    this after each pass, and two tasks raced and cancelled (``wait_either``) cost
+    about four times the CPU per wake-up. Any other clock (a test's manual one) is
+    waited on through its own ``sleep``."""
+    to_wall: Callable[[float], float] | None = getattr(clock, "wall_seconds", None)
+    if to_wall is None:
+        return await wait_either(clock.sleep(seconds), wake.wait())
+    try:
+        async with asyncio.timeout(to_wall(seconds)):
+            await wake.wait()
+    except TimeoutError:
+        return True
+    return False
+
+
 class Beat:
     """When a pass loop's timed pass is due: ``tick_s`` after the last timed pass, or
     sooner at an instant the loop names (a window start, a guarantee end).
@@ -71,7 +91,7 @@ class Beat:
         now = self._clock.now()
         timed = now >= due
         if not timed and not wake.is_set():
-            timed = await wait_either(self._clock.sleep((due - now).total_seconds()), wake.wait())
+            timed = await sleep_unless(self._clock, wake, (due - now).total_seconds())
         if timed:
             self.next_tick = self._clock.now() + self._tick
         return timed

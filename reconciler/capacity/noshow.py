@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from reconciler.base.caches import ledger_only
 from reconciler.base.component import Ground, Loop
 from reconciler.base.kube import KubeWriter
-from reconciler.base.loops import until_ready, wait_either
+from reconciler.base.loops import sleep_unless, until_ready
 from reconciler.base.metrics import Metrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import ReconcilerSettings
@@ -174,7 +174,7 @@ class NoShows:
         while True:
             self._wake.clear()
             await self.once()
-            await wait_either(self._clock.sleep(self._nap()), self._wake.wait())
+            await sleep_unless(self._clock, self._wake, self._nap())
 
     def _nap(self) -> float:
         due = self.tracker.next_deadline()

@@ -40,7 +40,7 @@ from reconciler.base.apphealth import AppHealth, Health
 from reconciler.base.caches import Caches
 from reconciler.base.component import Ground
 from reconciler.base.kube import KubeWriter
-from reconciler.base.loops import until_ready, wait_either
+from reconciler.base.loops import sleep_unless, until_ready
 from reconciler.base.metrics import LeaseMetrics
 from reconciler.base.mirroring import MirrorView, MirrorWriter
 from reconciler.base.pods import PodView
@@ -212,8 +212,7 @@ class Leaser:
                     await self.once()
                 except KubeError as exc:
                     log(_log, logging.WARNING, "ondemand.batch_failed", error=str(exc))
-                sleep = self._clock.sleep(self._delay(tick_s))
-                if not await wait_either(sleep, self._wake.wait()):
+                if not await sleep_unless(self._clock, self._wake, self._delay(tick_s)):
                     await self._settle()
         finally:
             for task in list(self._announcing):

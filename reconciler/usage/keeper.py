@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from reconciler.base.kube import KubeWriter
-from reconciler.base.loops import until_ready, wait_either
+from reconciler.base.loops import sleep_unless, until_ready
 from reconciler.base.metrics import UsageMetrics
 from reconciler.base.pods import PodView
 from reconciler.base.settings import UsageSettings
@@ -190,7 +190,7 @@ class UsageKeeper:
                 last_full = now
             await self.once(full=full)
             left = interval - (self._clock.now() - (last_full or now)).total_seconds()
-            timed = await wait_either(self._clock.sleep(max(0.0, left)), self._wake.wait())
+            timed = await sleep_unless(self._clock, self._wake, left)
             if not timed and self._gather_s > 0:
                 await asyncio.sleep(self._gather_s)  # more changes share this pass
 

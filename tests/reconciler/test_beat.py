@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 
-from reconciler.base.loops import Beat, Dirty, passes
-from shared.clock import ManualClock
+from reconciler.base.loops import Beat, Dirty, passes, sleep_unless
+from shared.clock import ManualClock, ScaledClock, SystemClock
 from tests.reconciler.builders import START
 
 
@@ -116,5 +116,56 @@ def test_an_untouched_loop_waits_for_the_sooner_of_the_tick_and_the_instant() ->
         await settle()
         wake.set()
         assert await woken is False
+
+    asyncio.run(scenario())
+
+
+def test_sleep_unless_on_a_clock_the_loop_keeps_ends_on_the_wake_or_the_time() -> None:
+    """The system and scaled clocks are waited on with one timer: a wake ends the wait
+    at once (False) and stays set; an unset wake lets the time pass (True), scaled by
+    the clock's factor; a cancelled waiter is cancelled, not timed out."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        loop.call_later(0.01, wake.set)
+        started = loop.time()
+        assert await sleep_unless(SystemClock(), wake, 30.0) is False
+        assert loop.time() - started < 5.0
+        assert wake.is_set()
+        assert await sleep_unless(SystemClock(), wake, 30.0) is False  # set already
+
+        idle = asyncio.Event()
+        started = loop.time()
+        assert await sleep_unless(ScaledClock(factor=100.0), idle, 2.0) is True
+        assert 0.015 <= loop.time() - started < 1.5  # 2 s of a 100× clock: 20 ms
+        assert await sleep_unless(SystemClock(), idle, -1.0) is True
+
+        waiter = asyncio.ensure_future(sleep_unless(SystemClock(), idle, 30.0))
+        await settle()
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        assert waiter.cancelled()
+
+    asyncio.run(scenario())
+
+
+def test_sleep_unless_on_a_manual_clock_waits_for_its_time() -> None:
+    async def scenario() -> None:
+        clock, wake = ManualClock(START), asyncio.Event()
+        waiter = asyncio.ensure_future(sleep_unless(clock, wake, 10.0))
+        await settle()
+        await clock.advance(9.0)
+        await settle()
+        assert not waiter.done()
+        await clock.advance(1.0)
+        await settle()
+        assert waiter.result() is True
+
+        waiter = asyncio.ensure_future(sleep_unless(clock, wake, 10.0))
+        await settle()
+        wake.set()
+        await settle()
+        assert waiter.result() is False
 
     asyncio.run(scenario())
