@@ -201,19 +201,10 @@ class Keeper:
             self._dirty.clear()
             await self.once(names)
 
-    def nap(self, tick_s: float) -> float:
-        """Seconds until the next full pass: the tick, or sooner when an unbound hold
-        comes due for release before it (a hold whose pod never appears — a create
-        refused after the webhook, a hand-made review — would otherwise keep its GPUs
-        until the tick)."""
-        due = self.unbound_due()
-        if due is None:
-            return tick_s
-        left = (due - self._clock.now()).total_seconds()
-        return min(tick_s, max(0.01, left))
-
     def unbound_due(self) -> datetime | None:
-        """When the first unbound hold comes due for release (None: no unbound hold)."""
+        """When the first unbound hold comes due for release (None: no unbound hold): a
+        hold whose pod never appears — a create refused after the webhook, a hand-made
+        review — would otherwise keep its GPUs until the tick."""
         current = self._reservations()
         if len(self._unbound_since) > 2 * len(current) + 16:  # reservations gone since
             self._unbound_since = {
