@@ -29,7 +29,6 @@ so publishing never makes a renew conflict with itself.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -38,6 +37,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
+from reconciler.base.loops import wait_either
 from reconciler.base.settings import LeaderSettings
 from shared import vocab
 from shared.clock import Clock, parse_utc
@@ -241,15 +241,7 @@ class Elector:
             await self.step()
             return
         left = (self._last_renew - self._clock.now()).total_seconds() + self._limit_s()
-        step = asyncio.ensure_future(self.step())
-        timer = asyncio.ensure_future(self._clock.sleep(left))
-        try:
-            done, _ = await asyncio.wait({step, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (step, timer):
-                task.cancel()
-            await asyncio.gather(step, timer, return_exceptions=True)
-        if step not in done:
+        if not await wait_either(self.step(), self._clock.sleep(left)):
             log(_log, logging.WARNING, "leader.renew_timeout", identity=self.identity)
             self._wait = self._settings.renew_s
             self._set(False)

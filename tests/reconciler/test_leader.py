@@ -164,3 +164,51 @@ def test_a_standby_whose_clock_runs_an_hour_ahead_never_takes_over_a_renewing_le
         assert b.is_leader
 
     asyncio.run(scenario())
+
+
+class HangingKube(FakeKube):
+    """A fake apiserver whose reads, once ``hang`` is set, are never answered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang = False
+
+    async def get(self, res: Any, name: str, namespace: str | None = None) -> Any:
+        if self.hang:
+            await asyncio.Event().wait()
+        return await super().get(res, name, namespace)
+
+
+def leads(elector: Elector) -> bool:
+    """Whether ``elector`` leads now (read through a call: it changes across awaits)."""
+    return elector.is_leader
+
+
+def test_a_leader_whose_step_hangs_steps_down_at_its_renew_deadline() -> None:
+    """A request that is never answered must not keep a leader acting while a standby
+    may take the lapsed Lease over: ``bounded_step`` gives up at last renew + lease −
+    renew, steps down and looks again after ``renew_s``."""
+
+    async def scenario() -> None:
+        kube, clock = HangingKube(), ManualClock(T0)
+        changes: list[tuple[bool, float]] = []
+
+        def changed(leading: bool) -> None:
+            changes.append((leading, (clock.now() - T0).total_seconds()))
+
+        a = Elector(kube, "ns", "a", clock, LEASE, changed)
+        await a.bounded_step()
+        assert a.is_leader
+        kube.hang = True
+        step = asyncio.ensure_future(a.bounded_step())
+        for _ in range(int(LEASE.lease_s - LEASE.renew_s) - 1):
+            await clock.advance(1)
+            await asyncio.sleep(0)
+        assert not step.done()  # still within its renew deadline
+        assert leads(a)
+        await clock.advance(1.5)
+        await asyncio.wait_for(step, 1.0)
+        assert not leads(a)
+        assert changes == [(True, 0.0), (False, LEASE.lease_s - LEASE.renew_s + 0.5)]
+
+    asyncio.run(scenario())
