@@ -34,13 +34,6 @@ from webhook.settings import WebhookSettings
 
 _log = logging.getLogger("webhook")
 
-#: Seconds an idle kept-alive connection stays open. Longer than the API server's own
-#: idle limit (Go's ``http.Transport`` default, which client-go keeps: 90 s), so the API
-#: server always closes first: a server that closes an idle connection as the API server
-#: sends a review on it fails that call, and ``failurePolicy: Ignore`` lets the pod in
-#: unadmitted (uvicorn's default of 5 s did, once in 1,500 creates of ``bench webhook``).
-KEEP_ALIVE_S = 120
-
 
 class _Server(uvicorn.Server):
     """A uvicorn server that leaves signal handling to us (two servers, one process)."""
@@ -63,7 +56,6 @@ def server(app: object, host: str, port: int, tls: ReloadingTLS | None) -> _Serv
         log_config=None,
         access_log=False,
         lifespan="off",
-        timeout_keep_alive=KEEP_ALIVE_S,
         ssl_context_factory=tls.uvicorn_factory if tls else None,
         timeout_graceful_shutdown=5,
     )
