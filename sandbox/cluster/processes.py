@@ -115,6 +115,8 @@ class ProcessRuntime:
         self._pods, self._secrets, self._configmaps = pods, secrets, configmaps
         self._credentials = credentials
         self.runs: dict[str, PodRun] = {}
+        #: Set at the next Secret or ConfigMap change (or a pod's stop), then replaced by
+        #: a fresh one: whoever took it before trying something sees any change since.
         self._changed = asyncio.Event()
         for source in (secrets, configmaps):
             source.listeners.append(self._source_changed)
@@ -213,7 +215,7 @@ class ProcessRuntime:
         run = PodRun(pod, ip, directory, now, containers)
         self.runs[uid] = run
         if self._refresher is None:
-            self._refresher = asyncio.create_task(self._refresh_loop())
+            self._refresher = asyncio.create_task(_guarded(self._refresh_loop(), "refresh"))
         run.tasks.append(asyncio.create_task(_guarded(self._run_pod(run), run.name)))
 
     async def terminate(self, pod: Obj, grace_s: float) -> None:
@@ -222,7 +224,7 @@ class ProcessRuntime:
         if run is None:
             return
         run.terminating = True
-        self._changed.set()
+        self._wake()
         procs = [c.process for c in run.containers if c.process is not None and c.process.alive]
         for proc in procs:
             await self._event(run, "Normal", "Killing", f"Stopping container {proc.container}")
@@ -253,6 +255,7 @@ class ProcessRuntime:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._refresher
+            self._refresher = None
 
     @staticmethod
     async def _stop_wall(proc: LocalProcess) -> None:
@@ -284,13 +287,19 @@ class ProcessRuntime:
     # --- sources ---------------------------------------------------------------------
 
     def _source_changed(self, key: str, old: Any, new: Any) -> None:
-        self._changed.set()
+        self._wake()
 
-    async def _change(self, timeout_s: float) -> None:
-        """Return when a Secret or ConfigMap changes, or after ``timeout_s`` (wall)."""
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    @staticmethod
+    async def _change(changed: asyncio.Event, timeout_s: float) -> None:
+        """Return once ``changed`` (``self._changed`` as taken before the attempt that
+        failed) is set, or after ``timeout_s`` (wall)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
-                await self._changed.wait()
+                await changed.wait()
 
     def _lookup(self, namespace: str) -> Callable[[str, str], dict[str, str] | None]:
         def lookup(kind: str, name: str) -> dict[str, str] | None:
@@ -309,8 +318,7 @@ class ProcessRuntime:
     async def _refresh_loop(self) -> None:
         """Keep Secret and ConfigMap volumes equal to their objects."""
         while True:
-            await self._changed.wait()
-            self._changed.clear()
+            await self._changed.wait()  # a change during the pass sets the next one
             for run in list(self.runs.values()):
                 if run.mounts and not run.terminating:
                     with contextlib.suppress(VolumeError, OSError):
@@ -323,6 +331,7 @@ class ProcessRuntime:
         self._publish(run)
         reported = ""
         while not run.terminating:
+            changed = self._changed
             try:
                 layout(run, self._data)
                 break
@@ -331,7 +340,7 @@ class ProcessRuntime:
                 if message != reported:
                     reported = message
                     await self._event(run, "Warning", "FailedMount", message)
-                await self._change(RETRY_S)
+                await self._change(changed, RETRY_S)
         if run.terminating:
             return
         run.kubeconfig = service_account(run, self._credentials)
@@ -342,11 +351,12 @@ class ProcessRuntime:
     async def _run_container(self, run: PodRun, c: ContainerRun) -> None:
         policy = str((run.pod.get("spec") or {}).get("restartPolicy") or "Always")
         while not run.terminating:
+            changed = self._changed
             try:
                 c.env = environment(run, c, self._lookup(run.namespace), clock_env(self._clock))
             except ConfigError as exc:
                 await self._config_error(run, c, str(exc))
-                await self._change(RETRY_S)
+                await self._change(changed, RETRY_S)
                 continue
             code = await self._one_start(run, c)
             if _stopping(run):

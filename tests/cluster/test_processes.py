@@ -156,6 +156,31 @@ async def test_a_bad_env_reference_keeps_the_container_in_config_error(
         assert "Failed" in await w.reasons("bad")
 
 
+@pytest.mark.timeout(20)  # a frozen event loop shows as this test's timeout
+async def test_a_config_error_waits_for_a_change_without_anyone_clearing_a_flag(
+    tmp_path: Path,
+) -> None:
+    """A container in CreateContainerConfigError retries at the next Secret or ConfigMap
+    change after its attempt, or a second later. It once waited on a flag that only the
+    volume refresher cleared: a change that reached it before the refresher ran made it
+    retry without end and without yielding, freezing the sandbox. With the refresher
+    stopped (the worst case of that race), changes must still leave it calm."""
+    async with world(tmp_path) as w:
+        ref = {"secretKeyRef": {"name": "absent", "key": "k"}}
+        main = container("env", "X", env=[{"name": "X", "valueFrom": ref}])
+        await w.gateway.create(PODS, local_pod("stuck", main, restartPolicy="Never"), NAMESPACE)
+        await w.pod_until("stuck", lambda p: waiting_reason(p) == "CreateContainerConfigError")
+        refresher = w.runtime._refresher
+        assert refresher is not None
+        refresher.cancel()
+        for i in range(3):
+            await w.gateway.create(SECRETS, secret(f"other-{i}", k="v"), NAMESPACE)
+            await asyncio.sleep(0.05)
+        await w.gateway.create(SECRETS, secret("absent", k="here"), NAMESPACE)
+        await w.pod_until("stuck", lambda p: phase(p) == "Succeeded")
+        assert await first_line(w, "stuck") == {"X": "here"}
+
+
 async def test_a_missing_secret_starts_the_container_once_it_exists(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         ref = {"secretKeyRef": {"name": "later", "key": "k"}}
