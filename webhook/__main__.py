@@ -34,6 +34,14 @@ from webhook.settings import WebhookSettings
 
 _log = logging.getLogger("webhook")
 
+#: Seconds an idle kept-alive connection stays open. kube-apiserver's webhook client
+#: (client-go's TLS transport) sets no idle limit and reuses a connection until the
+#: server closes it; a review written as the server closes fails, and ``failurePolicy:
+#: Ignore`` lets that pod in unadmitted (with uvicorn's default of 5 s, once in 1,500
+#: creates of ``bench webhook``). An hour leaves that race to the rare connection idle
+#: for a whole hour, and still reaps the sockets of API servers that vanished unseen.
+KEEP_ALIVE_S = 3600
+
 
 class _Server(uvicorn.Server):
     """A uvicorn server that leaves signal handling to us (two servers, one process)."""
@@ -56,6 +64,7 @@ def server(app: object, host: str, port: int, tls: ReloadingTLS | None) -> _Serv
         log_config=None,
         access_log=False,
         lifespan="off",
+        timeout_keep_alive=KEEP_ALIVE_S,
         ssl_context_factory=tls.uvicorn_factory if tls else None,
         timeout_graceful_shutdown=5,
     )

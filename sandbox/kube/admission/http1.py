@@ -37,10 +37,11 @@ CLOSE_WAIT_S = 2.0
 #: Body chunks a stream buffers before its connection stops reading (the consumer is
 #: behind; reading resumes when it has caught up to a quarter of this).
 STREAM_BUFFER = 256
-#: A connection idle longer than this is closed instead of reused (a server or a load
-#: balancer may drop idle connections; reusing one it is about to drop risks a write
-#: that fails with ``Unanswered``).
-IDLE_KEEP_S = 15.0
+#: A connection idle longer than this is closed instead of reused; None: kept until the
+#: server closes it, as kube-apiserver's webhook client does (client-go's TLS transport
+#: sets no ``IdleConnTimeout``). A server that closes an idle connection as a request is
+#: written on it fails that request with ``Unanswered``.
+IDLE_KEEP_S: float | None = None
 
 
 class TransportError(Exception):
@@ -286,7 +287,7 @@ class Pool:
         now = self._monotonic()
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed and now - conn.idle_since < IDLE_KEEP_S:
+            if not conn.closed and (IDLE_KEEP_S is None or now - conn.idle_since < IDLE_KEEP_S):
                 return conn
             conn.close()
         return None
