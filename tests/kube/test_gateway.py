@@ -250,6 +250,19 @@ class DroppingServer:
                     if not chunk:
                         return
                     got += chunk
+                # The whole request, body too: a close with unread bytes is a reset, not
+                # the clean end of a kept-alive connection this server means to show.
+                head, _, body = got.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                while len(body) < length:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    body += chunk
                 if index == 1:
                     self.dropped += 1
                     return  # closed without an answer
