@@ -15,6 +15,7 @@ from shared import errors
 from shared.gateway import AUTH_REUSE_S, THROTTLE_RETRIES, THROTTLE_WAIT_CAP_S, Gateway
 from shared.resources import CONFIGMAPS, PODS
 from tests.kube.conftest import Running, pod
+from tests.kube.scripted import Scripted
 
 
 def _gateway(kube: Running, tmp_path: Path, **kwargs: Any) -> Gateway:
@@ -213,85 +214,35 @@ def test_credentials_are_reused_for_a_second_then_asked_again(
     asyncio.run(scenario())
 
 
-class DroppingServer:
-    """Plain HTTP on loopback: answers the first request of a connection kept alive,
-    then closes that connection when its next request comes, without an answer (a
-    server's idle timeout meeting the request on the wire); a new connection is
-    answered again. Counts the requests it answered."""
-
-    BODY = b'{"kind":"Pod","metadata":{"name":"p"}}'
-
-    def __init__(self) -> None:
-        import socket
-        import threading
-
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.answered = 0
-        self.dropped = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        import threading
-
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: Any) -> None:
-        with conn:
-            for index in range(2):
-                got = b""
-                while b"\r\n\r\n" not in got:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    got += chunk
-                # The whole request, body too: a close with unread bytes is a reset, not
-                # the clean end of a kept-alive connection this server means to show.
-                head, _, body = got.partition(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                while len(body) < length:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    body += chunk
-                if index == 1:
-                    self.dropped += 1
-                    return  # closed without an answer
-                self.answered += 1  # counted before the client can see the answer
-                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                conn.sendall(head + b"Content-Length: %d\r\n\r\n" % len(self.BODY) + self.BODY)
-
-    def close(self) -> None:
-        self.sock.close()
+#: A pod, as the server answers a read.
+POD_ANSWER = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 38\r\n\r\n"
+    b'{"kind":"Pod","metadata":{"name":"p"}}'
+)
 
 
 def test_a_read_on_a_connection_the_server_dropped_is_sent_again_a_write_is_not() -> None:
-    server = DroppingServer()
-    cfg = kubernetes.client.Configuration()
-    cfg.host = server.url
-    cfg.proxy = None
-    gw = Gateway(cfg)
+    # Each connection: one request answered, the next one's connection closed without
+    # an answer (a server's idle timeout meeting the request on the wire).
+    script: list[bytes | None] = [POD_ANSWER, None, POD_ANSWER, None]
 
     async def scenario() -> None:
-        assert (await gw.get(PODS, "p", "ns"))["metadata"]["name"] == "p"
-        # The kept-alive connection is dropped under the second read: sent again.
-        assert (await gw.get(PODS, "p", "ns"))["metadata"]["name"] == "p"
-        assert (server.answered, server.dropped) == (2, 1)
-        # A write on the connection kept from that read is not sent twice.
-        with pytest.raises(errors.ServerError, match="RemoteDisconnected"):
-            await gw.patch(PODS, "p", [{"op": "test", "path": "/x", "value": 1}], "ns")
-        assert (server.answered, server.dropped) == (2, 2)
+        async with Scripted(script) as server:
+            cfg = kubernetes.client.Configuration()
+            cfg.host = f"http://127.0.0.1:{server.port}"
+            cfg.proxy = None
+            gw = Gateway(cfg)
+            try:
+                assert (await gw.get(PODS, "p", "ns"))["metadata"]["name"] == "p"
+                # The kept-alive connection is dropped under the second read: sent again.
+                assert (await gw.get(PODS, "p", "ns"))["metadata"]["name"] == "p"
+                assert [r[0] for r in server.requests] == ["GET", "GET", "GET"]
+                # A write on the connection kept from that read is not sent twice.
+                with pytest.raises(errors.ServerError, match="RemoteDisconnected"):
+                    await gw.patch(PODS, "p", [{"op": "test", "path": "/x", "value": 1}], "ns")
+                assert [r[0] for r in server.requests] == ["GET", "GET", "GET", "PATCH"]
+                assert server.script == []
+            finally:
+                gw.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.close()
+    asyncio.run(scenario())
