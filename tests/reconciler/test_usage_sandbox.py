@@ -157,23 +157,21 @@ async def leader_of(w: World, procs: list[ReconcilerPod]) -> ReconcilerPod:
     return got
 
 
+#: The counters ``counted`` reads, by sample name, and the labels of the series.
+COUNTERS = {f"gpu_reservation_usage_{k}_gpu_seconds_total": k for k in ("booked", "used")}
+SERIES = {"gpu_class": "h100", "kind": "booking", "group": "lab"}
+
+
 async def counted(w: World, proc: ReconcilerPod) -> dict[str, dict[str, float]]:
     """The replica's usage counters by owner (booked, used), from one scrape."""
     text = (await w.http.get(f"{proc.url}/metrics")).text
-    out = {owner: dict.fromkeys(("booked", "used"), 0.0) for owner in OWNERS}
+    out = {owner: dict.fromkeys(COUNTERS.values(), 0.0) for owner in OWNERS}
     for family in text_string_to_metric_families(text):
-        for kind in ("booked", "used"):
-            if family.name != f"gpu_reservation_usage_{kind}_gpu_seconds":
-                continue
-            for sample in family.samples:
-                labels = sample.labels
-                mine = (labels.get("gpu_class"), labels.get("kind"), labels.get("group")) == (
-                    "h100",
-                    "booking",
-                    "lab",
-                )
-                if sample.name.endswith("_total") and mine and labels.get("owner") in out:
-                    out[labels["owner"]][kind] = sample.value
+        for sample in family.samples:
+            kind, labels = COUNTERS.get(sample.name), sample.labels
+            ours = all(labels.get(k) == v for k, v in SERIES.items())
+            if kind is not None and ours and labels.get("owner") in out:
+                out[labels["owner"]][kind] = sample.value
     return out
 
 
