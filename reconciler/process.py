@@ -83,6 +83,13 @@ class Reconciler:
         self.metrics = Metrics()
         self.tasks = Tasks()
         ns = settings.common.namespace
+        self.caches = Caches(
+            gateway,
+            settings,
+            clock,
+            self._class_labels,
+            on_unseen=self.metrics.unseen_released.inc,
+        )
         self.syncer = Syncer(
             source,
             gateway,
@@ -92,6 +99,7 @@ class Reconciler:
             settings.lookahead_days,
             interval_s=float(settings.fetch_interval_s),
             retention=settings.usage.retention,
+            references=self.caches.live_references,
         )
         self.elector = Elector(
             gateway,
@@ -101,13 +109,6 @@ class Reconciler:
             settings.leader,
             self._on_leadership,
             annotations=self.syncer.health.annotations,
-        )
-        self.caches = Caches(
-            gateway,
-            settings,
-            clock,
-            self._class_labels,
-            on_unseen=self.metrics.unseen_released.inc,
         )
         self.metrics.watch_ledgers(lambda: self.caches.by_name().values())
         self.metrics.watch_inventory(self.caches.inventory)

@@ -154,6 +154,10 @@ class ByReference:
         """The live pods counted in reservation ``name``."""
         return list(self._groups.get(name, {}).values())
 
+    def names(self) -> set[str]:
+        """The reservations some live pod counts in."""
+        return set(self._groups)
+
     def clear(self) -> None:
         """Forget everything (the cache was emptied without telling its listeners)."""
         self._groups.clear()
@@ -252,6 +256,14 @@ class Caches:
     def by_name(self) -> dict[str, model.GPUReservation]:
         """Cached reservations by object name."""
         return {r.name: r for r in self.reservations.items.values()}
+
+    def live_references(self) -> set[str] | None:
+        """The GPUReservation names live (unfinished) pods reference, read from the pod
+        cache — which keeps every pod carrying a ``galends/*`` annotation, labelled or
+        not; ``None`` while the cache holds no full LIST or its watch keeps failing."""
+        if not self.pods.synced.is_set() or self.pods.failing_since is not None:
+            return None
+        return {n for n in self.by_reference.names() if model.parse_reference(n) is not None}
 
     def ready(self) -> bool:
         """Both the pod and the reservation caches hold a full LIST."""

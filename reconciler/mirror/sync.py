@@ -1,13 +1,13 @@
 """The sync: app → GPUReservation objects, every RESERVATION_FETCH_INTERVAL.
 
 One pass fetches every reservation of ``[today − 1, today + LOOKAHEAD]`` (status=all,
-so cancellations are seen) and the GPU classes, lists the mirror and the pods that
-reference it, and applies ``mirror.plan``. A failed reservation fetch changes nothing
-(never replace state with a partial list): it is logged, counted, and the next pass
-tries again. A failed class fetch keeps the previous class map (contract §2.2). Sync
-and push in one process write under one lock (the app fetch runs outside it, so a push
-never waits for the app); across replicas the resourceVersion-checked writes and the
-``updated_at`` rule keep them apart.
+so cancellations are seen) and the GPU classes, lists the mirror, learns which of it
+live pods reference (``Syncer._referenced``), and applies ``mirror.plan``. A failed
+reservation fetch changes nothing (never replace state with a partial list): it is
+logged, counted, and the next pass tries again. A failed class fetch keeps the previous
+class map (contract §2.2). Sync and push in one process write under one lock (the app
+fetch runs outside it, so a push never waits for the app); across replicas the
+resourceVersion-checked writes and the ``updated_at`` rule keep them apart.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import date, timedelta
 from typing import Any, Protocol
 
@@ -66,6 +66,7 @@ class Syncer:
         lookahead_days: int,
         interval_s: float = 300.0,
         retention: timedelta = timedelta(0),
+        references: Callable[[], set[str] | None] = lambda: None,
     ) -> None:
         self.source = source
         self._interval_s = interval_s
@@ -76,6 +77,9 @@ class Syncer:
         self._lookahead = lookahead_days
         #: How long an ended mirror is kept for its usage record.
         self.retention = retention
+        #: The names live pods reference, as a synced pod cache knows them (``None``:
+        #: unknown, so a full sync lists every pod).
+        self._references = references
         self.writer = MirrorWriter(gateway, namespace, metrics)
         #: The app's health as the poll sees it (the lease path adds its own calls).
         self.health = AppHealth(clock)
@@ -195,20 +199,15 @@ class Syncer:
     async def _referenced(self) -> set[str]:
         """Names of GPUReservations that live (unfinished) pods carry.
 
-        Every pod is listed, not only those labelled ``gpu-class``: a user may remove the
-        label from a running pod, and its reservation must not be deleted under it (one
-        paginated LIST per full sync)."""
-        pods = await self._gateway.list_all(PODS)
-        refs = set()
-        for pod in pods.items:
-            if (pod.get("status") or {}).get("phase") in _FINISHED:
-                continue
-            ref = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-                vocab.BOOKING_REFERENCE
-            )
-            if isinstance(ref, str) and model.parse_reference(ref) is not None:
-                refs.add(ref)
-        return refs
+        The leader's synced pod cache knows them: it keeps every pod that carries a
+        ``galends/*`` annotation, labelled or not. Without one (the startup sync, a
+        watch that keeps failing) every pod is listed, not only those labelled
+        ``gpu-class``: a user may remove the label from a running pod, and its
+        reservation must not be deleted under it (one paginated LIST)."""
+        known = self._references()
+        if known is not None:
+            return known
+        return referenced_by((await self._gateway.list_all(PODS)).items)
 
     def _fetch_failed(self, why: str) -> None:
         self._failures += 1
@@ -223,6 +222,18 @@ class Syncer:
         self._metrics.fetch_failures_in_a_row.set(0)
         self._metrics.last_good_fetch.set(self.clock.now().timestamp())
         log(_log, logging.INFO, "fetch.complete", reservations=count)
+
+
+def referenced_by(pods: Iterable[dict[str, Any]]) -> set[str]:
+    """The well-formed booking references that live (unfinished) ``pods`` carry."""
+    refs = set()
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in _FINISHED:
+            continue
+        ref = ((pod.get("metadata") or {}).get("annotations") or {}).get(vocab.BOOKING_REFERENCE)
+        if isinstance(ref, str) and model.parse_reference(ref) is not None:
+            refs.add(ref)
+    return refs
 
 
 def _parse_existing(

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from reconciler.base.caches import Caches
 from reconciler.base.settings import load
 from reconciler.base.upkeep import uses_by_reservation
-from shared import model
+from reconciler.mirror.sync import referenced_by
+from shared import model, vocab
 from shared.clock import ManualClock
 from shared.gateway import ListResult, WatchEvent
 from tests.reconciler.builders import START, relisting
@@ -146,3 +147,44 @@ def test_index_equals_a_full_scan_after_every_change(steps: list[Any]) -> None:
             c.pods.apply(WatchEvent(kind, pod(name, ref, phase, uid, claim)))
         assert by_index(c) == by_scan(c)
         assert claims_by_index(c) == claims_by_scan(c)
+
+
+# A pod as a LIST finds it: any reference (or a malformed one), labelled or not (a user
+# may remove the label), asking for a GPU or none, in any phase.
+RAW_POD = st.tuples(
+    st.sampled_from((*REFS, "res-x")),
+    st.booleans(),
+    st.sampled_from(("0", "1")),
+    st.sampled_from((*PHASES, "Failed")),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(RAW_POD, max_size=6))
+def test_the_caches_live_references_are_what_a_list_of_every_pod_finds(raw: list[Any]) -> None:
+    """The full sync asks the pod cache instead of listing every pod: both must name
+    the same reservations, whatever the pods' labels, GPUs and phases."""
+    c, listed = caches()
+    assert c.live_references() is None  # no full LIST yet: unknown
+    listed.items = []
+    for n, (ref, labelled, gpus, phase) in enumerate(raw):
+        obj = pod(f"p{n}", ref, phase)
+        obj["spec"]["containers"][0]["resources"] = {"limits": {vocab.GPU_RESOURCE: gpus}}
+        if not labelled:
+            del obj["metadata"]["labels"]
+        listed.items.append(obj)
+    asyncio.run(c.pods.relist())
+    assert c.live_references() == referenced_by(listed.items)
+
+
+def test_a_failing_pod_watch_leaves_the_live_references_unknown() -> None:
+    c, listed = caches()
+    listed.items = [pod("a", "res-1")]
+    asyncio.run(c.pods.relist())
+    assert c.live_references() == {"res-1"}
+    c.pods.failing_since = 0.0  # what ``Watched.run`` records when a LIST/WATCH fails
+    assert c.live_references() is None
+    asyncio.run(c.pods.relist())
+    assert c.live_references() == {"res-1"}
+    c.reset()
+    assert c.live_references() is None

@@ -215,3 +215,18 @@ def test_preemption_asks_the_app_only_when_it_is_handed_over_as_victims() -> Non
     assert asked.sweeper._app is victims
     # The overstay reporter listens to the pod cache only when there is an app to tell.
     assert len(asked.caches.pods.listeners) == len(alone.caches.pods.listeners) + 1
+
+
+def test_the_leaders_full_sync_reads_live_references_from_its_pod_cache() -> None:
+    """Before the pod cache holds a LIST (the startup sync) a full sync lists every pod;
+    once it does, the sync asks the cache and lists none."""
+    r = composed(None)
+    kube = r.caches.pods._gateway
+    assert isinstance(kube, FakeKube)
+    asyncio.run(r.syncer.sync_once())
+    assert ("list", "pods") in kube.calls
+    asyncio.run(r.caches.pods.relist())
+    kube.calls.clear()
+    asyncio.run(r.syncer.sync_once())
+    assert ("list", "gpureservations") in kube.calls  # a full pass ran
+    assert ("list", "pods") not in kube.calls

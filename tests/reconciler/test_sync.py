@@ -232,6 +232,25 @@ def test_a_pod_whose_class_label_was_removed_still_keeps_its_ended_reservation()
     assert set(stored(kube)) == {"res-1"}
 
 
+def test_a_synced_pod_cache_answers_for_the_pods_and_nothing_lists_them() -> None:
+    """The leader's pod cache knows the live references: a full sync then lists no pod
+    (a cluster-wide LIST every poll), and keeps exactly what the cache says is used."""
+    known: set[str] | None = {"res-2"}
+    kube, source, metrics = FakeKube(), FakeSource([reservation(1), reservation(2)]), Metrics()
+    syncer = Syncer(
+        source, kube, NS, ManualClock(NOW), metrics, lookahead_days=7, references=lambda: known
+    )
+    asyncio.run(syncer.sync_once())
+    syncer.clock = ManualClock(END)
+    asyncio.run(syncer.sync_once())
+    assert set(stored(kube)) == {"res-2"}  # kept on the cache's word: no pod is stored
+    assert ("list", "pods") not in kube.calls
+    known = None  # the cache lost its LIST: the pods are listed, and none uses res-2
+    asyncio.run(syncer.sync_once())
+    assert ("list", "pods") in kube.calls
+    assert set(stored(kube)) == set()
+
+
 def test_a_failed_fetch_changes_nothing_and_is_counted() -> None:
     syncer, kube, source, metrics = make([reservation(1)])
     asyncio.run(syncer.sync_once())
