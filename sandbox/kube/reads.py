@@ -82,7 +82,12 @@ def _limit(call: Call) -> int:
 
 
 def collection(cluster: Cluster, call: Call) -> tuple[int, list[Obj], str]:
-    """(list RV, page items as stored, continue token) for a LIST."""
+    """(list RV, copies of the page's items, continue token) for a LIST.
+
+    A paginated LIST's snapshot keeps the stored objects themselves, not copies: the
+    store never changes an object in place (``Store.put_owned``), so a later page shows
+    each one as it was at the list's RV, and only the page served is copied (a LIST of
+    10,000 pods in pages of 500 copied all 10,000 for its first page, and kept them)."""
     _check_exact(cluster, call)
     limit = _limit(call)
     if cont := call.query.get("continue"):
@@ -96,17 +101,16 @@ def collection(cluster: Cluster, call: Call) -> tuple[int, list[Obj], str]:
         rv, offset = cluster.store.resource_version, 0
         snap_id = cluster.store.save_snapshot(items) if limit and len(items) > limit else ""
     if not limit or offset + limit >= len(items):
-        return rv, items[offset:], ""
-    return rv, items[offset : offset + limit], _token(snap_id, offset + limit)
+        return rv, [clone(o) for o in items[offset:]], ""
+    page = [clone(o) for o in items[offset : offset + limit]]
+    return rv, page, _token(snap_id, offset + limit)
 
 
 def _matching(cluster: Cluster, call: Call, matches: Callable[[Obj], bool]) -> list[Obj]:
-    """Copies of the stored objects of the call's resource and namespace that match: the
-    selectors read the stored objects themselves, only what matches is copied (a field
-    selector picking one Event of thousands copied them all)."""
+    """The stored objects of the call's resource and namespace that match, themselves
+    (the selectors only read them; ``collection`` copies what it serves)."""
     group, plural = call.rtype.store_key
-    stored = cluster.store.peek_list(group, plural, call.namespace or None)
-    return [clone(o) for o in stored if matches(o)]
+    return [o for o in cluster.store.peek_list(group, plural, call.namespace or None) if matches(o)]
 
 
 def _check_exact(cluster: Cluster, call: Call) -> None:

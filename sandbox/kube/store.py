@@ -209,7 +209,8 @@ class Store:
     # --- list snapshots for pagination ------------------------------------------------------
 
     def save_snapshot(self, items: ObjList) -> str:
-        """Keep ``items`` (a filtered list at the current RV); returns its id."""
+        """Keep ``items`` (a filtered list at the current RV: the stored objects, never
+        changed in place); returns its id."""
         snap_id = secrets.token_hex(8)
         self._snapshots[snap_id] = (self._rv, items)
         while len(self._snapshots) > SNAPSHOTS_KEPT:

@@ -30,8 +30,8 @@ def _lines(api: httpx.Client, path: str, **params: str) -> list[dict[str, Any]]:
 
 def test_pagination_is_a_consistent_snapshot(api: httpx.Client, ns: str) -> None:
     """Rule: a list is ``{kind: <Kind>List, apiVersion, metadata{resourceVersion, continue},
-    items}``; limit/continue pages share one list RV; writes after page 1 do not show; the last
-    page has no continue token."""
+    items}``; limit/continue pages share one list RV; writes after page 1 (a create, a change,
+    a delete) do not show; the last page has no continue token."""
     for i in range(5):
         api.post(CM.format(ns=ns), json=_cm(f"c{i}"))
     first = api.get(CM.format(ns=ns), params={"limit": 2}).json()
@@ -39,17 +39,28 @@ def test_pagination_is_a_consistent_snapshot(api: httpx.Client, ns: str) -> None
     assert isinstance(first["metadata"]["resourceVersion"], str)
     assert len(first["items"]) == 2
     api.post(CM.format(ns=ns), json=_cm("c9"))
+    changed = api.patch(
+        f"{CM.format(ns=ns)}/c3",
+        json={"data": {"k": "after page 1"}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert changed.status_code == 200
+    api.delete(f"{CM.format(ns=ns)}/c4")
     token = first["metadata"]["continue"]
-    names = [i["metadata"]["name"] for i in first["items"]]
+    items = list(first["items"])
     while token:
         page = api.get(CM.format(ns=ns), params={"limit": 2, "continue": token}).json()
         assert page["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
-        names += [i["metadata"]["name"] for i in page["items"]]
+        items += page["items"]
         token = page["metadata"].get("continue")
-    assert names == [f"c{i}" for i in range(5)]
+    assert [i["metadata"]["name"] for i in items] == [f"c{i}" for i in range(5)]
+    list_rv = int(first["metadata"]["resourceVersion"])
+    assert all(int(i["metadata"]["resourceVersion"]) <= list_rv for i in items)
+    assert items[3].get("data") == {}  # as it was at the list's RV, not as changed since
     whole = api.get(CM.format(ns=ns)).json()
     assert not whole["metadata"].get("continue")
-    assert len(whole["items"]) == 6
+    assert [i["metadata"]["name"] for i in whole["items"]] == ["c0", "c1", "c2", "c3", "c9"]
+    assert whole["items"][3]["data"] == {"k": "after page 1"}
     assert int(whole["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
 
 
