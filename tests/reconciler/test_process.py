@@ -17,7 +17,7 @@ from reconciler.mirror.sync import Syncer
 from reconciler.process import Reconciler
 from shared.clock import ManualClock, SystemClock
 from shared.errors import Forbidden
-from shared.resources import PODS
+from shared.resources import GPU_RESERVATIONS, PODS
 from shared.settings import SettingsError
 from tests.fakekube import FakeKube
 from tests.reconciler.builders import NS, START, FakeSource, relisting
@@ -224,9 +224,9 @@ def test_the_leaders_full_sync_reads_live_references_from_its_pod_cache() -> Non
     kube = r.caches.pods._gateway
     assert isinstance(kube, FakeKube)
     asyncio.run(r.syncer.sync_once())
-    assert ("list", "pods") in kube.calls
+    assert ("list", PODS.plural) in kube.calls
     asyncio.run(r.caches.pods.relist())
     kube.calls.clear()
     asyncio.run(r.syncer.sync_once())
-    assert ("list", "gpureservations") in kube.calls  # a full pass ran
-    assert ("list", "pods") not in kube.calls
+    assert ("list", GPU_RESERVATIONS.plural) in kube.calls  # a full pass ran
+    assert ("list", PODS.plural) not in kube.calls

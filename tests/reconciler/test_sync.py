@@ -244,10 +244,10 @@ def test_a_synced_pod_cache_answers_for_the_pods_and_nothing_lists_them() -> Non
     syncer.clock = ManualClock(END)
     asyncio.run(syncer.sync_once())
     assert set(stored(kube)) == {"res-2"}  # kept on the cache's word: no pod is stored
-    assert ("list", "pods") not in kube.calls
+    assert ("list", PODS.plural) not in kube.calls
     known = None  # the cache lost its LIST: the pods are listed, and none uses res-2
     asyncio.run(syncer.sync_once())
-    assert ("list", "pods") in kube.calls
+    assert ("list", PODS.plural) in kube.calls
     assert set(stored(kube)) == set()
 
 
