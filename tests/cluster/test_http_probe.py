@@ -30,16 +30,19 @@ async def run(p: Probe) -> tuple[bool, str]:
 
 
 async def test_a_probe_is_sent_as_the_kubelet_sends_it() -> None:
-    headers = [{"name": "X-Probe", "value": "ready"}, {"name": "Host", "value": "svc.local"}]
+    headers = [{"name": "X-Probe", "value": "ready"}, {"name": "host", "value": "svc.local"}]
     async with Scripted([answer(200), answer(200)]) as server:
         assert await run(probe(server.port, httpHeaders=headers)) == (True, "")
-        assert await run(probe(server.port, path="plain")) == (True, "")
+        mine = [{"name": "user-agent", "value": "mine/1"}, {"name": "Connection", "value": "x"}]
+        assert await run(probe(server.port, path="plain", httpHeaders=mine)) == (True, "")
     method, target, sent, _ = server.requests[0]
     assert (method, target) == ("GET", "/healthz")
     assert sent["user-agent"] == PROBE_USER_AGENT
     assert (sent["connection"], sent["accept"]) == ("close", "*/*")
     assert (sent["x-probe"], sent["host"]) == ("ready", "svc.local")
     assert server.requests[1][1] == "/plain"  # a path without its slash gets one
+    again = server.requests[1][2]
+    assert (again["user-agent"], again["connection"]) == ("mine/1", "close")  # close stays
     assert server.connections == 2  # a connection per probe, none kept
 
 
