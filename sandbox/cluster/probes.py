@@ -164,6 +164,8 @@ async def _status_of(host: str, port: int, tls: bool, request: bytes) -> int:
     try:
         writer.write(request)
         line = await reader.readline()
+    except ValueError as exc:  # no line end within the stream's limit (64 KiB)
+        raise TransportError("malformed HTTP response: no status line") from exc
     finally:
         writer.close()
         with contextlib.suppress(OSError, ssl.SSLError):

@@ -61,10 +61,17 @@ async def test_the_status_line_decides_whatever_frames_the_body() -> None:
     script: list[bytes | None] = [
         b"HTTP/1.0 200 OK\r\nServer: BaseHTTP\r\n\r\nready",
         b"garbage\r\n",
+        b"HTTP/1.1 200 " + b"x" * 70_000,
     ]
-    async with Scripted(script[:1]) as old, Scripted(script[1:]) as bad:
+    async with Scripted(script[:1]) as old, Scripted(script[1:2]) as bad:
         assert await run(probe(old.port)) == (True, "")
         ok, why = await run(probe(bad.port))
+        async with Scripted(script[2:]) as endless:
+            url = f"http://127.0.0.1:{endless.port}/healthz"
+            assert await run(probe(endless.port)) == (
+                False,
+                f'Get "{url}": malformed HTTP response: no status line',
+            )
     assert (ok, why) == (
         False,
         f"Get \"http://127.0.0.1:{bad.port}/healthz\": malformed HTTP response b'garbage\\r\\n'",
