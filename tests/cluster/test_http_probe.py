@@ -43,6 +43,9 @@ async def test_a_probe_is_sent_as_the_kubelet_sends_it() -> None:
     assert server.requests[1][1] == "/plain"  # a path without its slash gets one
     again = server.requests[1][2]
     assert (again["user-agent"], again["connection"]) == ("mine/1", "close")  # close stays
+    for lines in server.header_lines:  # a header the probe names replaces the default
+        names = [line.split(":", 1)[0].lower() for line in lines]
+        assert len(names) == len(set(names)), lines
     assert server.connections == 2  # a connection per probe, none kept
 
 

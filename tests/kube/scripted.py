@@ -16,6 +16,8 @@ class Scripted:
         self.script = list(script)
         self.tls = tls
         self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
+        #: Each request's header lines as sent (a name sent twice shows twice).
+        self.header_lines: list[list[str]] = []
         self.connections = 0
         #: Connections that ended (the client closed them, or the script did).
         self.ended = asyncio.Event()
@@ -46,6 +48,7 @@ class Scripted:
                 }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.requests.append((method, target, headers, body))
+                self.header_lines.append([line for line in lines[1:] if line])
                 answer = self.script.pop(0)
                 if answer is None:
                     break
