@@ -12,13 +12,9 @@ import pytest
 import trustme
 
 from sandbox.cluster.probes import PROBE_USER_AGENT, Probe, check
-from tests.kube.scripted import Scripted
+from tests.kube.scripted import OK, Scripted, answer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
-
-
-def answer(status: int, reason: str = "OK") -> bytes:
-    return f"HTTP/1.1 {status} {reason}\r\nContent-Length: 2\r\n\r\nok".encode()
 
 
 def probe(port: int, **get: Any) -> Probe:
@@ -31,7 +27,7 @@ async def run(p: Probe) -> tuple[bool, str]:
 
 async def test_a_probe_is_sent_as_the_kubelet_sends_it() -> None:
     headers = [{"name": "X-Probe", "value": "ready"}, {"name": "host", "value": "svc.local"}]
-    async with Scripted([answer(200), answer(200)]) as server:
+    async with Scripted([OK, OK]) as server:
         assert await run(probe(server.port, httpHeaders=headers)) == (True, "")
         mine = [{"name": "user-agent", "value": "mine/1"}, {"name": "Connection", "value": "x"}]
         assert await run(probe(server.port, path="plain", httpHeaders=mine)) == (True, "")
@@ -50,7 +46,9 @@ async def test_a_probe_is_sent_as_the_kubelet_sends_it() -> None:
 
 
 async def test_a_redirect_passes_and_an_error_status_fails_with_its_code() -> None:
-    async with Scripted([answer(302, "Found"), answer(503, "Unavailable")]) as server:
+    async with Scripted(
+        [answer(b"{}", "302 Found"), answer(b"{}", "503 Service Unavailable")]
+    ) as server:
         assert await run(probe(server.port)) == (True, "")
         assert await run(probe(server.port)) == (
             False,
@@ -116,7 +114,7 @@ async def test_https_is_not_verified_and_other_schemes_fail() -> None:
     ca = trustme.CA()
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("elsewhere.example").configure_cert(tls)
-    async with Scripted([answer(200)], tls=tls) as server:
+    async with Scripted([OK], tls=tls) as server:
         assert await run(probe(server.port, scheme="HTTPS")) == (True, "")
     ok, why = await run(probe(server.port, scheme="FTP"))
     assert (ok, why) == (

@@ -6,6 +6,19 @@ import asyncio
 import ssl
 
 
+def answer(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
+    """A whole HTTP/1.1 answer: ``status``, a JSON content type, ``extra`` header lines
+    (each ending in CRLF) and ``body`` framed by its length."""
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+#: A 200 answer with a small JSON object.
+OK = answer(b'{"kind": "ConfigMap", "metadata": {"name": "c"}}')
+
+
 class Scripted:
     """A loopback HTTP server answering each request with the next scripted bytes.
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from sandbox.kube.admission.http1 import Pool, serialize
-from tests.kube.scripted import Scripted
-from tests.kube.test_loop_gateway import OK
+from tests.kube.scripted import OK, Scripted
 
 
 class Clock:

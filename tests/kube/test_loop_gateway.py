@@ -29,7 +29,7 @@ from shared.gateway import loop as loop_module
 from shared.gateway.loop import LoopGateway
 from shared.resources import CONFIGMAPS, PODS
 from tests.kube.conftest import Running, pod
-from tests.kube.scripted import Scripted
+from tests.kube.scripted import OK, Scripted, answer
 from tests.kube.test_gateway import Naps, _throttle
 
 
@@ -237,16 +237,6 @@ def _kubeconfig(kube: Running, tmp_path: Path) -> Path:
 # --- scripted servers -------------------------------------------------------------------
 
 
-def _answer(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
-    return (
-        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-
-
-OK = _answer(b'{"kind": "ConfigMap", "metadata": {"name": "c"}}')
-
-
 def _plain(port: int, scheme: str = "http", **settings: Any) -> Configuration:
     cfg = kubernetes.client.Configuration()
     cfg.host = f"{scheme}://127.0.0.1:{port}"
@@ -297,9 +287,9 @@ def test_the_request_carries_the_token_accept_and_json_body() -> None:
         (b"NOTHTTP\r\n\r\n", "malformed answer"),
         (b"HTTP/1.1 200 OK\r\nBad Header\r\nContent-Length: 2\r\n\r\n{}", "malformed answer"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n{}", "malformed answer"),
-        (_answer(b"<html>oops</html>"), "not JSON"),
-        (_answer(b"[1, 2]"), "not a JSON object"),
-        (_answer(b"\xff\xfe"), "not JSON"),
+        (answer(b"<html>oops</html>"), "not JSON"),
+        (answer(b"[1, 2]"), "not a JSON object"),
+        (answer(b"\xff\xfe"), "not JSON"),
         (b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"a": 1', "truncated answer"),
         (b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":', "truncated answer"),
         (b"HTTP/1.1 200 OK\r\n\r\n{}", "truncated answer"),
@@ -347,7 +337,7 @@ def test_a_chunked_answer_with_warnings_is_decoded() -> None:
 
 
 def test_a_429_on_the_loop_carries_its_retry_after() -> None:
-    throttled = _answer(b"{}", "429 Too Many Requests", "Retry-After: 7\r\n")
+    throttled = answer(b"{}", "429 Too Many Requests", "Retry-After: 7\r\n")
 
     async def check(gw: LoopGateway, server: Scripted) -> None:
         with pytest.raises(errors.TooManyRequests) as caught:
@@ -387,7 +377,7 @@ def test_a_write_is_not_sent_again_when_its_connection_closes_unanswered() -> No
 
 def test_a_connection_closed_while_idle_is_not_reused() -> None:
     """``Connection: close`` on the answer: the next call opens a new connection."""
-    closing = _answer(b"{}", extra="Connection: close\r\n")
+    closing = answer(b"{}", extra="Connection: close\r\n")
 
     async def check(gw: LoopGateway, server: Scripted) -> None:
         await gw.get(CONFIGMAPS, "c", "ns")
@@ -445,7 +435,7 @@ def test_an_answer_over_the_size_limit_is_refused(monkeypatch: pytest.MonkeyPatc
         with pytest.raises(errors.ServerError, match="larger than 64 bytes"):
             await gw.get(CONFIGMAPS, "c", "ns")
 
-    _against([_answer(b'{"a": "' + b"x" * 100 + b'"}')], check)
+    _against([answer(b'{"a": "' + b"x" * 100 + b'"}')], check)
 
 
 @pytest.mark.parametrize(

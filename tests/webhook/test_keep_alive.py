@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 
 from starlette.types import Receive, Scope, Send
 
+from sandbox.ports import free_port
 from webhook.__main__ import server
 
 #: Longer than uvicorn's default keep-alive (5 s).
@@ -29,12 +29,6 @@ async def ok(scope: Scope, receive: Receive, send: Send) -> None:
         {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
     )
     await send({"type": "http.response.body", "body": b"ok"})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
