@@ -219,7 +219,7 @@ async def acceptance_1(tmp_path: Path) -> None:
             return await events_of(config, "bob", vocab.REASON_PREEMPTED)
 
         await eventually(preempted, 60)
-        await ran_after(config, "dave", start)
+        await ran_after(config, "dave", start, clock)
         gone = await events_of(config, "bob", vocab.REASON_PREEMPTED)
         assert all(stamped(e) >= start - timedelta(minutes=1, seconds=1) for e in gone)
         assert len(gone) == 4
@@ -236,17 +236,19 @@ async def acceptance_1(tmp_path: Path) -> None:
         assert await selections(w, proc.url) == {"app": 1.0}
 
 
-async def ran_after(config: Path, user: str, start: datetime) -> None:
+async def ran_after(config: Path, user: str, start: datetime, clock: ScaledClock) -> None:
     """The user's only pod runs, started (the emulated kubelet's sandbox stamp) no
     earlier than ``start``. How soon after is logged, not checked: issue 13 asks for
     "within 5 s", 1.25 to 2.5 wall s on these scaled clocks, which a loaded machine
-    cannot promise."""
+    cannot promise. The wait expected is the wall time left until ``start`` (phase A
+    preempts about a sandbox minute before it) plus 10 s."""
 
     async def ran() -> dict[str, Any] | None:
         found = running(await pods_of(config, user))
         return found[0] if found else None
 
-    pod = await eventually(ran, 10)
+    until_start_s = max(0.0, (start - clock.now()).total_seconds() / clock.factor)
+    pod = await eventually(ran, until_start_s + 10)
     lag = (parse_utc(pod["status"]["startTime"]) - start).total_seconds()
     _log.info("%s's pod started %.1f sandbox s after its booking's start", user, lag)
     assert lag >= -1, f"{user}'s pod started {-lag:.1f} s before its booking"
@@ -346,7 +348,7 @@ async def acceptance_2(tmp_path: Path) -> None:
             return await events_of(config, "bob", vocab.REASON_PREEMPTED)
 
         await eventually(preempted, 80)
-        await ran_after(config, "dave", start)
+        await ran_after(config, "dave", start, clock)
         gone = sorted(e["involvedObject"]["name"] for e in await preempted())
         assert gone == ["job-1", "job-2"]
         (pair,) = await pods_of(config, "dave")
