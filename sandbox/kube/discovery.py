@@ -14,6 +14,7 @@ import hashlib
 import json
 from typing import Any
 
+from sandbox.kube import selfreviews
 from sandbox.kube.registry import ALL_VERBS, Registry, ResourceType
 
 Obj = dict[str, Any]
@@ -56,13 +57,14 @@ def _group(name: str, versions: list[str]) -> Obj:
 
 def api_group_list(registry: Registry) -> Obj:
     """``/apis``."""
-    groups = [_group(name, versions) for name, versions in sorted(registry.groups().items())]
+    served = {**registry.groups(), **selfreviews.GROUPS}
+    groups = [_group(name, versions) for name, versions in sorted(served.items())]
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
 def api_group(registry: Registry, name: str) -> Obj | None:
     """``/apis/<group>``."""
-    versions = registry.groups().get(name)
+    versions = registry.groups().get(name) or selfreviews.GROUPS.get(name)
     if not versions:
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, versions)}
@@ -100,7 +102,7 @@ def resource_list(registry: Registry, group: str, version: str) -> Obj | None:
     """``/api/v1`` or ``/apis/<group>/<version>``."""
     types = [t for t in registry.all() if (t.group, t.version) == (group, version)]
     if not types:
-        return None
+        return selfreviews.resource_list(group, version)
     resources = [e for t in types for e in _entries(t)]
     gv = f"{group}/{version}" if group else version
     return {

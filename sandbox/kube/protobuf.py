@@ -4,7 +4,8 @@ kubectl sends ``application/vnd.kubernetes.protobuf`` for creates made through i
 typed clientset: the ``k8s\\0`` magic, a ``runtime.Unknown`` envelope (type meta and
 raw bytes), and the object's protobuf. This reader knows the wire format and the field
 numbers of the few kinds kubectl creates that way (Namespace, ConfigMap, Secret,
-ServiceAccount); any other kind is a 415, as for any unaccepted media type.
+ServiceAccount, and the self reviews of ``kubectl auth``); any other kind is a 415, as
+for any unaccepted media type.
 """
 
 from __future__ import annotations
@@ -52,6 +53,25 @@ SCHEMAS: dict[str, dict[int, tuple[str, str]]] = {
         5: ("immutable", "bool"),
     },
     "ServiceAccount": {1: ("metadata", "ObjectMeta"), 4: ("automountServiceAccountToken", "bool")},
+    # kubectl auth can-i / can-i --list / whoami (sandbox.kube.selfreviews)
+    "SelfSubjectAccessReview": {1: ("metadata", "ObjectMeta"), 2: ("spec", "AccessSpec")},
+    "AccessSpec": {
+        1: ("resourceAttributes", "ResourceAttributes"),
+        2: ("nonResourceAttributes", "NonResourceAttributes"),
+    },
+    "ResourceAttributes": {
+        1: ("namespace", "str"),
+        2: ("verb", "str"),
+        3: ("group", "str"),
+        4: ("version", "str"),
+        5: ("resource", "str"),
+        6: ("subresource", "str"),
+        7: ("name", "str"),
+    },
+    "NonResourceAttributes": {1: ("path", "str"), 2: ("verb", "str")},
+    "SelfSubjectRulesReview": {1: ("metadata", "ObjectMeta"), 2: ("spec", "RulesSpec")},
+    "RulesSpec": {1: ("namespace", "str")},
+    "SelfSubjectReview": {1: ("metadata", "ObjectMeta")},
 }
 
 
@@ -126,12 +146,19 @@ def decode(body: bytes) -> Obj:
     envelope = decode_message(body[len(MAGIC) :], "Unknown")
     type_meta = envelope.get("typeMeta") or {}
     kind = type_meta.get("kind", "")
-    if kind not in SCHEMAS or kind in ("Unknown", "TypeMeta", "ObjectMeta"):
+    if kind not in SCHEMAS or kind in _PARTS:
         raise _unsupported()
     raw = base64.b64decode(envelope.get("raw", ""))
     obj = decode_message(raw, kind)
     obj["apiVersion"], obj["kind"] = type_meta.get("apiVersion", "v1"), kind
     return obj
+
+
+#: Schemas of message parts, not of kinds a body may be.
+_PARTS = frozenset(
+    {"Unknown", "TypeMeta", "ObjectMeta", "NamespaceSpec", "AccessSpec", "RulesSpec"}
+    | {"ResourceAttributes", "NonResourceAttributes"}
+)
 
 
 def _unsupported() -> ApiError:

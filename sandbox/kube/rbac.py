@@ -113,17 +113,35 @@ class Authorizer:
         return False
 
     def _binding_grants(self, binding: Obj, req: Request, namespace: str) -> bool:
+        role = self._bound_role(binding, req.user, namespace)
+        return role is not None and any(rule_allows(r, req) for r in role.get("rules") or [])
+
+    def _bound_role(self, binding: Obj, user: UserInfo, namespace: str) -> Obj | None:
+        """The role ``binding`` gives ``user`` (None: it names someone else, or a role
+        that does not exist)."""
         subjects = binding.get("subjects") or []
-        if not any(_subject_matches(s, req.user, namespace) for s in subjects):
-            return False
+        if not any(_subject_matches(s, user, namespace) for s in subjects):
+            return None
         ref = binding.get("roleRef") or {}
         if ref.get("kind") == "ClusterRole":
-            role = self._store.peek(RBAC_GROUP, "clusterroles", "", ref.get("name", ""))
-        elif namespace:
-            role = self._store.peek(RBAC_GROUP, "roles", namespace, ref.get("name", ""))
-        else:
-            role = None
-        return role is not None and any(rule_allows(r, req) for r in role.get("rules") or [])
+            return self._store.peek(RBAC_GROUP, "clusterroles", "", ref.get("name", ""))
+        if namespace:
+            return self._store.peek(RBAC_GROUP, "roles", namespace, ref.get("name", ""))
+        return None
+
+    def rules_of(self, user: UserInfo, namespace: str) -> list[Obj]:
+        """Every rule bound to ``user`` at the cluster scope and, when given, in
+        ``namespace`` (what a SelfSubjectRulesReview lists)."""
+        bindings = [(b, "") for b in self._store.peek_list(RBAC_GROUP, "clusterrolebindings")]
+        if namespace:
+            local = self._store.peek_list(RBAC_GROUP, "rolebindings", namespace)
+            bindings += [(b, namespace) for b in local]
+        found: list[Obj] = []
+        for binding, scope in bindings:
+            role = self._bound_role(binding, user, scope)
+            if role is not None:
+                found.extend(r for r in role.get("rules") or [] if isinstance(r, dict))
+        return found
 
     def check(self, req: Request) -> None:
         """Raise the 403 Forbidden Status unless ``req`` is allowed."""

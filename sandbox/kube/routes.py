@@ -32,6 +32,7 @@ from sandbox.kube import (
     podlog,
     protobuf,
     reads,
+    selfreviews,
     subresources,
     table,
     warnheaders,
@@ -191,6 +192,11 @@ class Api:
         user = self.cluster.authn.authenticate(header(request, b"authorization"))
         if request.method == "GET" and (doc := self._discovery(path)) is not None:
             return _json(doc)
+        if (review := selfreviews.route(path)) is not None:
+            if request.method != "POST":
+                raise method_not_allowed()
+            body = decode_body(await read_body(request), header(request, b"content-type"))
+            return _json(selfreviews.answer(review, body, user, self.cluster.authz), 201)
         target = paths.parse(self.cluster.registry, path)
         if target is None:
             raise _not_found()

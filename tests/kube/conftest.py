@@ -16,6 +16,7 @@ from sandbox.kube.seed import seed
 from sandbox.kube.server import KubeServer
 from shared import vocab
 
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
 T = TypeVar("T")
 
 SCENARIO: dict[str, Any] = {
@@ -87,6 +88,20 @@ def ns(api: httpx.Client) -> str:
     response = api.post("/api/v1/namespaces", json={"metadata": {"name": name}})
     assert response.status_code == 201, response.text
     return name
+
+
+def grant(
+    api: httpx.Client, ns: str, name: str, rules: list[dict[str, Any]], subject: dict[str, Any]
+) -> None:
+    """A Role of ``rules`` in ``ns`` bound to ``subject`` (both named ``name``)."""
+    role = {"metadata": {"name": name}, "rules": rules}
+    assert api.post(f"{RBAC}/namespaces/{ns}/roles", json=role).status_code == 201
+    binding = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [subject],
+    }
+    assert api.post(f"{RBAC}/namespaces/{ns}/rolebindings", json=binding).status_code == 201
 
 
 def pod(name: str = "p", **spec: Any) -> dict[str, Any]:

@@ -2,26 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 
-from tests.kube.conftest import Running, pod
-
-RBAC = "/apis/rbac.authorization.k8s.io/v1"
-
-
-def _grant(
-    api: httpx.Client, ns: str, name: str, rules: list[dict[str, Any]], subject: dict[str, Any]
-) -> None:
-    role = {"metadata": {"name": name}, "rules": rules}
-    assert api.post(f"{RBAC}/namespaces/{ns}/roles", json=role).status_code == 201
-    binding = {
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [subject],
-    }
-    assert api.post(f"{RBAC}/namespaces/{ns}/rolebindings", json=binding).status_code == 201
+from tests.kube.conftest import RBAC, Running, grant, pod
 
 
 def test_missing_or_bad_token_is_401(kube: Running) -> None:
@@ -64,7 +47,7 @@ def test_service_account_role_binding_subresources_and_names(
             "resourceNames": ["p"],
         },
     ]
-    _grant(api, ns, "bot", rules, {"kind": "ServiceAccount", "name": "bot", "namespace": ns})
+    grant(api, ns, "bot", rules, {"kind": "ServiceAccount", "name": "bot", "namespace": ns})
     api.post(f"/api/v1/namespaces/{ns}/pods", json=pod("q"))
     merge = {"Content-Type": "application/merge-patch+json"}
     with kube.client(kube.server.service_account_token(ns, "bot")) as bot:
