@@ -408,6 +408,43 @@ def test_case_9_a_user_reading_a_reservation_sees_claim_keys_never_claim_ids(
     stage.run(scenario())
 
 
+def test_a_users_rights_are_the_threat_models(stage: Stage) -> None:
+    """docs/operator/threat-model.md, "Who can do what", as ``kubectl auth can-i`` answers
+    it for carol (a namespace editor) on the installed chart: pods in her namespace, read
+    of the release's GPUReservations (``userAccess``); no write of a GPUReservation or its
+    ledger, no pod binding or pod status, nothing in another user's or the release's
+    namespace."""
+    release = stage.world.ctx.namespace
+    plural = GPU_RESERVATIONS.plural
+    expected = {
+        ("create", "pods", "-n", "carol"): "yes",
+        ("patch", "pods", "-n", "carol"): "yes",
+        ("list", plural, "-n", release): "yes",
+        ("watch", plural, "-n", release): "yes",
+        ("create", plural, "-n", release): "no",
+        ("patch", plural, "-n", release): "no",
+        ("delete", plural, "-n", release): "no",
+        ("patch", plural, "--subresource=status", "-n", release): "no",
+        ("create", plural, "-n", "carol"): "no",
+        ("create", "pods", "--subresource=binding", "-n", "carol"): "no",
+        ("patch", "pods", "--subresource=status", "-n", "carol"): "no",
+        ("create", "pods", "-n", "alice"): "no",
+        ("create", "pods", "-n", release): "no",
+        ("get", "secrets", "-n", release): "no",
+    }
+
+    async def answers() -> dict[tuple[str, ...], str]:
+        found = {}
+        for asked in expected:
+            done = await stage.as_user("carol", "auth", "can-i", *asked)
+            found[asked] = f"{done.out.strip()} (exit {done.code})"
+        return found
+
+    got = stage.run(answers())
+    want = {k: f"{v} (exit {0 if v == 'yes' else 1})" for k, v in expected.items()}
+    assert got == want
+
+
 def test_case_9_forged_keys_on_a_no_gpu_pod_and_deep_bodies(stage: Stage) -> None:
     """Case 9: forged controller-owned ``galends/*`` annotations on carol's pod that
     asks for no GPU are removed at create; a 100,000-deep JSON body to the webhook's
