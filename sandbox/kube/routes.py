@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from sandbox.kube import (
     discovery,
     encoding,
+    impersonate,
     paths,
     podlog,
     protobuf,
@@ -190,6 +191,7 @@ class Api:
         if path == "/version":
             return _json(discovery.VERSION)
         user = self.cluster.authn.authenticate(header(request, b"authorization"))
+        user = impersonate.acting_as(request.scope["headers"], user, self.cluster.authz)
         if request.method == "GET" and (doc := self._discovery(path)) is not None:
             return _json(doc)
         if (review := selfreviews.route(path)) is not None:
