@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox.release import RELEASE_NAME
 from shared import model, vocab
 from shared.policy.tolerations import granted_toleration
 from shared.resources import GPU_RESERVATIONS, PODS
@@ -413,7 +414,7 @@ def test_a_users_rights_are_the_threat_models(stage: Stage) -> None:
     it for carol (a namespace editor) on the installed chart: pods in her namespace, read
     of the release's GPUReservations (``userAccess``); no write of a GPUReservation or its
     ledger, no pod binding or pod status, nothing in another user's or the release's
-    namespace."""
+    namespace; no acting as the controller's service accounts."""
     release = stage.world.ctx.namespace
     plural = GPU_RESERVATIONS.plural
     expected = {
@@ -443,6 +444,10 @@ def test_a_users_rights_are_the_threat_models(stage: Stage) -> None:
     got = stage.run(answers())
     want = {k: f"{v} (exit {0 if v == 'yes' else 1})" for k, v in expected.items()}
     assert got == want
+    controller = f"system:serviceaccount:{release}:{RELEASE_NAME}-reconciler"
+    acting = stage.run(stage.as_user("carol", "get", plural, "-n", release, f"--as={controller}"))
+    assert acting.code == 1
+    assert 'User "carol" cannot impersonate resource "serviceaccounts"' in acting.err
 
 
 def test_case_9_forged_keys_on_a_no_gpu_pod_and_deep_bodies(stage: Stage) -> None:
