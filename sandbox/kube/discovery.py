@@ -5,7 +5,8 @@ is served as JSON; aggregated discovery is not advertised, so kubectl falls back
 it. ``/openapi/v3`` lists one document per group/version whose PATCH operations name
 their kind and the ``fieldValidation`` parameter: that is how kubectl decides that the
 server validates fields itself (``--validate=strict``), instead of downloading full
-schemas.
+schemas. A custom resource's document also carries its CRD's schema, which is what
+``kubectl explain`` reads; built-in kinds have none.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 from typing import Any
 
 from sandbox.kube import selfreviews
+from sandbox.kube.clone import clone
 from sandbox.kube.registry import ALL_VERBS, Registry, ResourceType
 
 Obj = dict[str, Any]
@@ -117,13 +119,65 @@ def _gv_path(group: str, version: str) -> str:
     return f"apis/{group}/{version}" if group else f"api/{version}"
 
 
+#: The one shared schema a custom resource's model refers to.
+OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_OBJECT_META_SCHEMA: Obj = {
+    "type": "object",
+    "description": "Metadata every persisted object has: its name, namespace, labels, "
+    "annotations and the fields the API server keeps.",
+    "properties": {
+        "name": {"type": "string", "description": "The object's name, unique in its namespace."},
+        "namespace": {"type": "string", "description": "The namespace the object lives in."},
+        "labels": {**_STRING_MAP, "description": "Keys and values to select objects by."},
+        "annotations": {**_STRING_MAP, "description": "Keys and values tools keep."},
+    },
+}
+
+
+def model_name(rtype: ResourceType) -> str:
+    """A kind's schema name: its group reversed, its version, its kind."""
+    reverse = ".".join(reversed(rtype.group.split("."))) if rtype.group else "io.k8s.api.core"
+    return f"{reverse}.{rtype.version}.{rtype.kind}"
+
+
+def custom_model(rtype: ResourceType) -> Obj | None:
+    """A custom resource's schema as the API server publishes it (None without one):
+    the CRD version's ``openAPIV3Schema`` with ``apiVersion``, ``kind`` and
+    ``metadata`` described, tagged with its group, version and kind — what ``kubectl
+    explain`` looks a kind up by."""
+    version = rtype.crd_version or {}
+    found = (version.get("schema") or {}).get("openAPIV3Schema")
+    if not isinstance(found, dict):
+        return None
+    model: Obj = clone(found)
+    properties = model.setdefault("properties", {})
+    properties["apiVersion"] = {
+        "type": "string",
+        "description": "The group and version of this object's schema.",
+    }
+    properties["kind"] = {"type": "string", "description": "The kind of this object."}
+    properties["metadata"] = {
+        "allOf": [{"$ref": f"#/components/schemas/{OBJECT_META}"}],
+        "description": "The object's metadata: name, namespace, labels, annotations.",
+    }
+    gvk = {"group": rtype.group, "kind": rtype.kind, "version": rtype.version}
+    model["x-kubernetes-group-version-kind"] = [gvk]
+    return model
+
+
 def openapi_document(registry: Registry, group: str, version: str) -> Obj | None:
-    """The OpenAPI v3 document of one group/version (paths and PATCH parameters only)."""
+    """The OpenAPI v3 document of one group/version: paths and PATCH parameters, and the
+    schemas of its custom resources (``custom_model``; built-in kinds have none)."""
     types = [t for t in registry.all() if (t.group, t.version) == (group, version)]
     if not types:
         return None
     paths: Obj = {}
+    schemas: Obj = {}
     for rtype in types:
+        if (model := custom_model(rtype)) is not None:
+            schemas[model_name(rtype)] = model
+            schemas[OBJECT_META] = _OBJECT_META_SCHEMA
         gvk = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
         params = [
             {"name": n, "in": "query", "schema": {"type": "string"}}
@@ -147,7 +201,7 @@ def openapi_document(registry: Registry, group: str, version: str) -> Obj | None
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": schemas},
     }
 
 
