@@ -34,17 +34,16 @@ def acting_as(
     headers: Iterable[tuple[bytes, bytes]], caller: UserInfo, authz: Authorizer
 ) -> UserInfo:
     """The user a request runs as: ``caller``, or whom its ``Impersonate-*`` headers
-    name once ``caller`` may impersonate them (raises the apiserver's 403 or 500)."""
+    name once ``caller`` may impersonate them (raises the apiserver's 403 or 500).
+    ``headers`` as an ASGI scope has them: names in lower case."""
+    asked = [(n, v) for n, v in headers if n.startswith(b"impersonate-")]
+    if not asked:  # every request passes here: nothing more unless it asks
+        return caller
     username, uid = "", ""
     groups: list[str] = []
     extra: dict[str, list[str]] = {}
-    asked = False
-    for raw_name, raw_value in headers:
-        name = raw_name.decode("latin-1").lower()
-        if not name.startswith("impersonate-"):
-            continue
-        asked = True
-        value = raw_value.decode("latin-1")
+    for raw_name, raw_value in asked:
+        name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
         if name == _USER:
             username = value
         elif name == _GROUP:
@@ -53,8 +52,6 @@ def acting_as(
             uid = value
         elif name.startswith(_EXTRA):
             extra.setdefault(name[len(_EXTRA) :], []).append(value)
-    if not asked:
-        return caller
     if not username:
         raise error(500, "InternalError", "requested impersonation without impersonating a user")
     checks = [_user_check(caller, username)]
