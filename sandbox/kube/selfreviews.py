@@ -65,7 +65,10 @@ def _access(body: Obj, user: UserInfo, authz: Authorizer) -> Obj:
         allowed = authz.allowed(asked) or any(rule_allows(r, asked) for r in BUILT_IN_RULES)
     else:
         assert non is not None
-        path, verb = _text(non, "path", "NonResourceAttributes"), _text(non, "verb", "")
+        path, verb = (
+            _text(non, "path", "NonResourceAttributes"),
+            _text(non, "verb", "NonResourceAttributes"),
+        )
         rules = BUILT_IN_RULES + authz.rules_of(user, "")
         allowed = MASTERS in user.groups or any(_path_allows(r, verb, path) for r in rules)
     return {**body, "status": {"allowed": allowed}}
@@ -94,7 +97,7 @@ def _rules(body: Obj, user: UserInfo, authz: Authorizer) -> Obj:
     resource_rules, path_rules = [], []
     for rule in bound:
         if rule.get("nonResourceURLs"):
-            path_rules.append({k: rule[k] for k in ("verbs", "nonResourceURLs")})
+            path_rules.append({k: rule.get(k) or [] for k in ("verbs", "nonResourceURLs")})
         else:
             keys = ("verbs", "apiGroups", "resources", "resourceNames")
             resource_rules.append({k: rule[k] for k in keys if rule.get(k)})

@@ -109,6 +109,7 @@ def test_an_access_review_names_exactly_one_kind_of_attributes(
         {"kind": "Pod", "spec": {"resourceAttributes": {"verb": "get"}}},
         access(resourceAttributes={"verb": 3, "resource": "pods"}),
         access(resourceAttributes=["get", "pods"]),
+        access(nonResourceAttributes={"path": "/version", "verb": True}),
         {"spec": "everything"},
     ],
 )
