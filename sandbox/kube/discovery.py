@@ -136,9 +136,8 @@ _OBJECT_META_SCHEMA: Obj = {
 
 
 def model_name(rtype: ResourceType) -> str:
-    """A kind's schema name: its group reversed, its version, its kind."""
-    reverse = ".".join(reversed(rtype.group.split("."))) if rtype.group else "io.k8s.api.core"
-    return f"{reverse}.{rtype.version}.{rtype.kind}"
+    """A custom resource's schema name: its group reversed, its version, its kind."""
+    return f"{'.'.join(reversed(rtype.group.split('.')))}.{rtype.version}.{rtype.kind}"
 
 
 def custom_model(rtype: ResourceType) -> Obj | None:

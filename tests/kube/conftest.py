@@ -90,18 +90,28 @@ def ns(api: httpx.Client) -> str:
     return name
 
 
+#: Get and create pods, and patch the status of pod ``p`` only.
+POD_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create"]},
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"], "resourceNames": ["p"]},
+]
+
+
 def grant(
     api: httpx.Client, ns: str, name: str, rules: list[dict[str, Any]], subject: dict[str, Any]
 ) -> None:
-    """A Role of ``rules`` in ``ns`` bound to ``subject`` (both named ``name``)."""
+    """A role of ``rules`` bound to ``subject`` (both named ``name``): a Role and a
+    RoleBinding in ``ns``, or with ``ns`` empty a ClusterRole and a ClusterRoleBinding."""
+    kind, where = ("Role", f"{RBAC}/namespaces/{ns}") if ns else ("ClusterRole", RBAC)
+    plural = kind.lower() + "s"
     role = {"metadata": {"name": name}, "rules": rules}
-    assert api.post(f"{RBAC}/namespaces/{ns}/roles", json=role).status_code == 201
+    assert api.post(f"{where}/{plural}", json=role).status_code == 201
     binding = {
         "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
         "subjects": [subject],
     }
-    assert api.post(f"{RBAC}/namespaces/{ns}/rolebindings", json=binding).status_code == 201
+    assert api.post(f"{where}/{kind.lower()}bindings", json=binding).status_code == 201
 
 
 def pod(name: str = "p", **spec: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from sandbox import users
-from tests.kube.conftest import RBAC, Running, grant
+from tests.kube.conftest import Running, grant
 from tests.kube.test_kubectl import Kubectl
 
 WHOAMI = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -81,28 +81,15 @@ def test_impersonating_without_the_right_is_forbidden(
 def test_a_granted_impersonation_is_allowed(kube: Running, api: httpx.Client) -> None:
     """Rule: a ClusterRole with ``impersonate`` on a user's name lets its holder act as
     that user, and no one else; each group asked for needs the right too."""
-    role = {
-        "metadata": {"name": "as-alice"},
-        "rules": [
-            {
-                "apiGroups": [""],
-                "resources": ["users"],
-                "verbs": ["impersonate"],
-                "resourceNames": ["alice"],
-            }
-        ],
-    }
-    assert api.post(f"{RBAC}/clusterroles", json=role).status_code == 201
-    binding = {
-        "metadata": {"name": "as-alice"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "as-alice",
-        },
-        "subjects": [{"kind": "User", "name": "helpdesk"}],
-    }
-    assert api.post(f"{RBAC}/clusterrolebindings", json=binding).status_code == 201
+    rules = [
+        {
+            "apiGroups": [""],
+            "resources": ["users"],
+            "verbs": ["impersonate"],
+            "resourceNames": ["alice"],
+        }
+    ]
+    grant(api, "", "as-alice", rules, {"kind": "User", "name": "helpdesk"})
     with kube.client(kube.server.mint_token("helpdesk")) as helpdesk:
         assert who(helpdesk, **{"Impersonate-User": "alice"})["username"] == "alice"
         other = helpdesk.post(WHOAMI, json={}, headers={"Impersonate-User": "bob"})

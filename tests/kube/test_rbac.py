@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.kube.conftest import RBAC, Running, grant, pod
+from tests.kube.conftest import POD_RULES, Running, grant, pod
 
 
 def test_missing_or_bad_token_is_401(kube: Running) -> None:
@@ -38,16 +38,7 @@ def test_service_account_role_binding_subresources_and_names(
 ) -> None:
     """Rule: rules match verbs, resources with subresources and resourceNames; SA subjects match "
     "SA tokens."""
-    rules = [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create"]},
-        {
-            "apiGroups": [""],
-            "resources": ["pods/status"],
-            "verbs": ["patch"],
-            "resourceNames": ["p"],
-        },
-    ]
-    grant(api, ns, "bot", rules, {"kind": "ServiceAccount", "name": "bot", "namespace": ns})
+    grant(api, ns, "bot", POD_RULES, {"kind": "ServiceAccount", "name": "bot", "namespace": ns})
     api.post(f"/api/v1/namespaces/{ns}/pods", json=pod("q"))
     merge = {"Content-Type": "application/merge-patch+json"}
     with kube.client(kube.server.service_account_token(ns, "bot")) as bot:
@@ -73,21 +64,8 @@ def test_service_account_role_binding_subresources_and_names(
 
 def test_cluster_role_binding_to_group(kube: Running, api: httpx.Client) -> None:
     """Rule: a ClusterRoleBinding to a group grants cluster-wide."""
-    role = {
-        "metadata": {"name": "node-reader"},
-        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
-    }
-    api.post(f"{RBAC}/clusterroles", json=role)
-    binding = {
-        "metadata": {"name": "node-reader"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "node-reader",
-        },
-        "subjects": [{"kind": "Group", "name": "readers"}],
-    }
-    api.post(f"{RBAC}/clusterrolebindings", json=binding)
+    rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    grant(api, "", "node-reader", rules, {"kind": "Group", "name": "readers"})
     with kube.client(kube.server.mint_token("rita", ["readers"])) as rita:
         assert rita.get("/api/v1/nodes").status_code == 200
         assert rita.get("/api/v1/nodes/n1").status_code == 403

@@ -14,7 +14,7 @@ import pytest
 
 from sandbox import users
 from sandbox.kube import protobuf
-from tests.kube.conftest import Running, grant
+from tests.kube.conftest import POD_RULES, Running, grant
 from tests.kube.test_kubectl import Kubectl
 
 ACCESS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
@@ -38,16 +38,7 @@ def allowed(client: httpx.Client, body: dict[str, Any]) -> bool:
 
 @pytest.fixture
 def jane(kube: Running, api: httpx.Client, ns: str) -> Any:
-    rules = [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create"]},
-        {
-            "apiGroups": [""],
-            "resources": ["pods/status"],
-            "verbs": ["patch"],
-            "resourceNames": ["p"],
-        },
-    ]
-    grant(api, ns, "jane", rules, {"kind": "User", "name": "jane"})
+    grant(api, ns, "jane", POD_RULES, {"kind": "User", "name": "jane"})
     with kube.client(kube.server.mint_token("jane", ["devs"])) as client:
         yield client
 
