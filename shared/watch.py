@@ -135,6 +135,9 @@ class Watched(Generic[T]):
         self._retry_s = retry_s
         self._monotonic = monotonic
         self.items: dict[str, T] = {}
+        #: Counts the writes to ``items`` (a relist replaces the dict): a reader
+        #: keeping something derived from the items knows when to derive it again.
+        self.changes = 0
         self.listeners: list[Listener[T]] = []
         #: Set once the first LIST has filled the cache.
         self.synced = asyncio.Event()
@@ -183,6 +186,7 @@ class Watched(Generic[T]):
                 key = self._key(obj)
                 fresh[key] = view if self._join is None else self._join(old.get(key), view)
         self.items = fresh
+        self.changes += 1
         for key in old.keys() - fresh.keys():
             self._tell(key, old[key], None)
         for key, view in fresh.items():
@@ -260,6 +264,7 @@ class Watched(Generic[T]):
             self.items.pop(key, None)
         else:
             self.items[key] = new
+        self.changes += 1
         if self._changed(old, new):
             self._tell(key, old, new)
 

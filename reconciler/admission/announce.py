@@ -23,7 +23,7 @@ unannounced and for a claim TTL at least (``_forget``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -300,7 +300,7 @@ class Announcer:
             seen=seen,
         )
 
-    def _forget(self, by_name: dict[str, GPUReservation], now: datetime) -> None:
+    def _forget(self, by_name: Mapping[str, GPUReservation], now: datetime) -> None:
         """Drop what the ledger now remembers: announced more than a claim TTL ago with
         its reservation gone or the hold shown announced or absent. Not sooner: a
         status wiped after the mark is rebuilt with the hold of a pod admitted within

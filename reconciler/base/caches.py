@@ -17,7 +17,7 @@ caches (``reconciler.base.inventory``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from reconciler.base.inventory import InventoryCache
@@ -227,6 +227,9 @@ class Caches:
             same=same_reservation,
             resync_s=resync,
         )
+        #: ``by_name``'s mapping, with the reservation cache's items and change count
+        #: it was made from.
+        self._named: tuple[object, int, dict[str, model.GPUReservation]] | None = None
         #: Listens first, so every other listener reads it already updated.
         self.by_reference = ByReference()
         self.pods.listeners.append(self.by_reference.changed)
@@ -253,9 +256,15 @@ class Caches:
         until the node and pod caches hold a full LIST — capacity is then unknown."""
         return self._inventory.current()
 
-    def by_name(self) -> dict[str, model.GPUReservation]:
-        """Cached reservations by object name."""
-        return {r.name: r for r in self.reservations.items.values()}
+    def by_name(self) -> Mapping[str, model.GPUReservation]:
+        """Cached reservations by object name: one mapping, made again only once the
+        reservation cache has changed (many loops ask on every pass). Read-only: every
+        caller shares it."""
+        watched, known = self.reservations, self._named
+        if known is None or known[0] is not watched.items or known[1] != watched.changes:
+            named = {r.name: r for r in watched.items.values()}
+            self._named = known = (watched.items, watched.changes, named)
+        return known[2]
 
     def live_references(self) -> set[str] | None:
         """The GPUReservation names live (unfinished) pods reference, read from the pod

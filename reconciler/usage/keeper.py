@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -100,7 +100,7 @@ class UsageKeeper:
         gateway: KubeWriter,
         namespace: str,
         clock: Clock,
-        reservations: Callable[[], dict[str, GPUReservation]],
+        reservations: Callable[[], Mapping[str, GPUReservation]],
         ready: Callable[[], bool],
         metrics: UsageMetrics,
         settings: UsageSettings,
