@@ -16,9 +16,7 @@ from reconciler.base.settings import load
 from shared import model
 from shared.clock import ManualClock
 from shared.gateway import ListResult, WatchEvent
-from tests.reconciler.builders import START, relisting
-
-NS = "gpu-reservation"
+from tests.reconciler.builders import NS, START, relisting
 
 
 def raw(rid: int, gpus: int, rv: int) -> dict[str, Any]:
