@@ -8,7 +8,12 @@ twice. While the leader's mark loop runs (``run_marks``), the marks of the queue
 are gathered for ``MARK_GATHER_S`` and written together, one write per reservation:
 pods created one after another each made a ledger write of their own, and each write
 is a watch event every webhook replica and the reconciler decode. The Events go out at
-once. For a hold this process did not create, the pod's Events are read back first (a
+once; the marks of several reservations are written one after another, never at once:
+with every booking busy they are a write per booking, and sent together they reached
+the API server as one burst that the webhook's claims, made while pods are created,
+queued behind (docs/developer/performance.md, "Pod creation").
+
+For a hold this process did not create, the pod's Events are read back first (a
 status wiped between the Event and the mark must not announce twice) — unless the pod
 was created after this leader term's first LIST of pods (``first_listed``): an earlier
 leader acts only before the term begins, and the term lists its pods after it began,
@@ -217,10 +222,7 @@ class Announcer:
         self._gathered_some.clear()
         if now is None:
             return
-        seen = self._caches.by_name()
-        await asyncio.gather(
-            *(self._mark(name, pods, now, seen.get(name)) for name, pods in marks.items())
-        )
+        await self._mark_all(marks, now)
 
     async def _many(
         self, items: list[tuple[Admitted, bool]], now: datetime, *, gather: bool = False
@@ -247,10 +249,15 @@ class Announcer:
                 self._gathered_at = now
                 self._gathered_some.set()
             return
-        seen = self._caches.by_name()  # as the watch shows them after the Events
-        await asyncio.gather(
-            *(self._mark(name, pods, now, seen.get(name)) for name, pods in marks.items())
-        )
+        await self._mark_all(marks, now)
+
+    async def _mark_all(self, marks: dict[str, dict[str, tuple[str, str]]], now: datetime) -> None:
+        """Write ``marks`` (reservation → claim → pod name and uid), one reservation after
+        the other (the module docstring says why), each on the watch's copy as it
+        stands after the Events."""
+        seen = self._caches.by_name()
+        for name, pods in marks.items():
+            await self._mark(name, pods, now, seen.get(name))
 
     async def _say(
         self,

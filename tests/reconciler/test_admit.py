@@ -375,6 +375,55 @@ def test_marks_of_passes_in_a_row_are_written_together(monkeypatch: pytest.Monke
     run(scenario())
 
 
+class Overlapping(Kube):
+    """The fake counting the most ledger writes it had in flight at once (each call
+    yields to the loop first, so writes sent together overlap)."""
+
+    def __init__(self) -> None:
+        super().__init__(yields=lambda: 3)
+        self.in_flight = 0
+        self.most = 0
+
+    async def patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            return await super().patch(*args, **kwargs)
+        finally:
+            self.in_flight -= 1
+
+
+def test_gathered_marks_of_many_bookings_are_written_one_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three bookings, a pod admitted by the webhook under each: the mark loop writes
+    the three marks one after another, never as a burst of writes at once (the API
+    server would make the webhook's claims wait behind it)."""
+
+    async def scenario() -> None:
+        kube = Overlapping()
+        w = World(now=START + timedelta(minutes=1), kube=kube)
+        task = await gathering(w, monkeypatch)
+        try:
+            for rid in (1, 2, 3):
+                w.book(facts(rid), (model.Hold(f"c-{rid}", 1, START, pod=f"p{rid}"),))
+                notes = {
+                    vocab.BOOKING_REFERENCE: model.reference(rid),
+                    vocab.ADMISSION_CLAIM: f"c-{rid}",
+                    vocab.ADMITTED_AT: format_utc(START),
+                }
+                w.kube.add(PODS, gpu_pod(f"p{rid}", gated=False, annotations=notes))
+            await w.step()
+            assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 3
+            await asyncio.sleep(0.1)
+            assert [w.ledger_of(rid).holds[0].announced for rid in (1, 2, 3)] == [True] * 3
+            assert kube.most == 1
+        finally:
+            await stopped(task)
+
+    run(scenario())
+
+
 def test_marks_left_when_the_term_ends_are_announced_by_a_later_term(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
