@@ -254,10 +254,10 @@ class Announcer:
     async def _mark_all(self, marks: dict[str, dict[str, tuple[str, str]]], now: datetime) -> None:
         """Write ``marks`` (reservation → claim → pod name and uid), one reservation after
         the other (the module docstring says why), each on the watch's copy as it
-        stands after the Events."""
-        seen = self._caches.by_name()
+        stands when its turn comes: a copy taken before the writes ahead of it lags
+        the claims made meanwhile, fails the patch's tests and costs a read."""
         for name, pods in marks.items():
-            await self._mark(name, pods, now, seen.get(name))
+            await self._mark(name, pods, now, self._caches.by_name().get(name))
 
     async def _say(
         self,

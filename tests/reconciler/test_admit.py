@@ -23,6 +23,7 @@ from reconciler.queue.admit import Admitter
 from shared import ledger, model, vocab
 from shared.clock import ManualClock, format_utc
 from shared.errors import Invalid, ServerError
+from shared.kubewire import WatchEvent
 from shared.policy.matching import MatchRules
 from shared.policy.tolerations import granted_toleration
 from shared.resources import EVENTS, GPU_RESERVATIONS, PODS
@@ -418,6 +419,45 @@ def test_gathered_marks_of_many_bookings_are_written_one_at_a_time(
             await asyncio.sleep(0.1)
             assert [w.ledger_of(rid).holds[0].announced for rid in (1, 2, 3)] == [True] * 3
             assert kube.most == 1
+        finally:
+            await stopped(task)
+
+    run(scenario())
+
+
+def test_each_gathered_mark_is_written_on_the_copy_as_it_stands_at_its_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the first booking's mark is written, the webhook claims on the second and
+    the watch shows it: the second mark is written on that copy, so the ledger's
+    ``usedGpus`` counts the new claim (a copy taken before the first write would set it
+    from the ledger without it)."""
+
+    async def scenario() -> None:
+        w = World(now=START + timedelta(minutes=1))
+        task = await gathering(w, monkeypatch)
+        try:
+            for rid in (1, 2):
+                w.book(facts(rid), (model.Hold(f"c-{rid}", 1, START, pod=f"p{rid}"),))
+                notes = {
+                    vocab.BOOKING_REFERENCE: model.reference(rid),
+                    vocab.ADMISSION_CLAIM: f"c-{rid}",
+                    vocab.ADMITTED_AT: format_utc(START),
+                }
+                w.kube.add(PODS, gpu_pod(f"p{rid}", gated=False, annotations=notes))
+
+            def claim_on_the_second() -> None:
+                holds = (*w.ledger_of(2).holds, model.Hold("c-new", 1, START))
+                w.book(facts(2), holds)
+                stored = w.kube.read(GPU_RESERVATIONS, model.reference(2), NS)
+                w.caches.reservations.apply(WatchEvent("MODIFIED", stored))
+
+            w.kube.before["patch"] = claim_on_the_second
+            await w.step()
+            await asyncio.sleep(0.1)
+            second = w.kube.read(GPU_RESERVATIONS, model.reference(2), NS)
+            assert [h.announced for h in w.ledger_of(2).holds] == [True, False]
+            assert second["status"]["usedGpus"] == 2
         finally:
             await stopped(task)
 
