@@ -136,6 +136,8 @@ class Announcer:
         #: the instant of the latest pass that added one.
         self._gathered: dict[str, dict[str, tuple[str, str]]] = {}
         self._gathered_at: datetime | None = None
+        #: The gathered marks being written, those not written yet (the mark loop's).
+        self._writing: dict[str, dict[str, tuple[str, str]]] = {}
         self._gathering = False
         self._gathered_some = asyncio.Event()
 
@@ -200,8 +202,9 @@ class Announcer:
     async def run_marks(self) -> None:
         """The mark loop of a leader term: while it runs, the marks of the queue's
         passes wait ``MARK_GATHER_S`` and are written together. When the term ends,
-        marks not written are forgotten with their announcements, so a later term of
-        this process reads those pods back rather than leave their holds unmarked."""
+        marks not written — gathered, or waiting their turn to be written — are
+        forgotten with their announcements, so a later term of this process reads those
+        pods back rather than leave their holds unmarked."""
         self._gathering = True
         try:
             while True:
@@ -210,10 +213,11 @@ class Announcer:
                 await self._write_gathered()
         finally:
             self._gathering = False
-            for name, claims in self._gathered.items():
-                for claim in claims:
-                    self.announced.pop((name, claim), None)
-            self._gathered = {}
+            for marks in (self._gathered, self._writing):
+                for name, claims in marks.items():
+                    for claim in claims:
+                        self.announced.pop((name, claim), None)
+            self._gathered, self._writing = {}, {}
             self._gathered_some.clear()
 
     async def _write_gathered(self) -> None:
@@ -222,6 +226,7 @@ class Announcer:
         self._gathered_some.clear()
         if now is None:
             return
+        self._writing = marks
         await self._mark_all(marks, now)
 
     async def _many(
@@ -255,9 +260,12 @@ class Announcer:
         """Write ``marks`` (reservation → claim → pod name and uid), one reservation after
         the other (the module docstring says why), each on the watch's copy as it
         stands when its turn comes: a copy taken before the writes ahead of it lags
-        the claims made meanwhile, fails the patch's tests and costs a read."""
-        for name, pods in marks.items():
-            await self._mark(name, pods, now, self._caches.by_name().get(name))
+        the claims made meanwhile, fails the patch's tests and costs a read. Each is
+        taken out of ``marks`` once written."""
+        while marks:
+            name = next(iter(marks))
+            await self._mark(name, marks[name], now, self._caches.by_name().get(name))
+            del marks[name]
 
     async def _say(
         self,

@@ -489,6 +489,40 @@ def test_marks_left_when_the_term_ends_are_announced_by_a_later_term(
     run(scenario())
 
 
+def test_marks_waiting_their_turn_when_the_term_ends_are_announced_by_a_later_term(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The term ends while the first of two gathered marks is being written: neither
+    mark is remembered as done, so the next pass (no mark loop now) reads both pods'
+    Events back and marks both holds without a second Event."""
+
+    async def scenario() -> None:
+        # calls yield to the loop: the end of the term reaches the first write
+        w = World(now=START + timedelta(minutes=1), kube=Kube(yields=lambda: 2))
+        monkeypatch.setattr(announce, "MARK_GATHER_S", 0.01)
+        for rid in (1, 2):
+            w.book(facts(rid), (model.Hold(f"c-{rid}", 1, START, pod=f"p{rid}"),))
+            notes = {
+                vocab.BOOKING_REFERENCE: model.reference(rid),
+                vocab.ADMISSION_CLAIM: f"c-{rid}",
+                vocab.ADMITTED_AT: format_utc(START),
+            }
+            w.kube.add(PODS, gpu_pod(f"p{rid}", gated=False, annotations=notes))
+        task = asyncio.create_task(w.admitter.step.announcer.run_marks())
+        await asyncio.sleep(0)
+        w.kube.before["patch"] = task.cancel  # the term ends during the first write
+        await w.step()
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled()
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 2
+        assert w.admitter.step.announcer.announced == {}
+        await w.step()
+        assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 2
+        assert [w.ledger_of(rid).holds[0].announced for rid in (1, 2)] == [True, True]
+
+    run(scenario())
+
+
 def test_a_mark_that_fails_leaves_the_mark_loop_running(monkeypatch: pytest.MonkeyPatch) -> None:
     """A gathered write that fails is the ledger's to log (``ledger.amend_failed``); the
     loop goes on and writes the next marks."""
