@@ -259,9 +259,9 @@ class Announcer:
     async def _mark_all(self, marks: dict[str, dict[str, tuple[str, str]]], now: datetime) -> None:
         """Write ``marks`` (reservation → claim → pod name and uid), one reservation after
         the other (the module docstring says why), each on the watch's copy as it
-        stands when its turn comes: a copy taken before the writes ahead of it lags
-        the claims made meanwhile, fails the patch's tests and costs a read. Each is
-        taken out of ``marks`` once written."""
+        stands when its turn comes: a copy taken before the writes ahead of it lacks
+        the claims made meanwhile, and the write would set ``usedGpus`` and ``phase``
+        from it. Each is taken out of ``marks`` once written."""
         while marks:
             name = next(iter(marks))
             await self._mark(name, marks[name], now, self._caches.by_name().get(name))
