@@ -201,7 +201,8 @@ class Announcer:
 
     async def run_marks(self) -> None:
         """The mark loop of a leader term: while it runs, the marks of the queue's
-        passes wait ``MARK_GATHER_S`` and are written together. When the term ends,
+        passes wait ``MARK_GATHER_S`` and are written together: one write per
+        reservation, the reservations one after another. When the term ends,
         marks not written — gathered, or waiting their turn to be written — are
         forgotten with their announcements, so a later term of this process reads those
         pods back rather than leave their holds unmarked."""
