@@ -237,6 +237,19 @@ def webhook_admitted(w: World, name: str, claim: str, admitted: Any) -> None:
     w.kube.add(PODS, gpu_pod(name, gated=False, annotations=notes))
 
 
+def admitted_under_each(w: World, rids: tuple[int, ...]) -> None:
+    """Under each booking ``rid``, a pod ``p<rid>`` the webhook admitted at START with
+    hold ``c-<rid>``."""
+    for rid in rids:
+        w.book(facts(rid), (model.Hold(f"c-{rid}", 1, START, pod=f"p{rid}"),))
+        notes = {
+            vocab.BOOKING_REFERENCE: model.reference(rid),
+            vocab.ADMISSION_CLAIM: f"c-{rid}",
+            vocab.ADMITTED_AT: format_utc(START),
+        }
+        w.kube.add(PODS, gpu_pod(f"p{rid}", gated=False, annotations=notes))
+
+
 def event_reads(kube: Kube) -> int:
     return kube.calls.count(("list", EVENTS.plural))
 
@@ -406,14 +419,7 @@ def test_gathered_marks_of_many_bookings_are_written_one_at_a_time(
         w = World(now=START + timedelta(minutes=1), kube=kube)
         task = await gathering(w, monkeypatch)
         try:
-            for rid in (1, 2, 3):
-                w.book(facts(rid), (model.Hold(f"c-{rid}", 1, START, pod=f"p{rid}"),))
-                notes = {
-                    vocab.BOOKING_REFERENCE: model.reference(rid),
-                    vocab.ADMISSION_CLAIM: f"c-{rid}",
-                    vocab.ADMITTED_AT: format_utc(START),
-                }
-                w.kube.add(PODS, gpu_pod(f"p{rid}", gated=False, annotations=notes))
+            admitted_under_each(w, (1, 2, 3))
             await w.step()
             assert len(w.kube.events(vocab.REASON_RUNTIME_GUARANTEED)) == 3
             await asyncio.sleep(0.1)
@@ -437,14 +443,7 @@ def test_each_gathered_mark_is_written_on_the_copy_as_it_stands_at_its_turn(
         w = World(now=START + timedelta(minutes=1))
         task = await gathering(w, monkeypatch)
         try:
-            for rid in (1, 2):
-                w.book(facts(rid), (model.Hold(f"c-{rid}", 1, START, pod=f"p{rid}"),))
-                notes = {
-                    vocab.BOOKING_REFERENCE: model.reference(rid),
-                    vocab.ADMISSION_CLAIM: f"c-{rid}",
-                    vocab.ADMITTED_AT: format_utc(START),
-                }
-                w.kube.add(PODS, gpu_pod(f"p{rid}", gated=False, annotations=notes))
+            admitted_under_each(w, (1, 2))
 
             def claim_on_the_second() -> None:
                 holds = (*w.ledger_of(2).holds, model.Hold("c-new", 1, START))
@@ -500,14 +499,7 @@ def test_marks_waiting_their_turn_when_the_term_ends_are_announced_by_a_later_te
         # calls yield to the loop: the end of the term reaches the first write
         w = World(now=START + timedelta(minutes=1), kube=Kube(yields=lambda: 2))
         monkeypatch.setattr(announce, "MARK_GATHER_S", 0.01)
-        for rid in (1, 2):
-            w.book(facts(rid), (model.Hold(f"c-{rid}", 1, START, pod=f"p{rid}"),))
-            notes = {
-                vocab.BOOKING_REFERENCE: model.reference(rid),
-                vocab.ADMISSION_CLAIM: f"c-{rid}",
-                vocab.ADMITTED_AT: format_utc(START),
-            }
-            w.kube.add(PODS, gpu_pod(f"p{rid}", gated=False, annotations=notes))
+        admitted_under_each(w, (1, 2))
         task = asyncio.create_task(w.admitter.step.announcer.run_marks())
         await asyncio.sleep(0)
         w.kube.before["patch"] = task.cancel  # the term ends during the first write
