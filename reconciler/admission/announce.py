@@ -54,6 +54,8 @@ MARK_GATHER_S = 0.25
 MARK_TASK = "announce-marks"
 
 Send = Callable[[PodView, str, str, datetime], Awaitable[bool]]
+#: Marks to write: reservation → claim → (pod name, uid).
+Marks = dict[str, dict[str, tuple[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -132,12 +134,12 @@ class Announcer:
         #: in this term — every hold this process did not create is read back).
         self.listed: frozenset[str] | None = None
         caches.pods.on_synced = self.first_listed
-        #: Reservation → claim → (pod name, uid): marks waiting for the mark loop, and
-        #: the instant of the latest pass that added one.
-        self._gathered: dict[str, dict[str, tuple[str, str]]] = {}
+        #: The marks waiting for the mark loop, and the instant of the latest pass that
+        #: added one.
+        self._gathered: Marks = {}
         self._gathered_at: datetime | None = None
         #: The gathered marks being written, those not written yet (the mark loop's).
-        self._writing: dict[str, dict[str, tuple[str, str]]] = {}
+        self._writing: Marks = {}
         self._gathering = False
         self._gathered_some = asyncio.Event()
 
@@ -241,7 +243,7 @@ class Announcer:
         pool = list(self._caches.reservations.items.values())
         ends: dict[str, datetime] = {}  # the guarantee end per reservation, this call
         sent = await asyncio.gather(*(self._say(a, w, pool, ends, now) for a, w in items))
-        marks: dict[str, dict[str, tuple[str, str]]] = {}
+        marks: Marks = {}
         for (item, _), ok in zip(items, sent, strict=True):
             if ok:
                 marks.setdefault(item.reservation.name, {})[item.claim] = (
@@ -257,12 +259,12 @@ class Announcer:
             return
         await self._mark_all(marks, now)
 
-    async def _mark_all(self, marks: dict[str, dict[str, tuple[str, str]]], now: datetime) -> None:
-        """Write ``marks`` (reservation → claim → pod name and uid), one reservation after
-        the other (the module docstring says why), each on the watch's copy as it
-        stands when its turn comes: a copy taken before the writes ahead of it lacks
-        the claims made meanwhile, and the write would set ``usedGpus`` and ``phase``
-        from it. Each is taken out of ``marks`` once written."""
+    async def _mark_all(self, marks: Marks, now: datetime) -> None:
+        """Write ``marks``, one reservation after the other (the module docstring says
+        why), each on the watch's copy as it stands when its turn comes: a copy taken
+        before the writes ahead of it lacks the claims made meanwhile, and the write
+        would set ``usedGpus`` and ``phase`` from it. Each is taken out of ``marks``
+        once written."""
         while marks:
             name = next(iter(marks))
             await self._mark(name, marks[name], now, self._caches.by_name().get(name))
