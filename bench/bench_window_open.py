@@ -2,9 +2,12 @@
 
 The sandbox's kube, cluster and app emulators run in this process (as in the sandbox
 tests), one real reconciler replica as a pod of the chart's release, run by the process
-kubelet (``sandbox.release_replicas``). "Tolerated" is the reconciler's work alone: the
-emulated scheduler runs too (the process kubelet comes with it), but a pod reaches it
-only once tolerated, after the instant measured.
+kubelet (``sandbox.release_replicas``). The cluster emulation serves the release's
+namespace only (``sandbox.cluster.component.SCOPE``, as ``bench create`` does): the
+reconciler's pod runs, the users' pods stay Pending. On a cluster the scheduler and
+kubelet spend CPUs of their own; here, scheduling the pods tolerated first would run on
+the emulators' event loop while the reconciler patches the rest. "Tolerated" is the
+reconciler's work alone.
 
 1. The app emulator gets one class with room for every booking, 50 users (one
    namespace each in the kube emulator) and one group holding them all.
@@ -48,6 +51,7 @@ import httpx
 
 from bench.procstat import cpu_s, thread_cpu_s
 from bench.sandboxed import Box, in_fresh_state, rank, with_replica
+from sandbox.cluster.component import SCOPE
 from sandbox.kube.store import Change
 from sandbox.release_replicas import ReconcilerPod
 from sandbox.runner import SandboxContext
@@ -461,6 +465,7 @@ async def measure(state: Path, factor: float) -> list[str]:
     # (sandbox.runner.clock_env), so both processes read the same time.
     clock = ScaledClock(factor)
     ctx = SandboxContext(state_dir=state, scenario=scenario(), clock=clock)
+    ctx.handles[SCOPE] = ctx.namespace
     async with with_replica(ctx, ["kube", "app"], ENV) as box:
         store = box.kube.store
         committed = Committed(clock)
