@@ -26,9 +26,10 @@ pays for the one before. Nothing is pinned to a core.
 Printed per ``c``: p50 and p99 of each arm, the difference (the latency the system
 adds), creates per second, and the share of the system's pods admitted at creation
 (the created pod came back with its booking reference), and the CPU per pod created of
-this process's loop and of the webhook and reconciler processes. ``c`` = 50 is a stress
-cell. Both arms run on ``LOOP`` (uvloop). ``BENCH_MODE=full``: 6 s cells after 1 s of
-warm-up, 3 rounds, instead of 2 s / 0.5 s, 2.
+this process's loop and of the webhook and reconciler processes, and per round the
+share of the vCPUs' time the hypervisor took (steal: on a shared host, the rounds a
+neighbour slowed). ``c`` = 50 is a stress cell. Both arms run on ``LOOP`` (uvloop).
+``BENCH_MODE=full``: 6 s cells after 1 s of warm-up, 3 rounds, instead of 2 s / 0.5 s, 2.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import uvloop
 
 from bench.bench_window_open import one_class_app
 from bench.createload import CreateLoad, CreateOutcome, run_creates
-from bench.procstat import cpu_s, thread_cpu_s
+from bench.procstat import cpu_s, host_times, steal_share, thread_cpu_s
 from bench.sandboxed import measured, rank
 from sandbox.cluster.component import SCOPE
 from sandbox.kube.admission import WebhookDispatcher
@@ -207,13 +208,14 @@ async def cell(
     c: int,
     tag: str,
     pids: dict[str, list[int]],
-) -> tuple[CreateOutcome, DispatchTimes, Cpu]:
+) -> tuple[CreateOutcome, DispatchTimes, Cpu, float]:
     """One cell: the load, then its pods deleted and the system quiet again; with the
-    dispatch's time spent during the load (warm-up included) and the CPU it cost."""
+    dispatch's time spent during the load (warm-up included), the CPU it cost and the
+    share of the vCPUs' time the host took meanwhile (``steal_share``)."""
     load = CreateLoad(server.secure_port, owner_tokens, GPU_CLASS, c, WARMUP_S, MEASURE_S, tag)
-    before, cpu_before = dispatch_times(server), cpu_now(pids)
+    before, cpu_before, host_before = dispatch_times(server), cpu_now(pids), host_times()
     outcome = await asyncio.to_thread(run_creates, load)
-    after, cpu_after = dispatch_times(server), cpu_now(pids)
+    after, cpu_after, host_after = dispatch_times(server), cpu_now(pids), host_times()
     pods = sum(len(server.store.peek_list("", "pods", owner)) for owner in owners())
     await clean(server)
     await quiet(system)
@@ -223,7 +225,8 @@ async def cell(
         after.calls - before.calls,
         after.calls_s - before.calls_s,
     )
-    return outcome, spent, Cpu(pods, {k: cpu_after[k] - cpu_before[k] for k in cpu_after})
+    cpu = Cpu(pods, {k: cpu_after[k] - cpu_before[k] for k in cpu_after})
+    return outcome, spent, cpu, steal_share(host_before, host_after)
 
 
 def figures(
@@ -279,7 +282,7 @@ async def measure(state: Path) -> dict[str, Any]:
             pids["system"][part] = [r.pid for r in await release.replicas(part)]
         cells: dict[str, Any] = {}
         for c in CONCURRENCY:
-            seen: dict[str, list[tuple[CreateOutcome, DispatchTimes, Cpu]]] = {
+            seen: dict[str, list[tuple[CreateOutcome, DispatchTimes, Cpu, float]]] = {
                 "system": [],
                 "alone": [],
             }
@@ -291,6 +294,7 @@ async def measure(state: Path) -> dict[str, Any]:
                     seen[arm].append(await cell(server, system, owner_tokens, c, tag, pids[arm]))
             cells[str(c)] = {
                 arm: figures([f[0] for f in found], [f[1] for f in found], [f[2] for f in found])
+                | {"steal_shares": [f[3] for f in found]}
                 for arm, found in seen.items()
             }
             cells[str(c)]["stress"] = c in STRESS
@@ -344,6 +348,11 @@ def lines(found: dict[str, Any]) -> list[str]:
         }
         errors = sum(arms[arm]["errors"] for arm in ("system", "alone"))
         out.append(f"   p50 per round (ms): {rounds}; non-201 {odd}; errors {errors}")
+        steal = ", ".join(
+            f"{arm} " + "/".join(f"{v:.1%}" for v in arms[arm]["steal_shares"])
+            for arm in ("system", "alone")
+        )
+        out.append(f"   host steal per round (the vCPUs' time the host took): {steal}")
         out.append(
             f"   system's dispatch per create: deciding (matchConditions, the emulator's CEL "
             f"interpreter) {system['matching_ms']:.2f} ms, webhook calls "

@@ -42,6 +42,23 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
     return found
 
 
+def host_times() -> tuple[int, int]:
+    """(ticks the hypervisor took from this machine's vCPUs — ``steal`` — and all ticks
+    of every vCPU) since boot (``/proc/stat``'s ``cpu`` line). Two readings give the
+    share of a span the host ran something else while a vCPU wanted to run: on a
+    shared host, the measure of how much a benchmark's figures owe to its neighbours."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    ticks = [int(f) for f in fields[:8]]  # guest time is counted in user already
+    return ticks[7], sum(ticks)
+
+
+def steal_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the vCPUs' time the host took between two ``host_times`` readings
+    (NaN when no tick passed)."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total else float("nan")
+
+
 def started_at(pid: int) -> float:
     """When process ``pid`` started, in seconds since the epoch (``/proc/<pid>/stat``'s
     start time after boot, plus the boot time of ``/proc/stat``), to a clock tick."""

@@ -27,6 +27,7 @@ def test_cpu_per_pod_pools_the_cells_of_each_part() -> None:
 def test_no_pod_created_gives_no_cpu_figure() -> None:
     found = bench_create.figures([createload.CreateOutcome()], [], [bench_create.Cpu(0, {})])
     assert found["cpu_ms_per_pod"] == {}
+    found["steal_shares"] = []
     lines = bench_create.lines(
         {
             "mode": "quick",
@@ -38,3 +39,26 @@ def test_no_pod_created_gives_no_cpu_figure() -> None:
         }
     )
     assert lines[-1].startswith("   CPU per pod created (ms): system ; alone")
+
+
+def test_each_rounds_host_steal_is_printed_per_arm() -> None:
+    outcome = createload.CreateOutcome([0.001], Counter({201: 1}), admitted=1)
+    found = bench_create.figures([outcome], [DispatchTimes()], [bench_create.Cpu(1, {})])
+    lines = bench_create.lines(
+        {
+            "mode": "quick",
+            "rounds": 2,
+            "measure_s": 2.0,
+            "loadavg_before": (0.1, 0, 0),
+            "loadavg_after": (0.2, 0, 0),
+            "cells": {
+                "1": {
+                    "system": found | {"steal_shares": [0.125, 0.0]},
+                    "alone": found | {"steal_shares": [0.0, 0.5]},
+                    "stress": False,
+                }
+            },
+        }
+    )
+    steal = "system 12.5%/0.0%, alone 0.0%/50.0%"
+    assert f"   host steal per round (the vCPUs' time the host took): {steal}" in lines
