@@ -20,7 +20,11 @@
 - Pod IPs come from the sandbox's own block (``podnet.Block``) when it has one.
 - A terminating pod is removed (DELETE, grace 0, uid precondition) once its
   ``deletionGracePeriodSeconds`` have passed since the kubelet saw the deletion, if it
-  is bound and still running; at once otherwise.
+  is bound and still running; at once otherwise. A repeat delete with a shorter grace
+  (the API server lowers ``deletionGracePeriodSeconds``) brings the removal forward to
+  now plus the new grace when that is sooner; nothing ever puts it off (the kubelet's
+  effective grace period only decreases: ``calculateEffectiveGracePeriod`` in
+  pod_workers.go).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from sandbox.cluster import admission, events
 from sandbox.cluster.passes import Cache, Passes, snapshot
@@ -87,6 +91,14 @@ def _charge(usage: dict[str, tuple[Resources, int]], node: str, wanted: Resource
     usage[node] = (total, count + 1)
 
 
+class _Timer(NamedTuple):
+    """A pod's one pending action: what for, when it is due, the task waiting for it."""
+
+    purpose: str
+    deadline: datetime
+    task: asyncio.Task[None]
+
+
 def has_ready_condition(node: dict[str, Any]) -> bool:
     """Whether anyone has reported the node's readiness yet."""
     conditions = (node.get("status") or {}).get("conditions") or []
@@ -110,7 +122,7 @@ class Kubelet(Passes):
         super().__init__(gateway, clock, pods, nodes)
         self.runtime = runtime
         self._block = block
-        self._timers: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        self._timers: dict[str, _Timer] = {}
         self._ips = itertools.count()
         self._started: set[str] = set()
         #: Pods this kubelet refused (their Failed status may not be back yet).
@@ -121,8 +133,8 @@ class Kubelet(Passes):
         try:
             await super().run()
         finally:
-            for _, task in self._timers.values():
-                task.cancel()
+            for timer in self._timers.values():
+                timer.task.cancel()
 
     async def run_once(self) -> None:
         """Register nodes, then bring every pod one step towards its goal."""
@@ -137,7 +149,7 @@ class Kubelet(Passes):
             live.add(str(pod["metadata"].get("uid", "")))
             await self._sync(pod, nodes, usage)
         for uid in set(self._timers) - live:
-            self._timers.pop(uid)[1].cancel()
+            self._timers.pop(uid).task.cancel()
         self._started &= live
         if self.runtime is not None:
             self.runtime.forget(live)
@@ -187,6 +199,9 @@ class Kubelet(Passes):
             # the annotation; no kubelet runs it).
             await self._remove(pod)
         elif meta.get("deletionTimestamp") and self._runs(pod):
+            # Due at once, so a later pass never finds an earlier deadline: a grace the
+            # API shortens after the runtime began terminating is not honoured (the
+            # processes keep the grace ``_stop_and_remove`` read when it started).
             self._at(pod, "remove", self._clock.now(), self._stop_and_remove)
         elif meta.get("deletionTimestamp"):
             if not bound or phase in TERMINAL_PHASES:
@@ -236,7 +251,7 @@ class Kubelet(Passes):
         """Whether the pod has its ``purpose`` timer already (a pass over every pod on
         every change need not work out its deadline again)."""
         existing = self._timers.get(str(pod["metadata"].get("uid", "")))
-        return existing is not None and existing[0] == purpose
+        return existing is not None and existing.purpose == purpose
 
     def _at(
         self,
@@ -245,15 +260,17 @@ class Kubelet(Passes):
         when: datetime,
         action: Callable[[dict[str, Any]], Awaitable[None]],
     ) -> None:
-        """Run ``action`` on the pod's latest state at ``when`` (once per purpose)."""
+        """Run ``action`` on the pod's latest state at ``when``: once per purpose, at the
+        earliest ``when`` asked for it (a later one for the same purpose changes nothing;
+        an earlier one replaces the timer, as a shortened grace period does)."""
         uid = str(pod["metadata"].get("uid", ""))
         existing = self._timers.get(uid)
-        if existing is not None and existing[0] == purpose:
+        if existing is not None and existing.purpose == purpose and existing.deadline <= when:
             return
         if existing is not None:
-            existing[1].cancel()
+            existing.task.cancel()
         task = asyncio.create_task(self._after(key_of(pod), when, action))
-        self._timers[uid] = (purpose, task)
+        self._timers[uid] = _Timer(purpose, when, task)
 
     async def _after(
         self, key: str, when: datetime, action: Callable[[dict[str, Any]], Awaitable[None]]
