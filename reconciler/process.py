@@ -23,7 +23,7 @@ import uvicorn
 
 from reconciler import usage
 from reconciler.admission import step as admission_step
-from reconciler.backstop import backstop
+from reconciler.backstop import backstop, lingering
 from reconciler.base import events
 from reconciler.base.caches import STALL_S, Caches
 from reconciler.base.component import Component, Ground, Loop
@@ -115,6 +115,7 @@ class Reconciler:
         ground = self._ground(gateway)
         self.upholders = evict.setup(ground)
         self.backstop = backstop.setup(ground, self.upholders.context)
+        self.lingering = lingering.setup(ground, self.upholders.context, self.backstop.scope)
         # The admission step the reserved queue and the on-demand path share.
         step = admission_step.setup(ground)
         self.announcer = step.announcer
@@ -142,6 +143,7 @@ class Reconciler:
             self.caches,
             self.upholders,
             self.backstop,
+            self.lingering,
             self.admitter,
             *([self.leaser] if self.leaser is not None else []),
             self.rotator,

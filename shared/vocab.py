@@ -135,6 +135,9 @@ REASON_ONDEMAND_LEASE_DELAYED: Final = "OnDemandLeaseDelayed"
 REASON_UNADMITTED_TOLERATION: Final = "UnadmittedToleration"
 #: A pod past its guarantee may be preempted soon (termination warning, R33).
 REASON_TERMINATION_WARNING: Final = "TerminationWarning"
+#: A pod terminating on a reserved node with a grace longer than the reconciler allows
+#: (EVICTION_GRACE_SECONDS) was deleted again with the allowed grace.
+REASON_TERMINATION_GRACE_SHORTENED: Final = "TerminationGraceShortened"
 
 #: Reasons whose Events have type Warning; every other reason is Normal.
 WARNING_REASONS: Final = frozenset(
@@ -150,6 +153,7 @@ WARNING_REASONS: Final = frozenset(
         REASON_NO_MATCHING_NODE,
         REASON_UNADMITTED_TOLERATION,
         REASON_TERMINATION_WARNING,
+        REASON_TERMINATION_GRACE_SHORTENED,
     }
 )
 

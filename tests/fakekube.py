@@ -91,6 +91,8 @@ class FakeKube:
         self.before: dict[str, Callable[[], object]] = {}
         self.on_write: Callable[[Obj], None] = lambda obj: None
         self.calls: list[tuple[str, str]] = []
+        #: The grace period of each delete, by (namespace, name).
+        self.graces: dict[tuple[str | None, str], int | None] = {}
         self.gets = 0
         self.writes = 0
 
@@ -232,6 +234,7 @@ class FakeKube:
             )
             raise _error(api.conflict(res.plural, res.group, name, why))
         del self.objects[(res.plural, namespace, name)]
+        self.graces[(namespace, name)] = grace_period_s
         if _is_custom(res):
             details = {"name": name, "group": res.group, "kind": res.plural, "uid": held}
             return api.success_status(200, details)

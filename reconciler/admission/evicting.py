@@ -139,6 +139,8 @@ class PassContext:
     pods: Callable[[], Mapping[str, PodView]]
     reservations: Callable[[], Mapping[str, GPUReservation]]
     ready: Callable[[], bool]
+    #: EVICTION_GRACE_SECONDS: the longest grace a pod it deletes gets.
+    grace_s: int
 
 
 class EvictingPass(ABC, Generic[D]):
@@ -163,6 +165,7 @@ class EvictingPass(ABC, Generic[D]):
         self._pods = ctx.pods
         self._reservations = ctx.reservations
         self._ready = ctx.ready
+        self._grace_s = ctx.grace_s
         self._on_evicted = on_evicted
         self.dirty = Dirty()
         #: uids handled by this process whose deletion the cache has not shown yet (→
@@ -254,16 +257,26 @@ class EvictingPass(ABC, Generic[D]):
 
 
 async def remove(
-    gateway: KubeWriter, emit: Emit, pod: PodView, reason: str, text: str, now: datetime
+    gateway: KubeWriter,
+    emit: Emit,
+    pod: PodView,
+    reason: str,
+    text: str,
+    now: datetime,
+    *,
+    grace_s: int,
 ) -> bool:
     """Evict ``pod``: the Event of ``reason`` (unless one exists already: a restart
     between the Event and the delete sends no second one), then a delete with a uid
-    precondition (a new pod reusing the name is never hit). False when the delete
-    failed and must be retried; a pod already gone counts as removed."""
+    precondition (a new pod reusing the name is never hit) and a grace of at most
+    ``grace_s`` (a pod's own grace, hours long, would keep it running — and its GPUs
+    taken — that long). False when the delete failed and must be retried; a pod already
+    gone counts as removed."""
     if not await told(gateway, pod, reason):
         await emit(gateway, pod, reason, text, now=now)
     try:
-        await gateway.delete(PODS, pod.name, pod.namespace, uid=pod.uid)
+        grace = pod.stop_grace(grace_s)
+        await gateway.delete(PODS, pod.name, pod.namespace, grace_period_s=grace, uid=pod.uid)
     except (NotFound, Conflict):
         pass  # gone already, or the name now belongs to another pod
     except KubeError as exc:

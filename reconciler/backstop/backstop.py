@@ -122,7 +122,8 @@ class Backstop(EvictingPass[Finding]):
     async def _act(self, finding: Finding, now: datetime, taken: dict[str, int]) -> bool:
         text = message(finding)
         reason = vocab.REASON_UNADMITTED_TOLERATION
-        if not await remove(self._gateway, self._emit, finding.pod, reason, text, now):
+        pod, grace = finding.pod, self._grace_s
+        if not await remove(self._gateway, self._emit, pod, reason, text, now, grace_s=grace):
             return False
         self._count(finding.breach)
         log(

@@ -30,6 +30,8 @@ from shared.policy.usage import run_times
 from shared.policy.verdict import POD_SCHEDULED, Scheduled
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
+#: ``spec.terminationGracePeriodSeconds`` when a pod does not say (the API's default).
+DEFAULT_GRACE_S = 30
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,20 @@ class PodView:
     #: When it began running and when it finished, as its status says ("" when not
     #: yet): the usage accounting's input (``shared.policy.usage.run_times``).
     ran: tuple[str, str] = ("", "")
+    #: ``spec.terminationGracePeriodSeconds`` as a delete without options applies it:
+    #: absent or malformed → the API's default 30, negative → 1.
+    grace_s: int = DEFAULT_GRACE_S
+    #: ``metadata.deletionTimestamp`` as written ("" while not being deleted): when the
+    #: kubelet kills what is still running.
+    deletion_at: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def stop_grace(self, cap_s: int) -> int:
+        """The grace period to delete this pod with: its own, at most ``cap_s``."""
+        return min(self.grace_s, cap_s)
 
     @property
     def finished(self) -> bool:
@@ -215,7 +227,17 @@ def project_pod(pod: dict[str, Any], rules: MatchRules) -> PodView | None:
         annotation_map=isinstance(meta.get("annotations"), Mapping),
         toleration_list=isinstance(spec.get("tolerations"), list),
         ran=run_times(status),
+        grace_s=grace_of(spec.get("terminationGracePeriodSeconds")),
+        deletion_at=str(meta.get("deletionTimestamp") or ""),
     )
+
+
+def grace_of(value: Any) -> int:
+    """A pod's termination grace as the API server applies it on a delete without
+    options (facts: absent → the default 30, negative → 1)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return DEFAULT_GRACE_S
+    return 1 if value < 0 else value
 
 
 _DAEMON_SET = "DaemonSet"

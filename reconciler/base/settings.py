@@ -290,10 +290,15 @@ class PreemptionSettings:
     headroom_interval_s: int = 600
     #: OVERSTAY_REPORT_ENABLED: report a preempted overstay to the app (§2.10).
     overstay_report: bool = False
+    #: EVICTION_GRACE_SECONDS (1..86400, default 60): the longest termination grace a
+    #: pod gets when the reconciler deletes it (preemption, eviction, the backstop) or
+    #: finds it terminating on a reserved node (``reconciler.backstop.lingering``).
+    grace_s: int = 60
 
 
 def preemption_from(reader: EnvReader) -> PreemptionSettings:
-    """The seed's variables, read leniently like the seed (bad value → default + notice)."""
+    """The seed's variables, read leniently like the seed (bad value → default + notice),
+    and EVICTION_GRACE_SECONDS (ours: strict)."""
     minutes = timedelta(minutes=1)
     return PreemptionSettings(
         lead=minutes * reader.integer("PREEMPTION_LEAD_MINUTES", 15, 0, strict=False),
@@ -306,6 +311,7 @@ def preemption_from(reader: EnvReader) -> PreemptionSettings:
         headroom_notice=minutes * reader.integer("HEADROOM_NOTICE_MINUTES", 15, 0, strict=False),
         headroom_interval_s=reader.integer("HEADROOM_CHECK_INTERVAL", 600, 1, strict=False),
         overstay_report=reader.boolean("OVERSTAY_REPORT_ENABLED", False, strict=False),
+        grace_s=reader.integer("EVICTION_GRACE_SECONDS", 60, 1, 86400),
     )
 
 

@@ -67,6 +67,7 @@ class Killer:
         lock: asyncio.Lock,
         reservations: Callable[[], Mapping[str, GPUReservation]],
         reporter: OverstayApp | None,
+        grace_s: int,
         preempted: Counter | None = None,
     ) -> None:
         self._gateway = gateway
@@ -77,6 +78,9 @@ class Killer:
         self._reservations = reservations
         self._reporter = reporter
         self._counter = preempted
+        #: EVICTION_GRACE_SECONDS: a victim's own grace, hours long, would keep the
+        #: booking's GPUs that long.
+        self._grace_s = grace_s
 
     async def kill_all(self, victims: Sequence[Victim], now: datetime) -> list[tuple[str, float]]:
         """Every victim; (uid, seconds from decision to delete) of those deleted."""
@@ -105,7 +109,8 @@ class Killer:
         await self._emit(self._gateway, pod, vocab.REASON_PREEMPTED, text, now=now)
         await self._report(h, pod, now)
         try:
-            await self._gateway.delete(PODS, h.name, h.namespace, uid=h.uid)
+            grace = pod.stop_grace(self._grace_s)
+            await self._gateway.delete(PODS, h.name, h.namespace, grace_period_s=grace, uid=h.uid)
         except (NotFound, Conflict):
             return False
         except KubeError as exc:

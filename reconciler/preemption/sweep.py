@@ -124,6 +124,7 @@ class Sweeper:
             lock=lock,
             reservations=reservations,
             reporter=app if settings.overstay_report else None,
+            grace_s=settings.grace_s,
             preempted=metrics.preempted if metrics is not None else None,
         )
         self._wake = asyncio.Event()

@@ -153,7 +153,9 @@ class Evictor(EvictingPass[Eviction]):
     async def evict(self, ev: Eviction, now: datetime) -> bool:
         """Event (unless already sent), then delete with a uid precondition."""
         text = message(ev, self._zone)
-        if not await remove(self._gateway, self._emit, ev.pod, ev.reason, text, now):
+        if not await remove(
+            self._gateway, self._emit, ev.pod, ev.reason, text, now, grace_s=self._grace_s
+        ):
             return False
         self._count(ev.reason)
         log(
@@ -209,7 +211,16 @@ class Upholders:
             retry_s=float(settings.queue_interval_s),
         )
         #: What the evictor and the admission backstop read and act through.
-        self.context = PassContext(gateway, clock, emit, self.relinker, pods, by_name, ready)
+        self.context = PassContext(
+            gateway,
+            clock,
+            emit,
+            self.relinker,
+            pods,
+            by_name,
+            ready,
+            settings.preemption.grace_s,
+        )
         self.evictor = Evictor(self.context, zone=zone, on_evicted=on_evicted)
         self._tick_s = float(settings.queue_interval_s)
         caches.pods.listeners.append(self._pod_changed)

@@ -501,6 +501,7 @@ SETTINGS: list[tuple[str, str, str, Any, str]] = [
     ("preemption.leadMinutes", "reconciler", "PREEMPTION_LEAD_MINUTES", 10, "10"),
     ("preemption.checkIntervalSeconds", "reconciler", "PREEMPTION_CHECK_INTERVAL", 30, "30"),
     ("preemption.delegateSelection", "reconciler", "PREEMPTION_DELEGATE_SELECTION", False, "false"),
+    ("preemption.evictionGraceSeconds", "reconciler", "EVICTION_GRACE_SECONDS", 300, "300"),
     ("capacity.checkIntervalSeconds", "reconciler", "CAPACITY_CHECK_INTERVAL", 1800, "1800"),
     ("adoption.enabled", "reconciler", "POD_ADOPTION_ENABLED", False, "false"),
     (

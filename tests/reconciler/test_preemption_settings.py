@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from reconciler.base.settings import load
+from shared.settings import SettingsError
 
 BASE = {"RESERVATION_API_URL": "http://a", "RESERVATION_API_KEY": "k"}
 
@@ -59,3 +60,15 @@ def test_an_unknown_boolean_word_quietly_keeps_the_default() -> None:
     settings, reader = load({**BASE, "PREEMPTION_DELEGATE_SELECTION": "maybe"})
     assert settings.preemption.delegate is True
     assert reader.notices == []
+
+
+def test_eviction_grace_defaults_to_a_minute_and_is_read() -> None:
+    assert load(BASE)[0].preemption.grace_s == 60
+    assert load({**BASE, "EVICTION_GRACE_SECONDS": ""})[0].preemption.grace_s == 60  # unset
+    assert load({**BASE, "EVICTION_GRACE_SECONDS": "5"})[0].preemption.grace_s == 5
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "86401", "1.5", "a minute", " 6 0"])
+def test_a_bad_eviction_grace_stops_the_process_naming_it(value: str) -> None:
+    with pytest.raises(SettingsError, match="EVICTION_GRACE_SECONDS"):
+        load({**BASE, "EVICTION_GRACE_SECONDS": value})

@@ -107,6 +107,8 @@ class World:
         self.emit = Emitter(self.kube)
         self.rules = MatchRules()
         self.adoption = adoption
+        #: EVICTION_GRACE_SECONDS of the passes.
+        self.grace_s = 60
         self.build()
 
     def build(self) -> None:
@@ -125,7 +127,9 @@ class World:
         )
         #: Reasons reported to the evictions metric.
         self.counted: list[str] = []
-        self.context = PassContext(self.kube, self.clock, self.emit, self.relinker, *args)
+        self.context = PassContext(
+            self.kube, self.clock, self.emit, self.relinker, *args, grace_s=self.grace_s
+        )
         self.evictor = Evictor(self.context, zone=None, on_evicted=self.counted.append)
 
     def book(self, f: model.ReservationFacts, holds: tuple[Hold, ...] = ()) -> None:

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from reconciler.admission import adoption
+from reconciler.backstop import lingering
 from reconciler.base.pods import project_pod
 from reconciler.ondemand import status as ondemand_status
 from reconciler.queue import evict
 from shared import vocab
-from shared.clock import utc
+from shared.clock import format_utc, utc
 from shared.model import GPUReservation, Kind
 from shared.policy import ondemand_wording, statuses, wording
+from shared.policy.inventory import NodeFacts
 from shared.policy.matching import GROUP_FROM_ANNOTATION, MatchRules, Miss
 from shared.policy.ondemand import Held
 from shared.policy.routing import Path as RoutePath
@@ -46,6 +49,16 @@ def eviction(reason: str) -> str:
     view = project_pod(gpu_pod().build(), MatchRules())
     assert view is not None
     return evict.message(evict.Eviction(view, reason, cancelled_booking()), UTC_ZONE)
+
+
+def grace_shortened() -> str:
+    raw = gpu_pod().build()
+    raw["spec"]["nodeName"] = "h100-r1"
+    raw["metadata"]["deletionTimestamp"] = format_utc(START + timedelta(seconds=86_372))
+    pod = project_pod(raw, MatchRules())
+    assert pod is not None
+    node = NodeFacts("h100-r1", ("h100",), 8, None, True, True, False)
+    return lingering.message(pod, {node.name: node}, START, 60)
 
 
 def no_reservation() -> str:
@@ -108,6 +121,7 @@ REBUILT: dict[str, Callable[[], str]] = {
     ),
     vocab.REASON_RESERVATION_CANCELLED: lambda: eviction(vocab.REASON_RESERVATION_CANCELLED),
     vocab.REASON_RESERVATION_REASSIGNED: lambda: eviction(vocab.REASON_RESERVATION_REASSIGNED),
+    vocab.REASON_TERMINATION_GRACE_SHORTENED: grace_shortened,
 }
 
 #: Reasons whose example is not rebuilt here, and why.
