@@ -156,6 +156,7 @@ def setup(ground: Ground, ctx: PassContext, scope: Scope) -> Lingering:
         scope=scope,
         nodes=lambda: ground.caches.nodes.items,
         tick_s=float(ground.settings.queue_interval_s),
+        on_shortened=ground.metrics.grace_shortened.inc,
     )
 
     def pod_changed(key: str, old: PodView | None, new: PodView | None) -> None:

@@ -89,6 +89,13 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.grace_shortened = Counter(
+            "termination_grace_shortened",
+            "Pods terminating on a reserved node with more than EVICTION_GRACE_SECONDS left "
+            "to run, deleted again with that grace (Event TerminationGraceShortened).",
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.unseen_released = Counter(
             "ledger_unseen_holds_released",
             "Unbound ledger holds released because no pod carrying their claim appeared "

@@ -30,8 +30,9 @@ def deleting(raw: dict[str, Any], left_s: float, grace_s: int = DAY_S) -> dict[s
     return raw
 
 
-def lingering(w: Placed) -> Lingering:
-    return Lingering(w.context, scope=SCOPE, nodes=w.nodes, tick_s=300.0)
+def lingering(w: Placed, counted: list[str] | None = None) -> Lingering:
+    on_shortened = None if counted is None else (lambda: counted.append("shortened"))
+    return Lingering(w.context, scope=SCOPE, nodes=w.nodes, tick_s=300.0, on_shortened=on_shortened)
 
 
 @pytest.mark.parametrize(
@@ -56,8 +57,10 @@ def test_a_deletion_deadline_is_kept_on_the_view() -> None:
 def test_a_pod_deleted_with_a_day_of_grace_on_a_reserved_node_is_deleted_again() -> None:
     w = Placed()
     w.kube.add(PODS, deleting(squatter("sq"), DAY_S), "carol")
-    done = run(lingering(w).once())
+    counted: list[str] = []
+    done = run(lingering(w, counted).once())
     assert done == 1
+    assert counted == ["shortened"]
     assert w.kube.graces[("carol", "sq")] == w.grace_s
     sent = [(k, r) for k, r, _ in w.emit.sent]
     assert sent == [("carol/sq", vocab.REASON_TERMINATION_GRACE_SHORTENED)]
