@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -24,41 +25,32 @@ def test_cpu_per_pod_pools_the_cells_of_each_part() -> None:
     }
 
 
+def printed(rounds: int, system: dict[str, Any], alone: dict[str, Any]) -> list[str]:
+    """What the benchmark prints for one quick ``c`` = 1 cell of these figures."""
+    return bench_create.lines(
+        {
+            "mode": "quick",
+            "rounds": rounds,
+            "measure_s": 2.0,
+            "loadavg_before": (0.1, 0, 0),
+            "loadavg_after": (0.2, 0, 0),
+            "cells": {"1": {"system": system, "alone": alone, "stress": False}},
+        }
+    )
+
+
 def test_no_pod_created_gives_no_cpu_figure() -> None:
     found = bench_create.figures([createload.CreateOutcome()], [], [bench_create.Cpu(0, {})])
     assert found["cpu_ms_per_pod"] == {}
     found["steal_shares"] = []
-    lines = bench_create.lines(
-        {
-            "mode": "quick",
-            "rounds": 1,
-            "measure_s": 2.0,
-            "loadavg_before": (0.1, 0, 0),
-            "loadavg_after": (0.2, 0, 0),
-            "cells": {"1": {"system": found, "alone": found, "stress": False}},
-        }
-    )
+    lines = printed(1, found, found)
     assert lines[-1].startswith("   CPU per pod created (ms): system ; alone")
 
 
 def test_each_rounds_host_steal_is_printed_per_arm() -> None:
     outcome = createload.CreateOutcome([0.001], Counter({201: 1}), admitted=1)
     found = bench_create.figures([outcome], [DispatchTimes()], [bench_create.Cpu(1, {})])
-    lines = bench_create.lines(
-        {
-            "mode": "quick",
-            "rounds": 2,
-            "measure_s": 2.0,
-            "loadavg_before": (0.1, 0, 0),
-            "loadavg_after": (0.2, 0, 0),
-            "cells": {
-                "1": {
-                    "system": found | {"steal_shares": [0.125, 0.0]},
-                    "alone": found | {"steal_shares": [0.0, 0.5]},
-                    "stress": False,
-                }
-            },
-        }
-    )
+    system, alone = found | {"steal_shares": [0.125, 0.0]}, found | {"steal_shares": [0.0, 0.5]}
+    lines = printed(2, system, alone)
     steal = "system 12.5%/0.0%, alone 0.0%/50.0%"
     assert f"   host steal per round (the vCPUs' time the host took): {steal}" in lines
