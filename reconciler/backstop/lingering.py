@@ -101,7 +101,6 @@ class Lingering(EvictingPass[Lingerer]):
         self._nodes = nodes
         self._tick_s = tick_s
         self._on_shortened = on_shortened
-        self.shortened = 0
 
     def loops(self) -> list[Loop]:
         """The pass on pod changes, and every ``tick_s``."""
@@ -141,7 +140,6 @@ class Lingering(EvictingPass[Lingerer]):
         except KubeError as exc:
             log(_log, logging.WARNING, "lingering.delete_failed", pod=pod.key, error=str(exc))
             return False
-        self.shortened += 1
         if self._on_shortened is not None:
             self._on_shortened()
         left = left_to_run(pod, now)
